@@ -1,0 +1,569 @@
+"""Topology and settings: one `rideout.toml`, defaults for everything, `RIDEOUT_*` overrides.
+
+Precedence, lowest first: built-in defaults (DESIGN.md's local two-region topology), the
+timing profile named by ``profile``, the TOML file, then environment variables. Every
+problem is reported as a :class:`ConfigError` naming the key and what is wrong with it.
+
+Environment variables: ``RIDEOUT_<KEY>`` sets a top-level key and
+``RIDEOUT_<SECTION>__<KEY>`` a key of a section (``RIDEOUT_TIMING__DNS_TTL=2``,
+``RIDEOUT_CONTROL_PLANE__PORT=9100``). Regions and zones are structured and come from the
+file only. ``RIDEOUT_CONFIG`` names the file when no path is given explicitly.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = [
+    "DEFAULT_CONFIG_FILE",
+    "PROFILES",
+    "Config",
+    "ConfigError",
+    "ControlPlaneConfig",
+    "RedisConfig",
+    "RegionConfig",
+    "Timing",
+    "ZoneConfig",
+    "dump_toml",
+    "load_config",
+]
+
+DEFAULT_CONFIG_FILE = "rideout.toml"
+ENV_PREFIX = "RIDEOUT_"
+# Environment variables that are not configuration keys but belong to rideout.
+ENV_NOT_KEYS = frozenset({"RIDEOUT_CONFIG"})
+
+Mode = Literal["local", "external"]
+Role = Literal["primary", "secondary"]
+_LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
+_DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+
+
+class ConfigError(ValueError):
+    """The configuration is invalid; the message names the key and the problem."""
+
+    def __init__(self, key: str, problem: str) -> None:
+        self.key = key
+        self.problem = problem
+        super().__init__(f"config: {key}: {problem}")
+
+
+@dataclass(frozen=True, slots=True)
+class Timing:
+    """Every interval of the failover loop, in seconds unless the name says otherwise."""
+
+    canary_interval: float
+    canary_timeout: float
+    failover_datapoints: int  # consecutive bad datapoints that raise the alarm
+    failback_datapoints: int  # good datapoints that clear it (the seed: "more than five")
+    dns_ttl: int
+    heartbeat_interval: float
+    heartbeat_timeout: float
+    heartbeat_failures: int  # consecutive non-pong replies that force a reconnect
+    backoff_base: float
+    backoff_cap: float
+
+
+# The seed documents' values (000/002), and the same loop scaled down for a local demo.
+PROFILES: Mapping[str, Timing] = {
+    "seed": Timing(
+        canary_interval=60.0,
+        canary_timeout=10.0,
+        failover_datapoints=2,
+        failback_datapoints=6,
+        dns_ttl=60,
+        heartbeat_interval=30.0,
+        heartbeat_timeout=35.0,
+        heartbeat_failures=2,
+        backoff_base=2.0,
+        backoff_cap=20.0,
+    ),
+    "fast": Timing(
+        canary_interval=0.5,
+        canary_timeout=0.4,
+        failover_datapoints=2,
+        failback_datapoints=6,
+        dns_ttl=1,
+        # Heartbeats are not scaled as far as the canary: a shared 2-core machine
+        # stalls event loops for hundreds of milliseconds under load.
+        heartbeat_interval=1.0,
+        heartbeat_timeout=2.0,
+        heartbeat_failures=2,
+        backoff_base=0.25,
+        backoff_cap=2.0,
+    ),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneConfig:
+    """One availability zone: an app server endpoint."""
+
+    name: str
+    address: str
+
+
+@dataclass(frozen=True, slots=True)
+class RedisConfig:
+    """Where a region's Redis listens (spawned locally in ``local`` mode)."""
+
+    address: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class RegionConfig:
+    """One region: its role in failover routing, its zones and its Redis."""
+
+    name: str
+    role: Role
+    zones: tuple[ZoneConfig, ...]
+    redis: RedisConfig
+
+
+@dataclass(frozen=True, slots=True)
+class ControlPlaneConfig:
+    """The global control plane's HTTP API and (later) DNS server."""
+
+    address: str = "127.0.0.1"
+    port: int = 9000
+    dns_port: int = 5300
+
+
+def _default_regions() -> tuple[RegionConfig, ...]:
+    return (
+        RegionConfig(
+            name="us-east-1",
+            role="primary",
+            zones=(ZoneConfig("use1-az1", "127.0.1.1"), ZoneConfig("use1-az2", "127.0.1.2")),
+            redis=RedisConfig("127.0.1.100", 6390),
+        ),
+        RegionConfig(
+            name="us-west-2",
+            role="secondary",
+            zones=(ZoneConfig("usw2-az1", "127.0.2.1"), ZoneConfig("usw2-az2", "127.0.2.2")),
+            redis=RedisConfig("127.0.2.100", 6390),
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The effective configuration of one deployment."""
+
+    app_domain: str = "auction.rideout.test"
+    mode: Mode = "local"
+    data_dir: Path = Path(".rideout")
+    app_port: int = 8000
+    profile: str = "fast"
+    regions: tuple[RegionConfig, ...] = field(default_factory=_default_regions)
+    control_plane: ControlPlaneConfig = field(default_factory=ControlPlaneConfig)
+    timing: Timing = PROFILES["fast"]
+
+    @property
+    def primary(self) -> RegionConfig:
+        """The region that serves while it is healthy."""
+        return next(r for r in self.regions if r.role == "primary")
+
+    @property
+    def secondary(self) -> RegionConfig:
+        """The region that takes over when the primary fails."""
+        return next(r for r in self.regions if r.role == "secondary")
+
+    def region(self, name: str) -> RegionConfig:
+        """The region called `name`; KeyError naming the known ones otherwise."""
+        for region in self.regions:
+            if region.name == name:
+                return region
+        known = ", ".join(r.name for r in self.regions)
+        raise KeyError(f"no region {name!r} (known: {known})")
+
+    def zone(self, region: str, name: str) -> ZoneConfig:
+        """Zone `name` of `region`; KeyError naming the known ones otherwise."""
+        for zone in self.region(region).zones:
+            if zone.name == name:
+                return zone
+        known = ", ".join(z.name for z in self.region(region).zones)
+        raise KeyError(f"no zone {name!r} in region {region!r} (known: {known})")
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.data_dir / "logs"
+
+    @property
+    def run_dir(self) -> Path:
+        return self.data_dir / "run"
+
+    def region_data_dir(self, region: str) -> Path:
+        """Where a region's Redis keeps its append-only file."""
+        return self.data_dir / "data" / region
+
+
+# --------------------------------------------------------------------------- loading
+
+
+class _Reader:
+    """Takes typed values out of one table, remembering the key path for messages."""
+
+    def __init__(self, table: Mapping[str, Any], path: str, origins: Mapping[str, str]) -> None:
+        if not isinstance(table, Mapping):
+            raise ConfigError(path or "<root>", f"expected a table, got {_kind(table)}")
+        self._table = dict(table)
+        self._path = path
+        self._origins = origins
+
+    def key(self, name: str) -> str:
+        full = f"{self._path}.{name}" if self._path else name
+        origin = self._origins.get(full)
+        return f"{full} (from {origin})" if origin else full
+
+    def has(self, name: str) -> bool:
+        return name in self._table
+
+    def raw(self, name: str) -> Any:
+        return self._table.pop(name)
+
+    def text(self, name: str, default: str) -> str:
+        if name not in self._table:
+            return default
+        value = self._table.pop(name)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(self.key(name), f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def integer(
+        self, name: str, default: int, *, minimum: int = 1, maximum: int | None = None
+    ) -> int:
+        if name not in self._table:
+            return default
+        value = self._table.pop(name)
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise ConfigError(self.key(name), f"expected an integer, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(self.key(name), f"expected an integer, got {_kind(value)}")
+        if value < minimum:
+            raise ConfigError(self.key(name), f"must be at least {minimum}, got {value}")
+        if maximum is not None and value > maximum:
+            raise ConfigError(self.key(name), f"must be at most {maximum}, got {value}")
+        return value
+
+    def seconds(self, name: str, default: float) -> float:
+        if name not in self._table:
+            return default
+        value = self._table.pop(name)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ConfigError(self.key(name), f"expected seconds, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(self.key(name), f"expected seconds, got {_kind(value)}")
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(self.key(name), f"must be a positive number of seconds, got {value}")
+        return float(value)
+
+    def table(self, name: str) -> _Reader:
+        value = self._table.pop(name, {})
+        full = f"{self._path}.{name}" if self._path else name
+        return _Reader(value, full, self._origins)
+
+    def done(self) -> None:
+        """Refuse whatever was not consumed: unknown keys are mistakes, not extensions."""
+        for name in self._table:
+            raise ConfigError(self.key(name), "unknown key")
+
+
+def _kind(value: object) -> str:
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, list):
+        return "a list"
+    return f"{type(value).__name__} {value!r}"
+
+
+def _choices(options: Mapping[str, object] | tuple[str, ...]) -> str:
+    return ", ".join(repr(o) for o in options)
+
+
+def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """Turn RIDEOUT_* variables into a nested dict of strings, and remember their origin."""
+    data: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for name, value in env.items():
+        if not name.startswith(ENV_PREFIX) or name in ENV_NOT_KEYS:
+            continue
+        parts = name[len(ENV_PREFIX) :].lower().split("__")
+        if len(parts) > 2 or not all(parts):
+            raise ConfigError(name, "expected RIDEOUT_<KEY> or RIDEOUT_<SECTION>__<KEY>")
+        if parts[0] == "regions":
+            raise ConfigError(name, "regions can only be set in the config file")
+        target = data
+        if len(parts) == 2:
+            section = data.setdefault(parts[0], {})
+            if not isinstance(section, dict):
+                raise ConfigError(name, f"{parts[0]} is not a section")
+            target = section
+        target[parts[-1]] = value
+        origins[".".join(parts)] = name
+    return data, origins
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = _merge(dict(merged[key]), value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def load_config(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    env: Mapping[str, str] | None = None,
+) -> Config:
+    """Load the effective configuration.
+
+    `path` is the TOML file; without it ``RIDEOUT_CONFIG`` names one, else
+    ``./rideout.toml`` is read when it exists, else the defaults stand alone.
+    `env` defaults to ``os.environ``; pass ``{}`` to ignore the environment.
+    """
+    env = os.environ if env is None else env
+    explicit = path is not None or "RIDEOUT_CONFIG" in env
+    file = Path(path if path is not None else env.get("RIDEOUT_CONFIG", DEFAULT_CONFIG_FILE))
+    raw: dict[str, Any] = {}
+    if file.exists():
+        try:
+            raw = tomllib.loads(file.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(str(file), f"not valid TOML: {exc}") from None
+        except OSError as exc:
+            raise ConfigError(str(file), f"cannot be read: {exc.strerror}") from None
+    elif explicit:
+        raise ConfigError(str(file), "no such config file")
+    overrides, origins = _env_overrides(env)
+    return parse_config(_merge(raw, overrides), origins=origins)
+
+
+def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None = None) -> Config:
+    """Build and validate a Config from a TOML-shaped mapping."""
+    defaults = Config()
+    root = _Reader(data, "", origins or {})
+    profile = root.text("profile", defaults.profile)
+    if profile not in PROFILES:
+        raise ConfigError(
+            root.key("profile"), f"unknown profile {profile!r}; choose {_choices(PROFILES)}"
+        )
+    mode = root.text("mode", defaults.mode)
+    if mode not in ("local", "external"):
+        raise ConfigError(root.key("mode"), f"must be 'local' or 'external', got {mode!r}")
+    app_domain = root.text("app_domain", defaults.app_domain).lower().rstrip(".")
+    labels = app_domain.split(".")
+    if len(app_domain) > 253 or len(labels) < 2 or not all(_DNS_LABEL.match(x) for x in labels):
+        raise ConfigError(root.key("app_domain"), f"{app_domain!r} is not a valid DNS name")
+    config = Config(
+        app_domain=app_domain,
+        mode=mode,  # type: ignore[arg-type]  # checked just above
+        data_dir=Path(root.text("data_dir", str(defaults.data_dir))),
+        app_port=root.integer("app_port", defaults.app_port, maximum=65535),
+        profile=profile,
+        regions=_parse_regions(root) if root.has("regions") else defaults.regions,
+        control_plane=_parse_control_plane(root.table("control_plane")),
+        timing=_parse_timing(root.table("timing"), PROFILES[profile]),
+    )
+    root.done()
+    _validate(config)
+    return config
+
+
+def _parse_control_plane(t: _Reader) -> ControlPlaneConfig:
+    d = ControlPlaneConfig()
+    cp = ControlPlaneConfig(
+        address=_address(t, "address", d.address),
+        port=t.integer("port", d.port, maximum=65535),
+        dns_port=t.integer("dns_port", d.dns_port, maximum=65535),
+    )
+    t.done()
+    return cp
+
+
+def _parse_timing(t: _Reader, base: Timing) -> Timing:
+    values: dict[str, Any] = {}
+    for f in fields(Timing):
+        default = getattr(base, f.name)
+        if isinstance(default, int):
+            values[f.name] = t.integer(f.name, default)
+        else:
+            values[f.name] = t.seconds(f.name, default)
+    t.done()
+    timing = Timing(**values)
+    if timing.heartbeat_timeout <= timing.heartbeat_interval:
+        raise ConfigError(t.key("heartbeat_timeout"), "must be longer than heartbeat_interval")
+    if timing.canary_timeout >= timing.canary_interval:
+        raise ConfigError(t.key("canary_timeout"), "must be shorter than canary_interval")
+    if timing.backoff_cap < timing.backoff_base:
+        raise ConfigError(t.key("backoff_cap"), "must be at least backoff_base")
+    return timing
+
+
+def _address(t: _Reader, name: str, default: str) -> str:
+    value = t.text(name, default)
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        raise ConfigError(t.key(name), f"{value!r} is not an IP address") from None
+    return value
+
+
+def _parse_regions(root: _Reader) -> tuple[RegionConfig, ...]:
+    items = root.raw("regions")
+    if not isinstance(items, list) or not items:
+        raise ConfigError("regions", "expected a non-empty list of [[regions]] tables")
+    regions = []
+    for i, item in enumerate(items):
+        t = _Reader(item, f"regions[{i}]", {})
+        name = t.text("name", "")
+        if not _NAME.match(name):
+            raise ConfigError(t.key("name"), f"expected a name like 'us-east-1', got {name!r}")
+        role = t.text("role", "")
+        if role not in ("primary", "secondary"):
+            raise ConfigError(t.key("role"), f"must be 'primary' or 'secondary', got {role!r}")
+        if not t.has("redis"):
+            raise ConfigError(
+                t.key("redis"), "missing: every region needs its Redis address and port"
+            )
+        r = t.table("redis")
+        redis = RedisConfig(
+            address=_address(r, "address", ""), port=r.integer("port", 6379, maximum=65535)
+        )
+        r.done()
+        zone_items = t.raw("zones") if t.has("zones") else []
+        if not isinstance(zone_items, list) or not zone_items:
+            raise ConfigError(t.key("zones"), f"region {name!r} has no zones")
+        zones = []
+        for j, zone_item in enumerate(zone_items):
+            z = _Reader(zone_item, f"regions[{i}].zones[{j}]", {})
+            zone_name = z.text("name", "")
+            if not _NAME.match(zone_name):
+                raise ConfigError(
+                    z.key("name"), f"expected a name like 'use1-az1', got {zone_name!r}"
+                )
+            zones.append(ZoneConfig(name=zone_name, address=_address(z, "address", "")))
+            z.done()
+        t.done()
+        regions.append(RegionConfig(name=name, role=role, zones=tuple(zones), redis=redis))  # type: ignore[arg-type]
+    return tuple(regions)
+
+
+def _validate(config: Config) -> None:
+    roles = [r.role for r in config.regions]
+    if roles.count("primary") != 1 or roles.count("secondary") != 1 or len(roles) != 2:
+        raise ConfigError(
+            "regions", f"need exactly one primary and one secondary region, got {roles}"
+        )
+    names: dict[str, str] = {}
+    endpoints: dict[tuple[str, int], str] = {}
+
+    def claim_name(name: str, key: str) -> None:
+        if name in names:
+            raise ConfigError(key, f"name {name!r} is already used by {names[name]}")
+        names[name] = key
+
+    def claim(address: str, port: int, key: str) -> None:
+        if config.mode == "local" and ipaddress.ip_address(address) not in _LOOPBACK:
+            raise ConfigError(key, f"{address} is outside 127.0.0.0/8, which local mode requires")
+        if (address, port) in endpoints:
+            raise ConfigError(
+                key, f"{address}:{port} is already used by {endpoints[(address, port)]}"
+            )
+        endpoints[(address, port)] = key
+
+    cp = config.control_plane
+    claim(cp.address, cp.port, "control_plane.address")
+    claim(cp.address, cp.dns_port, "control_plane.dns_port")
+    for i, region in enumerate(config.regions):
+        claim_name(region.name, f"regions[{i}].name")
+        claim(region.redis.address, region.redis.port, f"regions[{i}].redis.address")
+        for j, zone in enumerate(region.zones):
+            claim_name(zone.name, f"regions[{i}].zones[{j}].name")
+            claim(zone.address, config.app_port, f"regions[{i}].zones[{j}].address")
+
+
+# --------------------------------------------------------------------------- output
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """The config as TOML-shaped data; `parse_config` of it gives the same Config."""
+    return {
+        "app_domain": config.app_domain,
+        "mode": config.mode,
+        "data_dir": str(config.data_dir),
+        "app_port": config.app_port,
+        "profile": config.profile,
+        "control_plane": {
+            "address": config.control_plane.address,
+            "port": config.control_plane.port,
+            "dns_port": config.control_plane.dns_port,
+        },
+        "timing": {f.name: getattr(config.timing, f.name) for f in fields(Timing)},
+        "regions": [
+            {
+                "name": r.name,
+                "role": r.role,
+                "redis": {"address": r.redis.address, "port": r.redis.port},
+                "zones": [{"name": z.name, "address": z.address} for z in r.zones],
+            }
+            for r in config.regions
+        ],
+    }
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} as TOML")
+
+
+def dump_toml(config: Config) -> str:
+    """The effective config as a `rideout.toml` that loads back to the same Config."""
+    data = config_to_dict(config)
+    lines = []
+    for key, value in data.items():
+        if not isinstance(value, dict | list):
+            lines.append(f"{key} = {_toml_value(value)}")
+    for section in ("control_plane", "timing"):
+        lines.append(f"\n[{section}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
+    for region in data["regions"]:
+        lines.append("\n[[regions]]")
+        lines.append(f"name = {_toml_value(region['name'])}")
+        lines.append(f"role = {_toml_value(region['role'])}")
+        lines.append(f"redis = {_toml_value(region['redis'])}")
+        lines.append("zones = [")
+        lines.extend(f"  {_toml_value(z)}," for z in region["zones"])
+        lines.append("]")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,128 @@
+"""Shared fixtures: every test deployment gets its own ports and data directory."""
+
+from __future__ import annotations
+
+import random
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rideout.config import Config, parse_config
+
+ZONE_ADDRESSES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
+
+
+def free_port(*addresses: str, udp: bool = False) -> int:
+    """A port that is free on every one of `addresses` right now."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 40000)
+        try:
+            for address in addresses:
+                for kind in (
+                    (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
+                ):
+                    with socket.socket(socket.AF_INET, kind) as sock:
+                        sock.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free port on {addresses}")
+
+
+def config_data(data_dir: Path, **overrides: Any) -> dict[str, Any]:
+    """TOML-shaped config for the default topology on fresh ports under `data_dir`."""
+    redis_port = free_port("127.0.1.100", "127.0.2.100")
+    data: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "app_port": free_port(*ZONE_ADDRESSES),
+        "control_plane": {
+            "port": free_port("127.0.0.1"),
+            "dns_port": free_port("127.0.0.1", udp=True),
+        },
+        "regions": [
+            {
+                "name": "us-east-1",
+                "role": "primary",
+                "redis": {"address": "127.0.1.100", "port": redis_port},
+                "zones": [
+                    {"name": "use1-az1", "address": "127.0.1.1"},
+                    {"name": "use1-az2", "address": "127.0.1.2"},
+                ],
+            },
+            {
+                "name": "us-west-2",
+                "role": "secondary",
+                "redis": {"address": "127.0.2.100", "port": redis_port},
+                "zones": [
+                    {"name": "usw2-az1", "address": "127.0.2.1"},
+                    {"name": "usw2-az2", "address": "127.0.2.2"},
+                ],
+            },
+        ],
+    }
+    data.update(overrides)
+    return data
+
+
+@pytest.fixture
+def make_config(tmp_path: Path) -> Callable[..., Config]:
+    """Build a Config on fresh ports with its data under the test's tmp_path."""
+
+    def make(**overrides: Any) -> Config:
+        return parse_config(config_data(tmp_path / ".rideout", **overrides))
+
+    return make
+
+
+# --------------------------------------------------------------------------- real servers
+
+import asyncio  # noqa: E402
+import contextlib  # noqa: E402
+from collections.abc import AsyncIterator  # noqa: E402
+
+import uvicorn  # noqa: E402
+from starlette.types import ASGIApp  # noqa: E402
+
+from rideout.store.embedded import EmbeddedRedis, RedisSpec  # noqa: E402
+
+
+@contextlib.asynccontextmanager
+async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
+    """The config's primary Redis and its replica in the secondary region, both ready."""
+    p, s = config.primary, config.secondary
+    primary = EmbeddedRedis(
+        RedisSpec("redis-" + p.name, p.redis.address, p.redis.port,
+                  config.region_data_dir(p.name), config.logs_dir / f"redis-{p.name}.log")
+    )  # fmt: skip
+    replica = EmbeddedRedis(
+        RedisSpec("redis-" + s.name, s.redis.address, s.redis.port,
+                  config.region_data_dir(s.name), config.logs_dir / f"redis-{s.name}.log",
+                  replica_of=(p.redis.address, p.redis.port))
+    )  # fmt: skip
+    async with primary, replica:
+        yield primary, replica
+
+
+@contextlib.asynccontextmanager
+async def serving(app: ASGIApp, host: str, port: int) -> AsyncIterator[uvicorn.Server]:
+    """`app` on a real socket, in this event loop, with its lifespan run."""
+    server = uvicorn.Server(
+        uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="warning",
+                       ws="websockets-sansio", ws_per_message_deflate=False)
+    )  # fmt: skip
+    server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()
+                raise RuntimeError("uvicorn exited before it started")
+            await asyncio.sleep(0.01)
+        yield server
+    finally:
+        server.should_exit = True
+        await task

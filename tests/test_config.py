@@ -1,0 +1,363 @@
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rideout.config import (
+    PROFILES,
+    Config,
+    ConfigError,
+    Timing,
+    config_to_dict,
+    dump_toml,
+    load_config,
+    parse_config,
+)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "rideout.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def refused(data: dict[str, Any]) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data)
+    return info.value
+
+
+def two_regions(**region0: Any) -> list[dict[str, Any]]:
+    regions = config_to_dict(Config())["regions"]
+    regions[0].update(region0)
+    return regions
+
+
+# --------------------------------------------------------------------------- defaults
+
+
+def test_defaults_are_the_design_topology() -> None:
+    config = Config()
+    assert config.app_domain == "auction.rideout.test"
+    assert config.mode == "local"
+    assert config.profile == "fast"
+    assert config.timing == PROFILES["fast"]
+    primary, secondary = config.regions
+    assert (primary.name, primary.role) == ("us-east-1", "primary")
+    assert [(z.name, z.address) for z in primary.zones] == [
+        ("use1-az1", "127.0.1.1"),
+        ("use1-az2", "127.0.1.2"),
+    ]
+    assert (secondary.name, secondary.role) == ("us-west-2", "secondary")
+    assert [(z.name, z.address) for z in secondary.zones] == [
+        ("usw2-az1", "127.0.2.1"),
+        ("usw2-az2", "127.0.2.2"),
+    ]
+    assert config.primary is primary
+    assert config.secondary is secondary
+
+
+def test_no_file_and_no_env_gives_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_config(env={}) == Config()
+
+
+def test_seed_profile_has_the_source_documents_values() -> None:
+    seed = PROFILES["seed"]
+    assert seed.canary_interval == 60
+    assert seed.failover_datapoints == 2
+    assert seed.failback_datapoints > 5
+    assert seed.dns_ttl == 60
+    assert (seed.heartbeat_interval, seed.heartbeat_timeout) == (30, 35)
+    assert seed.heartbeat_failures == 2
+    assert (seed.backoff_base, seed.backoff_cap) == (2, 20)
+
+
+def test_fast_profile_is_the_scaled_down_loop() -> None:
+    fast = PROFILES["fast"]
+    assert fast.canary_interval < 1
+    assert fast.dns_ttl == 1
+    assert (fast.backoff_base, fast.backoff_cap) == (0.25, 2)
+    # Same decision rules as the seed: only the clock is faster.
+    assert fast.failover_datapoints == PROFILES["seed"].failover_datapoints
+    assert fast.failback_datapoints == PROFILES["seed"].failback_datapoints
+
+
+def test_lookup_of_regions_and_zones() -> None:
+    config = Config()
+    assert config.region("us-west-2").role == "secondary"
+    assert config.zone("us-east-1", "use1-az2").address == "127.0.1.2"
+    with pytest.raises(KeyError, match="known: us-east-1, us-west-2"):
+        config.region("eu-west-1")
+    with pytest.raises(KeyError, match="known: use1-az1, use1-az2"):
+        config.zone("us-east-1", "use1-az9")
+
+
+def test_derived_paths(tmp_path: Path) -> None:
+    config = parse_config({"data_dir": str(tmp_path)})
+    assert config.logs_dir == tmp_path / "logs"
+    assert config.run_dir == tmp_path / "run"
+    assert config.region_data_dir("us-east-1") == tmp_path / "data" / "us-east-1"
+
+
+# --------------------------------------------------------------------------- precedence
+
+
+def test_file_overrides_defaults_and_profile(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        """
+        app_domain = "Shop.Example.TEST."
+        profile = "seed"
+        app_port = 8100
+        [timing]
+        dns_ttl = 120
+        """,
+    )
+    config = load_config(path, env={})
+    assert config.app_domain == "shop.example.test"
+    assert config.app_port == 8100
+    assert config.profile == "seed"
+    assert config.timing.dns_ttl == 120  # the file's value
+    assert config.timing.canary_interval == 60  # the seed profile's value
+
+
+def test_env_overrides_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "app_port = 8100\n[timing]\ndns_ttl = 120\n")
+    env = {
+        "RIDEOUT_APP_PORT": "8200",
+        "RIDEOUT_TIMING__DNS_TTL": "5",
+        "RIDEOUT_CONTROL_PLANE__PORT": "9100",
+        "RIDEOUT_PROFILE": "seed",
+        "UNRELATED": "x",
+    }
+    config = load_config(path, env=env)
+    assert config.app_port == 8200
+    assert config.timing.dns_ttl == 5
+    assert config.timing.heartbeat_interval == 30  # from the env-chosen seed profile
+    assert config.control_plane.port == 9100
+
+
+def test_rideout_config_env_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path, "app_port = 8300\n")
+    assert load_config(env={"RIDEOUT_CONFIG": str(path)}).app_port == 8300
+
+
+def test_dot_rideout_toml_in_cwd_is_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    write(tmp_path, "app_port = 8400\n")
+    monkeypatch.chdir(tmp_path)
+    assert load_config(env={}).app_port == 8400
+
+
+# --------------------------------------------------------------------------- refusals
+
+
+def test_missing_explicit_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "nope.toml", env={})
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(env={"RIDEOUT_CONFIG": str(tmp_path / "nope.toml")})
+
+
+def test_invalid_toml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(write(tmp_path, "app_port = = 1"), env={})
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"app_prot": 8000}, "app_prot"),
+        ({"timing": {"dns_tl": 3}}, "timing.dns_tl"),
+        ({"control_plane": {"adress": "127.0.0.1"}}, "control_plane.adress"),
+        ({"regions": two_regions(colour="blue")}, "regions[0].colour"),
+    ],
+)
+def test_unknown_keys_are_refused(data: dict[str, Any], key: str) -> None:
+    error = refused(data)
+    assert error.key == key
+    assert error.problem == "unknown key"
+
+
+def test_unknown_zone_key_is_refused() -> None:
+    regions = two_regions()
+    regions[1]["zones"][0]["weight"] = 3
+    assert refused({"regions": regions}).key == "regions[1].zones[0].weight"
+
+
+def test_unknown_env_key_names_the_variable() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={"RIDEOUT_TIMING__DNS_TL": "3"})
+    assert "RIDEOUT_TIMING__DNS_TL" in str(info.value)
+    assert "unknown key" in str(info.value)
+
+
+@pytest.mark.parametrize("name", ["RIDEOUT_A__B__C", "RIDEOUT_TIMING__", "RIDEOUT_REGIONS"])
+def test_malformed_env_names(name: str) -> None:
+    with pytest.raises(ConfigError, match=name):
+        load_config(env={name: "1"})
+
+
+def test_env_value_that_is_not_a_number() -> None:
+    with pytest.raises(ConfigError) as info:
+        load_config(env={"RIDEOUT_TIMING__DNS_TTL": "soon"})
+    assert "timing.dns_ttl (from RIDEOUT_TIMING__DNS_TTL)" in str(info.value)
+    assert "expected an integer" in str(info.value)
+
+
+def test_duplicate_zone_addresses() -> None:
+    regions = two_regions()
+    regions[1]["zones"][1]["address"] = "127.0.1.1"
+    error = refused({"regions": regions})
+    assert error.key == "regions[1].zones[1].address"
+    assert "127.0.1.1:8000 is already used by regions[0].zones[0].address" in error.problem
+
+
+def test_redis_may_not_share_an_app_endpoint() -> None:
+    regions = two_regions(redis={"address": "127.0.2.1", "port": 8000})
+    assert "already used" in refused({"regions": regions}).problem
+
+
+def test_duplicate_names() -> None:
+    regions = two_regions()
+    regions[1]["zones"][0]["name"] = "use1-az1"
+    error = refused({"regions": regions})
+    assert error.key == "regions[1].zones[0].name"
+    assert "already used" in error.problem
+
+
+def test_region_with_no_zones() -> None:
+    error = refused({"regions": two_regions(zones=[])})
+    assert error.key == "regions[0].zones"
+    assert error.problem == "region 'us-east-1' has no zones"
+
+
+def test_region_without_redis() -> None:
+    regions = two_regions()
+    del regions[0]["redis"]
+    assert refused({"regions": regions}).key == "regions[0].redis"
+
+
+def test_roles_must_be_one_primary_one_secondary() -> None:
+    assert "exactly one primary" in refused({"regions": two_regions(role="secondary")}).problem
+    assert refused({"regions": two_regions(role="leader")}).key == "regions[0].role"
+    assert refused({"regions": []}).key == "regions"
+
+
+def test_address_outside_loopback_in_local_mode() -> None:
+    regions = two_regions()
+    regions[0]["zones"][0]["address"] = "10.0.0.1"
+    error = refused({"regions": regions})
+    assert error.key == "regions[0].zones[0].address"
+    assert "outside 127.0.0.0/8" in error.problem
+    # External mode points at real infrastructure: the same address is fine there.
+    assert parse_config({"regions": regions, "mode": "external"}).mode == "external"
+
+
+def test_not_an_address() -> None:
+    error = refused({"control_plane": {"address": "localhost"}})
+    assert error.key == "control_plane.address"
+    assert "not an IP address" in error.problem
+
+
+@pytest.mark.parametrize("value", [0, -1, 0.0, -0.5, float("nan"), float("inf")])
+@pytest.mark.parametrize("key", ["canary_interval", "heartbeat_interval", "backoff_base"])
+def test_zero_negative_or_infinite_seconds(key: str, value: float) -> None:
+    error = refused({"timing": {key: value}})
+    assert error.key == f"timing.{key}"
+    assert "positive number of seconds" in error.problem
+
+
+@pytest.mark.parametrize("key", ["dns_ttl", "failover_datapoints", "failback_datapoints"])
+@pytest.mark.parametrize("value", [0, -3])
+def test_zero_or_negative_counts(key: str, value: int) -> None:
+    error = refused({"timing": {key: value}})
+    assert error.key == f"timing.{key}"
+    assert "at least 1" in error.problem
+
+
+@pytest.mark.parametrize(
+    ("data", "key", "problem"),
+    [
+        ({"app_port": 70000}, "app_port", "at most 65535"),
+        ({"app_port": "eighty"}, "app_port", "expected an integer"),
+        ({"app_port": True}, "app_port", "expected an integer"),
+        ({"app_port": 80.5}, "app_port", "expected an integer"),
+        ({"timing": {"dns_ttl": 1.5}}, "timing.dns_ttl", "expected an integer"),
+        ({"timing": {"canary_interval": "soon"}}, "timing.canary_interval", "expected seconds"),
+        ({"timing": {"canary_interval": [1]}}, "timing.canary_interval", "expected seconds"),
+        ({"app_domain": ""}, "app_domain", "non-empty string"),
+        ({"app_domain": "localhost"}, "app_domain", "not a valid DNS name"),
+        ({"app_domain": "bad_name.test"}, "app_domain", "not a valid DNS name"),
+        ({"mode": "cloud"}, "mode", "must be 'local' or 'external'"),
+        ({"profile": "turbo"}, "profile", "unknown profile 'turbo'"),
+        ({"timing": 3}, "timing", "expected a table"),
+        (
+            {"timing": {"heartbeat_interval": 5, "heartbeat_timeout": 5}},
+            "timing.heartbeat_timeout",
+            "longer than heartbeat_interval",
+        ),
+        (
+            {"timing": {"canary_timeout": 0.5}},
+            "timing.canary_timeout",
+            "shorter than canary_interval",
+        ),
+        ({"timing": {"backoff_cap": 0.1}}, "timing.backoff_cap", "at least backoff_base"),
+    ],
+)
+def test_bad_values(data: dict[str, Any], key: str, problem: str) -> None:
+    error = refused(data)
+    assert error.key == key
+    assert problem in error.problem
+    assert str(error) == f"config: {key}: {error.problem}"
+
+
+def test_bad_region_names() -> None:
+    assert refused({"regions": two_regions(name="US East")}).key == "regions[0].name"
+    regions = two_regions()
+    regions[0]["zones"][0]["name"] = ""
+    assert refused({"regions": regions}).key == "regions[0].zones[0].name"
+
+
+def test_regions_must_be_a_list_of_tables() -> None:
+    assert refused({"regions": "us-east-1"}).key == "regions"
+    assert refused({"regions": ["us-east-1"]}).key == "regions[0]"
+
+
+# --------------------------------------------------------------------------- output
+
+
+def test_dump_toml_round_trips_the_defaults() -> None:
+    config = Config()
+    assert parse_config(tomllib.loads(dump_toml(config))) == config
+
+
+timings = st.builds(
+    Timing,
+    canary_interval=st.floats(1.0, 1e4),
+    canary_timeout=st.floats(0.01, 0.99),
+    failover_datapoints=st.integers(1, 100),
+    failback_datapoints=st.integers(1, 100),
+    dns_ttl=st.integers(1, 86400),
+    heartbeat_interval=st.floats(0.01, 100.0),
+    heartbeat_timeout=st.floats(100.5, 1000.0),
+    heartbeat_failures=st.integers(1, 10),
+    backoff_base=st.floats(0.001, 1.0),
+    backoff_cap=st.floats(1.0, 600.0),
+)
+
+
+@given(timing=timings, port=st.integers(1, 65535), domain=st.sampled_from(["a.test", "x-y.b.c"]))
+def test_dump_toml_round_trips_any_valid_config(timing: Timing, port: int, domain: str) -> None:
+    data = config_to_dict(Config())
+    data["timing"] = config_to_dict(Config(timing=timing))["timing"]
+    data["app_port"] = port
+    data["app_domain"] = domain
+    data["control_plane"] = {"address": "127.0.0.1", "port": 1, "dns_port": 2}
+    config = parse_config(data)
+    assert parse_config(tomllib.loads(dump_toml(config))) == config
