@@ -1,0 +1,1 @@
+"""The state engine: Redis key names, embedded servers, replication roles."""

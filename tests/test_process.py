@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rideout._process import ManagedProcess, ProcessError, pid_alive
+
+
+async def test_output_goes_to_log_sink_and_tail(tmp_path: Path) -> None:
+    seen: list[tuple[str, str]] = []
+    proc = ManagedProcess(
+        "echo",
+        [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"],
+        log_file=tmp_path / "logs" / "echo.log",
+        sink=lambda name, line: seen.append((name, line)),
+    )
+    await proc.start()
+    assert await proc.wait() == 0
+    assert sorted(seen) == [("echo", "err"), ("echo", "out")]
+    assert sorted((tmp_path / "logs" / "echo.log").read_text().split()) == ["err", "out"]
+    assert sorted(proc.tail()) == ["err", "out"]
+    assert not proc.running
+    assert proc.returncode == 0
+
+
+async def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
+    script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
+    proc = ManagedProcess("stubborn", [sys.executable, "-c", script], log_file=tmp_path / "s.log")
+    await proc.start()
+    while "ready" not in proc.tail():
+        await asyncio.sleep(0.01)
+    pid = proc.pid
+    assert pid is not None
+    t0 = time.monotonic()
+    assert await proc.stop(timeout=0.3) == -signal.SIGKILL
+    assert time.monotonic() - t0 < 5
+    assert not pid_alive(pid)
+
+
+async def test_stop_is_graceful_when_the_child_obliges(tmp_path: Path) -> None:
+    proc = ManagedProcess("sleeper", ["sleep", "60"], log_file=tmp_path / "s.log")
+    await proc.start()
+    assert await proc.stop() == -signal.SIGTERM
+    assert await proc.stop() == -signal.SIGTERM  # idempotent
+    assert proc.signal(signal.SIGTERM) is False
+
+
+async def test_missing_binary_is_a_clear_error(tmp_path: Path) -> None:
+    proc = ManagedProcess("ghost", [str(tmp_path / "no-such-binary")], log_file=tmp_path / "g.log")
+    with pytest.raises(ProcessError, match="cannot start ghost"):
+        await proc.start()
+    assert await proc.stop() is None
+
+
+async def test_start_twice_and_wait_before_start(tmp_path: Path) -> None:
+    proc = ManagedProcess("x", ["true"], log_file=tmp_path / "x.log")
+    with pytest.raises(ProcessError, match="never started"):
+        await proc.wait()
+    await proc.start()
+    with pytest.raises(ProcessError, match="already started"):
+        await proc.start()
+    await proc.wait()
+
+
+def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
+    """Even a supervisor killed with SIGKILL leaves no child running (PR_SET_PDEATHSIG)."""
+    parent = textwrap.dedent(
+        f"""
+        import asyncio, pathlib
+        from rideout._process import ManagedProcess
+        async def main():
+            p = ManagedProcess("child", ["sleep", "60"], log_file=pathlib.Path({str(tmp_path)!r}) / "c.log")
+            await p.start()
+            print(p.pid, flush=True)
+            await asyncio.sleep(60)
+        asyncio.run(main())
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        child = int(proc.stdout.readline())
+        assert pid_alive(child)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while pid_alive(child) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pid_alive(child)
+
+
+def test_pid_alive() -> None:
+    assert pid_alive(os.getpid())
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    assert not pid_alive(proc.pid)
