@@ -1,0 +1,652 @@
+"""Sans-I/O realtime message protocol: the WebSocket wire protocol of DESIGN.md.
+
+Client → server messages are JSON objects routed on ``action``; server → client
+messages are JSON objects with a ``type``, except the heartbeat reply, which is the
+bare text ``pong``. This module only turns text into validated messages and messages
+into text: it owns no socket, no clock and no state, so the server, the Python
+client and the canary share one definition of the wire format.
+
+Parsing never raises anything but :class:`ProtocolError`, whatever the input.
+Unknown keys in an object are ignored so that either side may add fields.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum, StrEnum
+from typing import Any, Final, TypeAlias, TypeGuard
+
+__all__ = [
+    "MAX_AMOUNT",
+    "MAX_EPOCH",
+    "MAX_NAME_LENGTH",
+    "MAX_REQUEST_ID_LENGTH",
+    "MAX_RETRY_HINT",
+    "MESSAGE_TOO_BIG",
+    "PONG",
+    "Ack",
+    "Bid",
+    "ClientMessage",
+    "CloseCode",
+    "ErrorCode",
+    "ErrorMsg",
+    "GetState",
+    "Heartbeat",
+    "Pong",
+    "Position",
+    "ProtocolError",
+    "ServerMessage",
+    "StateMsg",
+    "Update",
+    "encode_ack",
+    "encode_client_message",
+    "encode_error",
+    "encode_server_message",
+    "encode_state",
+    "encode_update",
+    "is_valid_name",
+    "is_valid_offset",
+    "is_valid_request_id",
+    "overloaded_reason",
+    "parse_client_message",
+    "parse_retry_hint",
+    "parse_server_message",
+]
+
+PONG: Final = "pong"
+"""The bare-text heartbeat reply (the seed client's ``returnMessage``)."""
+
+MESSAGE_TOO_BIG: Final = "message_too_big"
+""":attr:`ProtocolError.code` of an oversize message; the server closes with 1009."""
+
+MAX_NAME_LENGTH: Final = 64
+"""Longest room or region name."""
+
+MAX_REQUEST_ID_LENGTH: Final = 64
+"""Longest client request id."""
+
+MAX_AMOUNT: Final = 2**53 - 1
+"""Largest bid amount: the largest integer a JavaScript client holds exactly."""
+
+MAX_EPOCH: Final = 2**63 - 1
+"""Largest epoch (a Redis integer)."""
+
+MAX_RETRY_HINT: Final = 3600.0
+"""Largest retry hint, in seconds, that :func:`overloaded_reason` writes."""
+
+_MAX_OFFSET_PART: Final = 2**64 - 1  # each half of a Redis stream entry id is a u64
+_MAX_INT_LITERAL: Final = 32  # characters of an integer literal accepted from the wire
+
+_NAME_RE: Final = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_NAME_LENGTH}}}")
+_OFFSET_RE: Final = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+_HINT_RE: Final = re.compile(r"[0-9]{1,15}(?:\.[0-9]{1,15})?")
+_NAME_RULE: Final = f"1-{MAX_NAME_LENGTH} characters from A-Z a-z 0-9 _ . : -"
+
+
+class ErrorCode(StrEnum):
+    """``code`` of a ``{type:"error"}`` reply."""
+
+    BAD_REQUEST = "bad_request"
+    UNAUTHORIZED = "unauthorized"
+    FORBIDDEN = "forbidden"
+    THROTTLED = "throttled"
+    UNAVAILABLE = "unavailable"
+    INTERNAL = "internal"
+
+
+class CloseCode(IntEnum):
+    """WebSocket close codes the server uses, with the client's expected reaction."""
+
+    NORMAL = 1000
+    """Done; do not reconnect."""
+    POLICY = 1008
+    """Token expired or revoked: get a new token before reconnecting."""
+    MESSAGE_TOO_BIG = 1009
+    """The client sent a message larger than the server accepts."""
+    INTERNAL = 1011
+    """Unexpected server error: reconnect with backoff."""
+    DRAINING = 1012
+    """Region or server draining: reconnect now (re-resolve the name)."""
+    OVERLOADED = 1013
+    """Overloaded: reconnect later; the reason carries a retry hint."""
+
+
+class ProtocolError(ValueError):
+    """A message that does not follow the wire protocol.
+
+    ``code`` is :data:`MESSAGE_TOO_BIG` or ``"bad_request"``; ``request_id`` is the
+    message's ``id`` when it could be read, so the reply can be correlated.
+    """
+
+    code: str
+    message: str
+    request_id: str | None
+
+    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
+        super().__init__(code, message, request_id)
+        self.code = code
+        self.message = message
+        self.request_id = request_id
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}"
+
+    @property
+    def close_code(self) -> CloseCode | None:
+        """The close code this error calls for, or None to reply with an error object."""
+        return CloseCode.MESSAGE_TOO_BIG if self.code == MESSAGE_TOO_BIG else None
+
+
+# --------------------------------------------------------------------------- messages
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A place in a room's history: the writer's ``epoch`` and a stream entry id."""
+
+    epoch: int
+    offset: str
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """``{action:"heartbeat"}``; answered with :data:`PONG`."""
+
+
+@dataclass(frozen=True, slots=True)
+class GetState:
+    """``{action:"getState", room, since?}``: full state, plus what was missed since."""
+
+    room: str
+    since: Position | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Bid:
+    """``{action:"bid", room, amount, id}``; ``id`` makes the bid idempotent."""
+
+    room: str
+    amount: int
+    id: str
+
+
+ClientMessage: TypeAlias = Heartbeat | GetState | Bid
+
+
+@dataclass(frozen=True, slots=True)
+class Pong:
+    """The bare-text heartbeat reply."""
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """``{type:"update", room, state, position, region}``: a room changed."""
+
+    room: str
+    state: Any
+    position: Position
+    region: str
+
+
+@dataclass(frozen=True, slots=True)
+class StateMsg:
+    """``{type:"state", ...}``: the reply to ``getState``.
+
+    ``recovered`` is True when ``missed`` holds every update after the requested
+    position; False means the client must rely on ``state`` alone.
+    """
+
+    region: str
+    room: str
+    state: Any
+    user: Any
+    position: Position
+    recovered: bool
+    missed: tuple[Update, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Ack:
+    """``{type:"ack", id, accepted, reason?, position, region}``: the reply to a bid."""
+
+    id: str
+    accepted: bool
+    position: Position
+    region: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorMsg:
+    """``{type:"error", code, message, id?}``."""
+
+    code: str
+    message: str
+    id: str | None = None
+
+
+ServerMessage: TypeAlias = Pong | StateMsg | Ack | Update | ErrorMsg
+
+
+# ------------------------------------------------------------------------- validation
+
+
+class _Invalid(Exception):
+    """Internal: a validation failure, turned into a ProtocolError by the caller."""
+
+
+def is_valid_name(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a valid room or region name (it may become part of a key)."""
+    return isinstance(value, str) and _NAME_RE.fullmatch(value) is not None
+
+
+def is_valid_request_id(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a valid client request id (non-empty, short, printable)."""
+    return (
+        isinstance(value, str) and 0 < len(value) <= MAX_REQUEST_ID_LENGTH and value.isprintable()
+    )
+
+
+def is_valid_offset(value: object) -> TypeGuard[str]:
+    """Whether ``value`` is a Redis stream entry id such as ``1700000000000-0``."""
+    if not isinstance(value, str):
+        return False
+    match = _OFFSET_RE.fullmatch(value)
+    return match is not None and all(int(part) <= _MAX_OFFSET_PART for part in match.groups())
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _preview(value: str, limit: int = 32) -> str:
+    return repr(value[:limit] + "...") if len(value) > limit else repr(value)
+
+
+def _require(obj: Mapping[str, Any], key: str) -> Any:
+    if key not in obj:
+        raise _Invalid(f"'{key}' is required")
+    return obj[key]
+
+
+def _name(obj: Mapping[str, Any], key: str) -> str:
+    value = _require(obj, key)
+    if not is_valid_name(value):
+        raise _Invalid(f"'{key}' must be a string of {_NAME_RULE}")
+    return value
+
+
+def _request_id(obj: Mapping[str, Any], key: str) -> str:
+    value = _require(obj, key)
+    if not is_valid_request_id(value):
+        raise _Invalid(
+            f"'{key}' must be a string of 1-{MAX_REQUEST_ID_LENGTH} printable characters"
+        )
+    return value
+
+
+def _readable_id(obj: Mapping[str, Any]) -> str | None:
+    value = obj.get("id")
+    return value if is_valid_request_id(value) else None
+
+
+def _optional_request_id(obj: Mapping[str, Any], key: str) -> str | None:
+    return None if obj.get(key) is None else _request_id(obj, key)
+
+
+def _bool(obj: Mapping[str, Any], key: str) -> bool:
+    value = _require(obj, key)
+    if not isinstance(value, bool):
+        raise _Invalid(f"'{key}' must be true or false")
+    return value
+
+
+def _str(obj: Mapping[str, Any], key: str) -> str:
+    value = _require(obj, key)
+    if not isinstance(value, str):
+        raise _Invalid(f"'{key}' must be a string")
+    return value
+
+
+def _amount(obj: Mapping[str, Any]) -> int:
+    value = _require(obj, "amount")
+    if not _is_int(value) or not 0 < value <= MAX_AMOUNT:
+        raise _Invalid(f"'amount' must be an integer from 1 to {MAX_AMOUNT}")
+    return value
+
+
+def _position(value: object, key: str) -> Position:
+    if not isinstance(value, dict):
+        raise _Invalid(f"'{key}' must be an object {{epoch, offset}}")
+    epoch = value.get("epoch")
+    if not _is_int(epoch) or not 0 <= epoch <= MAX_EPOCH:
+        raise _Invalid(f"'{key}.epoch' must be an integer from 0 to {MAX_EPOCH}")
+    offset = value.get("offset")
+    if not is_valid_offset(offset):
+        raise _Invalid(f"'{key}.offset' must be a stream entry id such as '1700000000000-0'")
+    return Position(epoch, offset)
+
+
+# ---------------------------------------------------------------------------- parsing
+
+
+def _refuse_constant(name: str) -> Any:
+    raise _Invalid(f"{name} is not a JSON number")
+
+
+def _parse_int(literal: str) -> int:
+    if len(literal) > _MAX_INT_LITERAL:
+        raise _Invalid("number too large")
+    return int(literal)
+
+
+def _parse_float(literal: str) -> float:
+    value = float(literal)
+    if not math.isfinite(value):
+        raise _Invalid("number too large")
+    return value
+
+
+def _text(data: object, max_size: int | None) -> str:
+    """Check the size of ``data`` (in UTF-8 bytes) and return it as text."""
+    if isinstance(data, str):
+        size = len(data)
+        if max_size is not None and size <= max_size < size * 4:
+            size = len(data.encode("utf-8", "surrogatepass"))
+        if max_size is not None and size > max_size:
+            raise ProtocolError(MESSAGE_TOO_BIG, f"message larger than {max_size} bytes")
+        return data
+    if isinstance(data, bytes | bytearray | memoryview):
+        raw = bytes(data)
+        if max_size is not None and len(raw) > max_size:
+            raise ProtocolError(MESSAGE_TOO_BIG, f"message larger than {max_size} bytes")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ProtocolError(ErrorCode.BAD_REQUEST, "message is not valid UTF-8") from None
+    raise ProtocolError(ErrorCode.BAD_REQUEST, "message must be text")
+
+
+def _load_object(text: str, what: str) -> dict[str, Any]:
+    """Decode strict JSON (no NaN/Infinity, bounded numbers) that must be an object."""
+    try:
+        value = json.loads(
+            text,
+            parse_constant=_refuse_constant,
+            parse_int=_parse_int,
+            parse_float=_parse_float,
+        )
+    except _Invalid as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"message is not valid: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise ProtocolError(
+            ErrorCode.BAD_REQUEST, f"message is not valid JSON: {exc.msg} at position {exc.pos}"
+        ) from None
+    except RecursionError:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "message nests too deeply") from None
+    except ValueError:  # pragma: no cover - defensive: json raises JSONDecodeError
+        raise ProtocolError(ErrorCode.BAD_REQUEST, "message is not valid JSON") from None
+    if not isinstance(value, dict):
+        raise ProtocolError(ErrorCode.BAD_REQUEST, f"message must be a JSON object with {what}")
+    return value
+
+
+def parse_client_message(data: str | bytes, *, max_size: int) -> ClientMessage:
+    """Parse and validate one client → server message.
+
+    ``max_size`` bounds the message in UTF-8 bytes. Raises :class:`ProtocolError`
+    (and nothing else) for any input that is not a valid message; its
+    ``request_id`` is the message's ``id`` when that was readable.
+    """
+    obj = _load_object(_text(data, max_size), "an 'action'")
+    request_id = _readable_id(obj)
+    try:
+        return _client_message(obj)
+    except _Invalid as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc), request_id) from None
+
+
+def _client_message(obj: dict[str, Any]) -> ClientMessage:
+    action = _require(obj, "action")
+    if not isinstance(action, str):
+        raise _Invalid("'action' must be a string")
+    if action == "heartbeat":
+        return Heartbeat()
+    if action == "getState":
+        since = obj.get("since")
+        return GetState(
+            room=_name(obj, "room"),
+            since=None if since is None else _position(since, "since"),
+        )
+    if action == "bid":
+        return Bid(room=_name(obj, "room"), amount=_amount(obj), id=_request_id(obj, "id"))
+    raise _Invalid(f"unknown action {_preview(action)}; expected heartbeat, getState or bid")
+
+
+def parse_server_message(data: str | bytes) -> ServerMessage:
+    """Parse and validate one server → client message (used by clients and canaries).
+
+    Raises :class:`ProtocolError` (and nothing else) for anything that is not a valid
+    server message.
+    """
+    text = _text(data, None)
+    if text == PONG:
+        return Pong()
+    obj = _load_object(text, "a 'type'")
+    request_id = _readable_id(obj)
+    try:
+        return _server_message(obj)
+    except _Invalid as exc:
+        raise ProtocolError(ErrorCode.BAD_REQUEST, str(exc), request_id) from None
+
+
+def _update(obj: Mapping[str, Any]) -> Update:
+    return Update(
+        room=_name(obj, "room"),
+        state=_require(obj, "state"),
+        position=_position(_require(obj, "position"), "position"),
+        region=_name(obj, "region"),
+    )
+
+
+def _server_message(obj: dict[str, Any]) -> ServerMessage:
+    kind = _require(obj, "type")
+    if not isinstance(kind, str):
+        raise _Invalid("'type' must be a string")
+    if kind == "update":
+        return _update(obj)
+    if kind == "ack":
+        reason = obj.get("reason")
+        return Ack(
+            id=_request_id(obj, "id"),
+            accepted=_bool(obj, "accepted"),
+            position=_position(_require(obj, "position"), "position"),
+            region=_name(obj, "region"),
+            reason=None if reason is None else _str(obj, "reason"),
+        )
+    if kind == "state":
+        missed = _require(obj, "missed")
+        if not isinstance(missed, list):
+            raise _Invalid("'missed' must be a list of updates")
+        updates = []
+        for entry in missed:
+            if not isinstance(entry, dict):
+                raise _Invalid("'missed' must be a list of updates")
+            updates.append(_update(entry))
+        return StateMsg(
+            region=_name(obj, "region"),
+            room=_name(obj, "room"),
+            state=_require(obj, "state"),
+            user=_require(obj, "user"),
+            position=_position(_require(obj, "position"), "position"),
+            recovered=_bool(obj, "recovered"),
+            missed=tuple(updates),
+        )
+    if kind == "error":
+        return ErrorMsg(
+            code=_str(obj, "code"),
+            message=_str(obj, "message"),
+            id=_optional_request_id(obj, "id"),
+        )
+    raise _Invalid(f"unknown type {_preview(kind)}; expected state, ack, update or error")
+
+
+# --------------------------------------------------------------------------- encoding
+
+
+def _dump(obj: object) -> str:
+    # ASCII-only output is valid UTF-8 whatever the strings hold; allow_nan=False
+    # keeps the output readable by JSON.parse in browsers.
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False)
+
+
+def _position_json(position: Position) -> dict[str, object]:
+    return {"epoch": position.epoch, "offset": position.offset}
+
+
+def _update_json(room: str, state: object, position: Position, region: str) -> dict[str, object]:
+    return {
+        "type": "update",
+        "room": room,
+        "state": state,
+        "position": _position_json(position),
+        "region": region,
+    }
+
+
+def encode_state(
+    *,
+    region: str,
+    room: str,
+    state: object,
+    user: object,
+    position: Position,
+    recovered: bool,
+    missed: Iterable[Update] = (),
+) -> str:
+    """Encode the reply to ``getState``. ``state`` and ``user`` must be JSON-serializable."""
+    return _dump(
+        {
+            "type": "state",
+            "region": region,
+            "room": room,
+            "state": state,
+            "user": user,
+            "position": _position_json(position),
+            "recovered": recovered,
+            "missed": [_update_json(u.room, u.state, u.position, u.region) for u in missed],
+        }
+    )
+
+
+def encode_ack(
+    *,
+    request_id: str,
+    accepted: bool,
+    position: Position,
+    region: str,
+    reason: str | None = None,
+) -> str:
+    """Encode the reply to a bid; ``reason`` is omitted when None."""
+    obj: dict[str, object] = {"type": "ack", "id": request_id, "accepted": accepted}
+    if reason is not None:
+        obj["reason"] = reason
+    obj["position"] = _position_json(position)
+    obj["region"] = region
+    return _dump(obj)
+
+
+def encode_update(*, room: str, state: object, position: Position, region: str) -> str:
+    """Encode a room update pushed to every subscriber."""
+    return _dump(_update_json(room, state, position, region))
+
+
+def encode_error(code: ErrorCode | str, message: str, request_id: str | None = None) -> str:
+    """Encode an error reply; ``code`` must be an :class:`ErrorCode` value (else ValueError)."""
+    obj: dict[str, object] = {"type": "error", "code": ErrorCode(code).value, "message": message}
+    if request_id is not None:
+        obj["id"] = request_id
+    return _dump(obj)
+
+
+def encode_server_message(message: ServerMessage) -> str:
+    """Encode any server → client message object."""
+    if isinstance(message, Pong):
+        return PONG
+    if isinstance(message, Update):
+        return encode_update(
+            room=message.room, state=message.state, position=message.position, region=message.region
+        )
+    if isinstance(message, Ack):
+        return encode_ack(
+            request_id=message.id,
+            accepted=message.accepted,
+            position=message.position,
+            region=message.region,
+            reason=message.reason,
+        )
+    if isinstance(message, StateMsg):
+        return encode_state(
+            region=message.region,
+            room=message.room,
+            state=message.state,
+            user=message.user,
+            position=message.position,
+            recovered=message.recovered,
+            missed=message.missed,
+        )
+    return encode_error(message.code, message.message, message.id)
+
+
+def encode_client_message(message: ClientMessage) -> str:
+    """Encode a client → server message (used by the Python client and canaries)."""
+    if isinstance(message, Heartbeat):
+        return _dump({"action": "heartbeat"})
+    if isinstance(message, GetState):
+        obj: dict[str, object] = {"action": "getState", "room": message.room}
+        if message.since is not None:
+            obj["since"] = _position_json(message.since)
+        return _dump(obj)
+    return _dump(
+        {"action": "bid", "room": message.room, "amount": message.amount, "id": message.id}
+    )
+
+
+# ------------------------------------------------------------------------ retry hints
+
+
+def overloaded_reason(retry_after: float) -> str:
+    """Close reason for :attr:`CloseCode.OVERLOADED`, e.g. ``"overloaded; retry-after=2.5"``.
+
+    ``retry_after`` (seconds, >= 0) is rounded up to the millisecond (sub-microsecond
+    float noise aside) and capped at :data:`MAX_RETRY_HINT`, so the reason fits the
+    123-byte close-reason limit.
+    """
+    if isinstance(retry_after, bool) or not isinstance(retry_after, int | float):
+        raise TypeError(f"retry_after must be a number of seconds, not {retry_after!r}")
+    if not (math.isfinite(retry_after) and retry_after >= 0):
+        raise ValueError(f"retry_after must be a finite number >= 0, not {retry_after!r}")
+    millis = math.ceil(round(min(retry_after, MAX_RETRY_HINT) * 1000, 6))
+    text = f"{millis // 1000}.{millis % 1000:03d}".rstrip("0").rstrip(".")
+    return f"overloaded; retry-after={text}"
+
+
+def parse_retry_hint(reason: str | None) -> float | None:
+    """The ``retry-after`` seconds in a close reason, or None if there is none readable.
+
+    Tolerant: any ``;``-separated part ``retry-after=SECONDS`` (case-insensitive,
+    spaces allowed) counts; anything else, or a non-string, gives None.
+    """
+    if not isinstance(reason, str):
+        return None
+    for part in reason.split(";"):
+        key, sep, value = part.partition("=")
+        if sep and key.strip().lower() == "retry-after":
+            value = value.strip()
+            if _HINT_RE.fullmatch(value):
+                return float(value)
+    return None
