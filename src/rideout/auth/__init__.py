@@ -1,0 +1,47 @@
+"""Authentication for the WebSocket ``$connect`` authorizer.
+
+One Ed25519 signing key shared by every region (:class:`SigningKey`), its JWKS, and
+access tokens issued by :class:`TokenIssuer` and checked by :class:`TokenVerifier`
+against a :class:`JWKSet`. Every rejection is an :class:`AuthError` carrying the HTTP
+status (401/403) and a machine-readable reason.
+"""
+
+from __future__ import annotations
+
+from rideout.auth.errors import REASON_STATUS, AuthError, AuthReason
+from rideout.auth.handshake import BEARER_SUBPROTOCOL, BearerToken, extract_token
+from rideout.auth.keys import (
+    KEY_FILENAME,
+    JWKSError,
+    JWKSet,
+    KeyFileError,
+    SigningKey,
+    VerificationKey,
+    jwk_thumbprint,
+)
+from rideout.auth.tokens import (
+    MAX_TOKEN_LENGTH,
+    Claims,
+    TokenIssuer,
+    TokenVerifier,
+)
+
+__all__ = [
+    "BEARER_SUBPROTOCOL",
+    "KEY_FILENAME",
+    "MAX_TOKEN_LENGTH",
+    "REASON_STATUS",
+    "AuthError",
+    "AuthReason",
+    "BearerToken",
+    "Claims",
+    "JWKSError",
+    "JWKSet",
+    "KeyFileError",
+    "SigningKey",
+    "TokenIssuer",
+    "TokenVerifier",
+    "VerificationKey",
+    "extract_token",
+    "jwk_thumbprint",
+]

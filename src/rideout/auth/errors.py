@@ -1,0 +1,60 @@
+"""The one exception the authorizer raises for a rejected credential."""
+
+from __future__ import annotations
+
+from typing import Final, Literal, get_args
+
+AuthReason = Literal[
+    # 401: no usable proof of identity.
+    "missing_token",
+    "malformed",
+    "bad_signature",
+    "unknown_kid",
+    "alg_not_allowed",
+    "token_expired",
+    "token_not_yet_valid",
+    "wrong_issuer",
+    # 403: a genuine token that does not grant this access.
+    "wrong_audience",
+    "not_access_token",
+    "token_revoked",
+]
+"""Machine-readable reason codes carried by :class:`AuthError`."""
+
+REASON_STATUS: Final[dict[AuthReason, Literal[401, 403]]] = {
+    reason: 403 if reason in {"wrong_audience", "not_access_token", "token_revoked"} else 401
+    for reason in get_args(AuthReason)
+}
+"""The HTTP status each reason maps to (401 unauthenticated, 403 forbidden)."""
+
+
+class AuthError(Exception):
+    """A credential was missing or rejected.
+
+    ``status`` is the HTTP status to answer the handshake with (401 or 403),
+    ``reason`` a stable machine code, ``message`` a human explanation that never
+    contains the token itself.
+    """
+
+    status: int
+    reason: AuthReason
+    message: str
+
+    def __init__(self, status: int, reason: AuthReason, message: str | None = None) -> None:
+        if status not in (401, 403):
+            raise ValueError(f"AuthError status must be 401 or 403, not {status!r}")
+        self.status = status
+        self.reason = reason
+        self.message = message if message is not None else reason.replace("_", " ")
+        super().__init__(status, reason, self.message)
+
+    @classmethod
+    def of(cls, reason: AuthReason, message: str | None = None) -> AuthError:
+        """Build an error whose status follows from ``reason`` (see ``REASON_STATUS``)."""
+        return cls(REASON_STATUS[reason], reason, message)
+
+    def __str__(self) -> str:
+        return f"{self.status} {self.reason}: {self.message}"
+
+    def __reduce__(self) -> tuple[type[AuthError], tuple[int, AuthReason, str]]:
+        return (type(self), (self.status, self.reason, self.message))

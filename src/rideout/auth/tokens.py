@@ -1,0 +1,287 @@
+"""Issue and verify the access tokens the WebSocket ``$connect`` authorizer accepts.
+
+Verification order, so the answer never depends on unauthenticated content beyond
+what is needed to pick a key: shape and size, header (``alg`` allow-list, ``kid``),
+signature (PyJWT with the key's one algorithm), then claims: well-formedness, issuer
+and lifetime (401), audience and ``token_use`` (403).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any, Final, TypeGuard
+
+import jwt
+from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
+
+from rideout.auth._encoding import b64url_decode, strict_json_object
+from rideout.auth.errors import AuthError
+from rideout.auth.keys import SUPPORTED_ALGORITHMS, JWKSet, SigningKey, VerificationKey
+
+__all__ = [
+    "ACCESS_TOKEN_USE",
+    "MAX_SUBJECT_LENGTH",
+    "MAX_TOKEN_LENGTH",
+    "RESERVED_CLAIMS",
+    "Claims",
+    "Clock",
+    "TokenIssuer",
+    "TokenVerifier",
+]
+
+Clock = Callable[[], float]
+
+MAX_TOKEN_LENGTH: Final = 8192
+"""Longest token accepted (characters); longer ones are rejected before any parsing."""
+MAX_SUBJECT_LENGTH: Final = 255
+MAX_JTI_LENGTH: Final = 255
+ACCESS_TOKEN_USE: Final = "access"
+RESERVED_CLAIMS: Final = frozenset({"iss", "aud", "sub", "iat", "nbf", "exp", "jti", "token_use"})
+"""Claims the issuer sets itself; ``extra_claims`` may not override them."""
+
+_MAX_NUMERIC_DATE: Final = 2**53  # beyond this a NumericDate is not a plausible time
+_TOKEN_SHAPE: Final = re.compile(r"([A-Za-z0-9_-]+)\.[A-Za-z0-9_-]*\.[A-Za-z0-9_-]*")
+_UNSUPPORTED_HEADERS: Final = ("crit", "b64")
+
+
+@dataclass(frozen=True, slots=True)
+class Claims:
+    """The verified claims of an access token (``raw`` holds every claim, read-only)."""
+
+    sub: str
+    exp: float
+    iat: float
+    jti: str
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+
+class TokenIssuer:
+    """Signs access tokens with a :class:`SigningKey`.
+
+    Times are whole seconds: ``iat = nbf = floor(clock())`` and
+    ``exp = iat + ceil(ttl)``.
+    """
+
+    __slots__ = ("_clock", "_key", "audience", "issuer", "ttl")
+
+    def __init__(
+        self,
+        key: SigningKey,
+        issuer: str,
+        audience: str,
+        ttl: float,
+        clock: Clock = time.time,
+    ) -> None:
+        _require_text(issuer, "issuer")
+        _require_text(audience, "audience")
+        self._key = key
+        self.issuer = issuer
+        self.audience = audience
+        self.ttl = _check_ttl(ttl)
+        self._clock = clock
+
+    def issue(
+        self,
+        sub: str,
+        *,
+        ttl: float | None = None,
+        extra_claims: Mapping[str, Any] | None = None,
+    ) -> str:
+        """A signed access token for ``sub``, valid for ``ttl`` seconds (default: the issuer's).
+
+        Raises ValueError for an invalid subject or ttl, extra claims that collide with
+        the reserved ones or are not JSON, or a token longer than ``MAX_TOKEN_LENGTH``.
+        """
+        if not _valid_subject(sub):
+            raise ValueError(
+                f"sub must be a non-empty printable string of at most {MAX_SUBJECT_LENGTH} "
+                "characters"
+            )
+        lifetime = self.ttl if ttl is None else _check_ttl(ttl)
+        extra = dict(extra_claims or {})
+        clash = sorted(RESERVED_CLAIMS.intersection(extra))
+        if clash:
+            raise ValueError(f"extra_claims may not set reserved claims: {', '.join(clash)}")
+        iat = math.floor(self._clock())
+        claims: dict[str, Any] = {
+            "iss": self.issuer,
+            "sub": sub,
+            "aud": self.audience,
+            "iat": iat,
+            "nbf": iat,
+            "exp": iat + math.ceil(lifetime),
+            "jti": secrets.token_urlsafe(16),
+            "token_use": ACCESS_TOKEN_USE,
+            **extra,
+        }
+        try:
+            token = self._key.encode(claims)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"extra_claims are not JSON-serialisable: {exc}") from exc
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise ValueError(
+                f"the token would be {len(token)} characters, over the {MAX_TOKEN_LENGTH} limit"
+            )
+        return token
+
+
+class TokenVerifier:
+    """Verifies access tokens against a :class:`JWKSet`; raises :class:`AuthError` only.
+
+    ``leeway`` (seconds) absorbs clock skew between regions for ``exp``, ``nbf`` and
+    ``iat``. Header parameters that point at keys (``jku``, ``jwk``, ``x5u``, ``x5c``)
+    are ignored: keys come from the JWKS alone.
+    """
+
+    __slots__ = ("_clock", "_jws", "audience", "issuer", "keys", "leeway")
+
+    def __init__(
+        self,
+        keys: JWKSet,
+        issuer: str,
+        audience: str,
+        leeway: float = 5.0,
+        clock: Clock = time.time,
+    ) -> None:
+        _require_text(issuer, "issuer")
+        _require_text(audience, "audience")
+        if not (math.isfinite(leeway) and leeway >= 0):
+            raise ValueError(f"leeway must be a finite number >= 0, not {leeway!r}")
+        self.keys = keys
+        self.issuer = issuer
+        self.audience = audience
+        self.leeway = leeway
+        self._clock = clock
+        self._jws = jwt.PyJWS(
+            algorithms=sorted(SUPPORTED_ALGORITHMS),
+            options={"verify_signature": True, "enforce_minimum_key_length": True},
+        )
+
+    def verify(self, token: str) -> Claims:
+        """Check ``token`` completely and return its claims, or raise :class:`AuthError`."""
+        if token is None or token == "":
+            raise AuthError.of("missing_token", "no token was presented")
+        if not isinstance(token, str):
+            raise AuthError.of("malformed", "the token must be a string")
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise AuthError.of(
+                "malformed", f"the token is longer than {MAX_TOKEN_LENGTH} characters"
+            )
+        shape = _TOKEN_SHAPE.fullmatch(token)
+        if shape is None:
+            raise AuthError.of("malformed", "a token is three base64url segments joined by dots")
+        key = self._select_key(_parse_header(shape.group(1)))
+        try:
+            decoded = self._jws.decode_complete(token, key.key, algorithms=[key.algorithm])
+        except jwt.InvalidSignatureError:
+            raise AuthError.of("bad_signature", "the token signature is not valid") from None
+        except jwt.InvalidAlgorithmError:
+            raise AuthError.of("alg_not_allowed", "the token's alg is not allowed") from None
+        except (
+            jwt.PyJWTError,
+            InvalidSignature,
+            UnsupportedAlgorithm,
+            ValueError,
+            TypeError,
+            RecursionError,
+        ):
+            raise AuthError.of("malformed", "the token could not be decoded") from None
+        try:
+            payload = strict_json_object(decoded["payload"])
+        except ValueError:
+            raise AuthError.of("malformed", "the token payload is not a JSON object") from None
+        return self._check_claims(payload)
+
+    def _select_key(self, header: Mapping[str, Any]) -> VerificationKey:
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in SUPPORTED_ALGORITHMS:
+            raise AuthError.of(
+                "alg_not_allowed", "the token's alg is not an allowed signature algorithm"
+            )
+        kid = header.get("kid")
+        if not isinstance(kid, str) or not kid:
+            raise AuthError.of("unknown_kid", "the token header has no kid")
+        key = self.keys.get(kid)
+        if key is None:
+            raise AuthError.of("unknown_kid", "the token's kid is not a trusted key")
+        if alg != key.algorithm:
+            raise AuthError.of(
+                "alg_not_allowed",
+                f"the token's alg does not match its key, which uses {key.algorithm}",
+            )
+        return key
+
+    def _check_claims(self, payload: dict[str, Any]) -> Claims:
+        exp = _numeric_date(payload, "exp")
+        iat = _numeric_date(payload, "iat")
+        nbf = _numeric_date(payload, "nbf") if "nbf" in payload else None
+        sub = payload.get("sub")
+        if not _valid_subject(sub):
+            raise AuthError.of(
+                "malformed",
+                f"'sub' must be a non-empty printable string of at most {MAX_SUBJECT_LENGTH} "
+                "characters",
+            )
+        jti = payload.get("jti")
+        if not isinstance(jti, str) or not 0 < len(jti) <= MAX_JTI_LENGTH:
+            raise AuthError.of("malformed", "'jti' must be a non-empty string")
+
+        if payload.get("iss") != self.issuer:
+            raise AuthError.of("wrong_issuer", "the token was not issued by a trusted issuer")
+        now = self._clock()
+        if now >= exp + self.leeway:
+            raise AuthError.of("token_expired", "the token has expired")
+        if nbf is not None and nbf > now + self.leeway:
+            raise AuthError.of("token_not_yet_valid", "the token is not valid yet (nbf)")
+        if iat > now + self.leeway:
+            raise AuthError.of("token_not_yet_valid", "the token was issued in the future (iat)")
+
+        aud = payload.get("aud")
+        if not (aud == self.audience or (isinstance(aud, list) and self.audience in aud)):
+            raise AuthError.of("wrong_audience", "the token is not meant for this service")
+        if payload.get("token_use") != ACCESS_TOKEN_USE:
+            raise AuthError.of("not_access_token", "the token is not an access token")
+        return Claims(sub=sub, exp=exp, iat=iat, jti=jti, raw=MappingProxyType(payload))
+
+
+def _parse_header(segment: str) -> dict[str, Any]:
+    try:
+        header = strict_json_object(b64url_decode(segment))
+    except ValueError:
+        raise AuthError.of("malformed", "the token header is not a base64url JSON object") from None
+    for name in _UNSUPPORTED_HEADERS:
+        if name in header:
+            raise AuthError.of("malformed", f"the token header parameter {name!r} is not supported")
+    return header
+
+
+def _numeric_date(payload: Mapping[str, Any], name: str) -> float:
+    value = payload.get(name)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= _MAX_NUMERIC_DATE  # also false for NaN
+    ):
+        raise AuthError.of("malformed", f"{name!r} must be a NumericDate (seconds since the epoch)")
+    return value
+
+
+def _valid_subject(sub: object) -> TypeGuard[str]:
+    return isinstance(sub, str) and 0 < len(sub) <= MAX_SUBJECT_LENGTH and sub.isprintable()
+
+
+def _require_text(value: object, name: str) -> None:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name} must be a non-empty string")
+
+
+def _check_ttl(ttl: float) -> float:
+    if isinstance(ttl, bool) or not (math.isfinite(ttl) and ttl > 0):
+        raise ValueError(f"ttl must be a finite number of seconds > 0, not {ttl!r}")
+    return ttl
