@@ -126,3 +126,43 @@ async def serving(app: ASGIApp, host: str, port: int) -> AsyncIterator[uvicorn.S
     finally:
         server.should_exit = True
         await task
+
+
+# --------------------------------------------------------------------------- no leftovers
+
+
+def _descendants(pid: int) -> list[int]:
+    found: list[int] = []
+    try:
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return found
+    for child in map(int, children):
+        found.append(child)
+        found.extend(_descendants(child))
+    return found
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if any test left a process behind (servers must be stopped)."""
+    import os
+    import time
+
+    from rideout._process import pid_alive
+
+    deadline = time.monotonic() + 5
+    while (
+        left := [p for p in _descendants(os.getpid()) if pid_alive(p)]
+    ) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if left:
+        cmdlines = []
+        for pid in left:
+            try:
+                cmdlines.append(
+                    Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                )
+            except OSError:
+                cmdlines.append("?")
+        print(f"\nprocesses left behind by the tests: {list(zip(left, cmdlines, strict=True))}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -1,16 +1,54 @@
 """Every Redis key rideout uses, in one place (like arq's constants).
 
 All keys share the ``rideout:`` prefix so a shared Redis can be inspected or cleaned
-without touching anything else. Functions build keys that carry a name; ``{room}``
-hash tags keep a room's keys in one slot should a deployment move to Redis Cluster.
+without touching anything else. A room's keys share a ``{hash tag}``, and so do a
+user's, so each group stays in one slot should a deployment move to Redis Cluster
+(the bid script touches a room and a user together: on Cluster it would need both
+tags co-located, which rideout does not attempt today). Every name is percent-escaped
+(``:``, ``{`` and ``}`` included), so no user id, room or request id can reach into
+another key's space.
 """
 
 from __future__ import annotations
 
-__all__ = ["EPOCH", "PREFIX"]
+from urllib.parse import quote
+
+__all__ = [
+    "EPOCH",
+    "PREFIX",
+    "bid_ack",
+    "room_state",
+    "room_stream",
+    "user_session",
+]
 
 PREFIX = "rideout:"
 
 # The writer's epoch: an integer the failover controller increases on every promotion.
 # Together with a stream offset it names a position in a room's history.
 EPOCH = PREFIX + "epoch"
+
+
+def _safe(name: str) -> str:
+    return quote(name, safe="-_.@+=")
+
+
+def room_state(room: str) -> str:
+    """Hash: the room's current state (bid, bidder, bid count, ...)."""
+    return f"{PREFIX}room:{{{_safe(room)}}}:state"
+
+
+def room_stream(room: str) -> str:
+    """Stream: every accepted change of the room; the entry id is the offset."""
+    return f"{PREFIX}room:{{{_safe(room)}}}:stream"
+
+
+def user_session(sub: str) -> str:
+    """Hash: a user's session state, keyed by the token's ``sub``, never by connection."""
+    return f"{PREFIX}user:{{{_safe(sub)}}}:session"
+
+
+def bid_ack(sub: str, request_id: str) -> str:
+    """String: the ack first sent for a user's bid id, replayed for retries."""
+    return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
+

@@ -1,0 +1,5 @@
+"""`python -m rideout` runs the CLI."""
+
+from rideout.cli import main
+
+main()

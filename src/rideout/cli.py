@@ -1,0 +1,338 @@
+"""The `rideout` command: a thin layer over the library."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any, NoReturn
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from rideout import __version__
+from rideout._process import pid_alive
+from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
+from rideout.cluster.status import collect_status
+from rideout.cluster.supervisor import ClusterError, LocalCluster
+from rideout.config import PROFILES, Config, ConfigError, config_to_dict, dump_toml, load_config
+from rideout.store.embedded import EmbeddedRedisError
+
+app = typer.Typer(
+    name="rideout",
+    help="Keep live services up through regional outages, zone failures and traffic surges.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+console = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--config", "-c",
+        help="The rideout.toml to read (default: $RIDEOUT_CONFIG, else ./rideout.toml if present).",
+        dir_okay=False,
+    ),
+]  # fmt: skip
+
+
+def _fail(message: str, code: int = 1) -> NoReturn:
+    err.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _load(path: Path | None, profile: str | None = None) -> Config:
+    env = dict(os.environ)
+    if profile is not None:
+        env["RIDEOUT_PROFILE"] = profile
+    try:
+        return load_config(path, env=env)
+    except ConfigError as exc:
+        _fail(str(exc), 2)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        console.print(f"rideout {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """Keep live services up through regional outages, zone failures and traffic surges."""
+
+
+# --------------------------------------------------------------------------- up / down
+
+
+_PALETTE = [
+    "cyan",
+    "magenta",
+    "green",
+    "yellow",
+    "blue",
+    "bright_cyan",
+    "bright_magenta",
+    "bright_green",
+]
+
+
+class _LogPrinter:
+    """Prefixes each process's lines with its name, one colour per process."""
+
+    def __init__(self, quiet: bool) -> None:
+        self.quiet = quiet
+        self._styles: dict[str, str] = {"rideout": "bold white"}
+
+    def __call__(self, name: str, line: str) -> None:
+        if self.quiet and name != "rideout":
+            return
+        style = self._styles.setdefault(name, _PALETTE[len(self._styles) % len(_PALETTE)])
+        console.print(Text.assemble((f"{name:>16} │ ", style), line), soft_wrap=True)
+
+
+@app.command()
+def up(
+    config_path: ConfigOption = None,
+    profile: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Timing profile: {', '.join(PROFILES)} (default: the config's, 'fast')."
+        ),
+    ] = None,
+    quiet: Annotated[
+        bool,
+        typer.Option("--quiet", "-q", help="Do not stream process logs (they still go to logs/)."),
+    ] = False,
+    ready_timeout: Annotated[
+        float, typer.Option(help="Seconds to wait for every process to become ready.", min=1)
+    ] = 30.0,
+) -> None:
+    """Start the local two-region deployment and run it until Ctrl-C or SIGTERM.
+
+    Starts each region's Redis (the secondary replicating the primary), every zone's app
+    server and the control plane; prints what runs where; streams prefixed logs (also
+    written to DATA_DIR/logs/). Data survives `down` + `up` (Redis append-only files).
+    """
+    config = _load(config_path, profile)
+    running = read_lock_pid(config.run_dir)
+    if running is not None:
+        _fail(str(AlreadyRunning(config.run_dir, running)))
+    try:
+        code = asyncio.run(_up(config, _LogPrinter(quiet), ready_timeout))
+    except AlreadyRunning as exc:
+        _fail(str(exc))
+    except (ClusterError, EmbeddedRedisError) as exc:
+        _fail(str(exc))
+    raise typer.Exit(code)
+
+
+async def _up(config: Config, printer: _LogPrinter, ready_timeout: float) -> int:
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(signum, on_signal, signum)
+    cluster = LocalCluster(config, sink=printer, ready_timeout=ready_timeout)
+    started = time.monotonic()
+    try:
+        starting = asyncio.create_task(cluster.start())
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await starting
+            printer("rideout", f"{received[0]} during start-up: stopped everything")
+            return 130
+        stopping.cancel()
+        starting.result()  # raises what start raised (after it cleaned up)
+        printer("rideout", f"ready in {time.monotonic() - started:.1f} s")
+        _print_status(await collect_status(config), title="rideout is up")
+        console.print("Press Ctrl-C to stop (or run `rideout down` elsewhere).\n")
+        await stop.wait()
+        printer("rideout", f"{received[0] if received else 'stop'} received: shutting down")
+        return 0
+    finally:
+        t0 = time.monotonic()
+        if await cluster.stop():
+            printer("rideout", f"stopped in {time.monotonic() - t0:.1f} s")
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+
+
+@app.command()
+def down(
+    config_path: ConfigOption = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait before killing.", min=1)] = 20.0,
+) -> None:
+    """Stop a deployment that `rideout up` started (in another terminal or the background)."""
+    config = _load(config_path)
+    pid = read_lock_pid(config.run_dir)
+    if pid is None:
+        console.print(f"rideout is not running from {config.data_dir}; nothing to stop.")
+        return
+    recorded = RunState.read(config.run_dir)
+    console.print(f"stopping rideout (pid {pid}) …")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while read_lock_pid(config.run_dir) is not None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if read_lock_pid(config.run_dir) is None:
+        console.print("stopped.")
+        return
+    err.print(f"rideout (pid {pid}) did not stop within {timeout:g} s: killing it and its children")
+    for proc in recorded.processes if recorded else []:
+        if pid_alive(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    raise typer.Exit(1)
+
+
+# --------------------------------------------------------------------------- status
+
+
+def _state(ok: bool | None, good: str, bad: str) -> Text:
+    if ok is None:
+        return Text("-", style="dim")
+    return Text(good, style="green") if ok else Text(bad, style="bold red")
+
+
+def _print_status(view: dict[str, Any], title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    table.add_column("component")
+    table.add_column("region / zone")
+    table.add_column("address", no_wrap=True)
+    table.add_column("pid", justify="right")
+    table.add_column("state")
+    cp = view["control_plane"]
+    health = cp.get("health", {})
+    table.add_row(
+        "control plane", "global", f"{cp['url']}/status",
+        str(cp["pid"] or "-"), _state(health.get("up") if health else None, "up", "down"),
+    )  # fmt: skip
+    for region in view["regions"]:
+        redis = region["redis"]
+        table.add_row(
+            "redis", f"{region['name']} ({region['role']})", redis["address"],
+            str(redis["pid"] or "-"), _redis_state(redis.get("state")),
+        )  # fmt: skip
+        for zone in region["zones"]:
+            zh = zone.get("health")
+            table.add_row(
+                "app server", f"{region['name']} / {zone['name']}", f"{zone['url']}/health",
+                str(zone["pid"] or "-"), _state(zh.get("up") if zh else None, "healthy", "down"),
+            )  # fmt: skip
+    console.print(table)
+    console.print(
+        f"app domain [bold]{view['app_domain']}[/]  ·  "
+        f"profile [bold]{view['profile']}[/]  ·  data in {view['data_dir']}"
+    )
+
+
+def _redis_state(state: dict[str, Any] | None) -> Text:
+    if state is None:
+        return _state(None, "", "")
+    if not state["reachable"]:
+        return _state(False, "", "unreachable")
+    link = f" (link {state['link']})" if state["role"] == "replica" else ""
+    ok = state["role"] == "master" or state["link"] == "up"
+    return Text(
+        f"{state['role']}{link}, epoch {state['epoch']}", style="green" if ok else "bold red"
+    )
+
+
+@app.command()
+def status(
+    config_path: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")] = False,
+) -> None:
+    """Show what runs where and whether it is healthy (exit 1 if nothing is running)."""
+    config = _load(config_path)
+    view = asyncio.run(collect_status(config))
+    if as_json:
+        sys.stdout.write(json.dumps(view, indent=2) + "\n")
+    elif view["running"]:
+        _print_status(view, title=f"rideout (pid {view['supervisor_pid']})")
+    else:
+        console.print(f"rideout is not running from {config.data_dir}.")
+    raise typer.Exit(0 if view["running"] else 1)
+
+
+# --------------------------------------------------------------------------- config
+
+
+@config_app.command("show")
+def config_show(
+    config_path: ConfigOption = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of TOML.")] = False,
+) -> None:
+    """Print the effective configuration (defaults, file and RIDEOUT_* applied)."""
+    config = _load(config_path)
+    if as_json:
+        sys.stdout.write(json.dumps(config_to_dict(config), indent=2) + "\n")
+    else:
+        sys.stdout.write(dump_toml(config))
+
+
+# --------------------------------------------------------------------------- servers
+
+
+@app.command()
+def serve(
+    region: Annotated[str, typer.Option(help="The region this server belongs to.")],
+    zone: Annotated[str, typer.Option(help="The zone; its address is where the server listens.")],
+    config_path: ConfigOption = None,
+) -> None:
+    """Run one zone's app server in the foreground (`rideout up` starts one per zone)."""
+    from rideout._serve import serve as run
+    from rideout.realtime.app import create_app
+
+    config = _load(config_path)
+    try:
+        app_ = create_app(config, region, zone)
+    except KeyError as exc:
+        _fail(str(exc.args[0]), 2)
+    run(app_, config.zone(region, zone).address, config.app_port)
+
+
+@app.command("control-plane")
+def control_plane(config_path: ConfigOption = None) -> None:
+    """Run the control plane in the foreground (`rideout up` starts it)."""
+    from rideout._serve import serve as run
+    from rideout.controlplane.app import create_app
+
+    config = _load(config_path)
+    run(create_app(config), config.control_plane.address, config.control_plane.port)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

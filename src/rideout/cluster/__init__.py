@@ -1,0 +1,1 @@
+"""The local multi-region deployment: supervisor, run state, status."""

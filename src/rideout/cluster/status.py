@@ -1,0 +1,129 @@
+"""What runs where, and is it healthy: one view for `rideout status` and the control plane."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import httpx
+
+from rideout._process import pid_alive
+from rideout.cluster.runstate import RunState, read_lock_pid
+from rideout.config import Config
+from rideout.store.client import probe_client
+from rideout.store.replication import read_epoch, replication_status
+
+__all__ = ["collect_status", "zone_url"]
+
+
+def zone_url(config: Config, address: str) -> str:
+    return f"http://{address}:{config.app_port}"
+
+
+def control_plane_url(config: Config) -> str:
+    cp = config.control_plane
+    return f"http://{cp.address}:{cp.port}"
+
+
+async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
+    try:
+        response = await client.get(url)
+        body = response.json()
+        return {
+            "up": response.status_code == 200,
+            "status_code": response.status_code,
+            "body": body,
+        }
+    except (httpx.HTTPError, ValueError) as exc:
+        return {
+            "up": False,
+            "error": f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__,
+        }
+
+
+async def _probe_redis(address: str, port: int) -> dict[str, Any]:
+    client = probe_client(address, port)
+    try:
+        status = await replication_status(client)
+        epoch = await read_epoch(client) if status.reachable else None
+        return {**status.to_dict(), "epoch": epoch}
+    finally:
+        await client.aclose()
+
+
+async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any]:
+    """The deployment as the run files record it, plus live probes when `probe` is set."""
+    run = RunState.read(config.run_dir)
+    supervisor = read_lock_pid(config.run_dir)
+    pids = {p.name: p.pid for p in run.processes} if run and supervisor else {}
+
+    def pid_of(name: str) -> dict[str, Any]:
+        pid = pids.get(name)
+        return {"pid": pid, "alive": bool(pid and pid_alive(pid))}
+
+    view: dict[str, Any] = {
+        "app_domain": config.app_domain,
+        "profile": config.profile,
+        "data_dir": str(config.data_dir),
+        "running": supervisor is not None,
+        "supervisor_pid": supervisor,
+        "started_at": run.started_at if run and supervisor else None,
+        "collected_at": time.time(),
+        "control_plane": {
+            "name": "control-plane",
+            "url": control_plane_url(config),
+            **pid_of("control-plane"),
+        },
+        "regions": [],
+    }
+    for region in config.regions:
+        redis_name = f"redis-{region.name}"
+        view["regions"].append(
+            {
+                "name": region.name,
+                "role": region.role,
+                "redis": {
+                    "name": redis_name,
+                    "address": f"{region.redis.address}:{region.redis.port}",
+                    **pid_of(redis_name),
+                },
+                "zones": [
+                    {
+                        "name": zone.name,
+                        "url": zone_url(config, zone.address),
+                        **pid_of(f"app-{zone.name}"),
+                    }
+                    for zone in region.zones
+                ],
+            }
+        )
+    if probe:
+        await _add_probes(config, view)
+    return view
+
+
+async def _add_probes(config: Config, view: dict[str, Any]) -> None:
+    async with httpx.AsyncClient(timeout=1.5, trust_env=False) as client:
+        jobs: list[tuple[dict[str, Any], str, Any]] = [
+            (
+                view["control_plane"],
+                "health",
+                _probe_http(client, view["control_plane"]["url"] + "/health"),
+            )
+        ]
+        for region_view, region in zip(view["regions"], config.regions, strict=True):
+            jobs.append(
+                (
+                    region_view["redis"],
+                    "state",
+                    _probe_redis(region.redis.address, region.redis.port),
+                )
+            )
+            for zone_view in region_view["zones"]:
+                jobs.append(
+                    (zone_view, "health", _probe_http(client, zone_view["url"] + "/health"))
+                )
+        results = await asyncio.gather(*(job for _, _, job in jobs))
+        for (target, key, _), result in zip(jobs, results, strict=True):
+            target[key] = result

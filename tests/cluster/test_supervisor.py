@@ -1,0 +1,117 @@
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from rideout._process import pid_alive
+from rideout.cluster import supervisor
+from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
+from rideout.cluster.status import collect_status
+from rideout.cluster.supervisor import ClusterError, LocalCluster, PortInUse
+from rideout.config import Config
+
+
+def all_pids(cluster: LocalCluster) -> list[int]:
+    state = RunState.read(cluster.config.run_dir)
+    assert state is not None
+    return [p.pid for p in state.processes]
+
+
+async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
+    config = make_config()
+    lines: list[tuple[str, str]] = []
+    cluster = LocalCluster(config, sink=lambda n, line: lines.append((n, line)))
+    try:
+        await cluster.start()
+        pids = all_pids(cluster)
+        assert len(pids) == 2 + 4 + 1  # two Redis, four zones, one control plane
+        assert all(pid_alive(p) for p in pids)
+        view = await collect_status(config)
+        assert view["running"]
+        assert view["control_plane"]["health"]["up"]
+        primary, secondary = view["regions"]
+        assert primary["redis"]["state"]["role"] == "master"
+        assert primary["redis"]["state"]["epoch"] == 1
+        assert secondary["redis"]["state"]["role"] == "replica"
+        assert secondary["redis"]["state"]["link"] == "up"
+        assert secondary["redis"]["state"]["epoch"] == 1  # replicated
+        for region in view["regions"]:
+            for zone in region["zones"]:
+                assert zone["alive"]
+                assert zone["health"]["up"], zone
+        # Another supervisor on the same data directory is refused.
+        with pytest.raises(AlreadyRunning):
+            await LocalCluster(config).start()
+        # Logs are prefixed by process name and written per process.
+        names = {n for n, _ in lines}
+        assert {"rideout", "redis-us-east-1", "app-use1-az1", "control-plane"} <= names
+        assert (config.logs_dir / "app-usw2-az2.log").read_text()
+    finally:
+        assert await cluster.stop()
+    assert not any(pid_alive(p) for p in pids)
+    assert read_lock_pid(config.run_dir) is None
+    assert RunState.read(config.run_dir) is None
+    assert not await cluster.stop()  # nothing left to stop
+
+
+async def test_port_in_use_is_refused_before_anything_starts(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    zone = config.secondary.zones[1]
+    with socket.socket() as squatter:
+        squatter.bind((zone.address, config.app_port))
+        squatter.listen()
+        cluster = LocalCluster(config)
+        with pytest.raises(
+            PortInUse, match=rf"{zone.address}:{config.app_port}, needed by app-usw2-az2"
+        ):
+            await cluster.start()
+    assert read_lock_pid(config.run_dir) is None
+
+
+async def test_a_server_that_dies_while_starting(
+    make_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An app server that cannot bind exits; the error names its log; nothing is left."""
+    config = make_config()
+    zone = config.primary.zones[0]
+    # Let the squatter past the pre-check so that uvicorn itself meets it.
+    monkeypatch.setattr(supervisor, "check_ports_free", lambda config: None)
+    lines: list[tuple[str, str]] = []
+    cluster = LocalCluster(config, sink=lambda n, line: lines.append((n, line)), ready_timeout=20)
+    with socket.socket() as squatter:
+        squatter.bind((zone.address, config.app_port))
+        squatter.listen()
+        with pytest.raises(
+            ClusterError,
+            match=r"app-use1-az1 exited with code \d+ while starting; see .*app-use1-az1.log",
+        ):
+            await cluster.start()
+    assert read_lock_pid(config.run_dir) is None
+    # The Redis servers that did start were stopped again.
+    for region in config.regions:
+        with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
+            probe.connect((region.redis.address, region.redis.port))
+
+
+async def test_cancelled_start_stops_what_started(make_config: Callable[..., Config]) -> None:
+    config = make_config()
+    cluster = LocalCluster(config)
+    task = asyncio.create_task(cluster.start())
+    async with httpx.AsyncClient(trust_env=False) as http:
+        # Cancel once the primary's Redis runs but before start-up finishes.
+        while not cluster._redis or cluster._redis[0].pid is None:
+            await asyncio.sleep(0.01)
+        redis_pid = cluster._redis[0].pid
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert not pid_alive(redis_pid)
+        assert read_lock_pid(config.run_dir) is None
+        with pytest.raises(httpx.ConnectError):
+            await http.get(f"http://{config.primary.zones[0].address}:{config.app_port}/health")

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import json
+import socket
+import tomllib
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rideout import __version__
+from rideout.cli import app
+from rideout.config import dump_toml, parse_config
+from tests.conftest import config_data
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def config_file(tmp_path: Path) -> Path:
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(parse_config(config_data(tmp_path / ".rideout"))))
+    return path
+
+
+def test_version_and_help() -> None:
+    assert runner.invoke(app, ["--version"]).stdout.strip() == f"rideout {__version__}"
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in ("up", "down", "status", "config", "serve", "control-plane"):
+        assert command in result.stdout
+
+
+def test_config_show_prints_the_effective_config(config_file: Path) -> None:
+    result = runner.invoke(
+        app, ["config", "show", "-c", str(config_file)], env={"RIDEOUT_TIMING__DNS_TTL": "7"}
+    )
+    assert result.exit_code == 0
+    shown = parse_config(tomllib.loads(result.stdout))
+    assert shown.timing.dns_ttl == 7
+    as_json = runner.invoke(app, ["config", "show", "--json", "-c", str(config_file)])
+    assert json.loads(as_json.stdout)["app_domain"] == "auction.rideout.test"
+
+
+def test_bad_config_is_refused_with_the_key(tmp_path: Path) -> None:
+    path = tmp_path / "rideout.toml"
+    path.write_text("[timing]\ncanary_interval = -1\n")
+    for command in (["config", "show"], ["up"], ["status"], ["down"]):
+        result = runner.invoke(app, [*command, "-c", str(path)])
+        assert result.exit_code == 2, command
+        assert "timing.canary_interval: must be a positive number of seconds" in result.stderr
+
+
+def test_status_and_down_when_nothing_runs(config_file: Path) -> None:
+    result = runner.invoke(app, ["status", "-c", str(config_file)])
+    assert result.exit_code == 1
+    assert "rideout is not running" in result.stdout
+    as_json = runner.invoke(app, ["status", "--json", "-c", str(config_file)])
+    assert as_json.exit_code == 1
+    view = json.loads(as_json.stdout)
+    assert view["running"] is False
+    assert all(not z["health"]["up"] for r in view["regions"] for z in r["zones"])
+    down = runner.invoke(app, ["down", "-c", str(config_file)])
+    assert down.exit_code == 0
+    assert "nothing to stop" in down.stdout
+
+
+def test_up_refuses_a_taken_port_and_starts_nothing(config_file: Path) -> None:
+    config = parse_config(tomllib.loads(config_file.read_text()))
+    cp = config.control_plane
+    with socket.socket() as squatter:
+        squatter.bind((cp.address, cp.port))
+        squatter.listen()
+        result = runner.invoke(app, ["up", "-c", str(config_file)])
+    assert result.exit_code == 1
+    assert f"{cp.address}:{cp.port}, needed by control-plane, is already in use" in result.stderr
+
+
+def test_serve_an_unknown_zone(config_file: Path) -> None:
+    result = runner.invoke(
+        app, ["serve", "--region", "us-east-1", "--zone", "nope", "-c", str(config_file)]
+    )
+    assert result.exit_code == 2
+    assert "no zone 'nope' in region 'us-east-1'" in result.stderr

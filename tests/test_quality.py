@@ -1,0 +1,36 @@
+"""Lint, format and types are part of the suite: `./dev test` fails when they do."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("ruff", "check", "src", "tests", "bench"),
+        ("ruff", "format", "--check", "src", "tests", "bench"),
+        ("mypy",),  # strict on src/, as configured in pyproject.toml
+    ],
+    ids=["ruff-check", "ruff-format", "mypy-strict"],
+)
+def test_clean(command: tuple[str, ...]) -> None:
+    result = run(*command)
+    assert result.returncode == 0, result.stdout + result.stderr
