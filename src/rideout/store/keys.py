@@ -51,4 +51,3 @@ def user_session(sub: str) -> str:
 def bid_ack(sub: str, request_id: str) -> str:
     """String: the ack first sent for a user's bid id, replayed for retries."""
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
-
