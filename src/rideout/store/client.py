@@ -26,9 +26,18 @@ def probe_client(address: str, port: int, *, timeout: float = 1.0) -> aioredis.R
     )
 
 
-def state_client(address: str, port: int, *, timeout: float = 2.0) -> aioredis.Redis:
-    """For application state: one immediate retry on a dropped connection, then fail."""
-    return aioredis.Redis(
+def state_client(
+    address: str, port: int, *, timeout: float = 2.0, max_connections: int = 64
+) -> aioredis.Redis:
+    """For application state: one immediate retry on a dropped connection, then fail.
+
+    The pool blocks (up to `timeout`) when all `max_connections` are busy, rather than
+    failing at once as redis-py's default pool does past its limit: under a burst,
+    requests queue for a connection instead of erroring.
+    """
+    pool = aioredis.BlockingConnectionPool(
+        max_connections=max_connections,
+        timeout=timeout,
         host=address,
         port=port,
         socket_connect_timeout=timeout,
@@ -36,3 +45,4 @@ def state_client(address: str, port: int, *, timeout: float = 2.0) -> aioredis.R
         retry=Retry(NoBackoff(), 1),
         decode_responses=True,
     )
+    return aioredis.Redis.from_pool(pool)

@@ -1,0 +1,243 @@
+"""The Lua scripts that change (or consistently read) several keys at once.
+
+Each script runs atomically on the Redis server, so a bid is one round trip and no
+other client ever sees half of it. Scripts are called through ``EVALSHA`` by
+:class:`rideout.store.auction.AuctionStore` (redis-py's ``Script`` object loads a
+script again when a server answers ``NOSCRIPT``, e.g. a replica promoted after a
+failover, or after ``SCRIPT FLUSH``).
+
+Conventions shared by the scripts (Redis 6.2's Lua 5.1):
+
+- Every key a script touches is passed in ``KEYS`` (never built inside the script),
+  so key names stay in :mod:`rideout.store.keys`.
+- Numbers cross the boundary as canonical decimal strings. JSON is built by hand:
+  Redis's ``cjson`` writes numbers with 14 significant digits (a 13-digit millisecond
+  timestamp fits, a 16-digit amount would not), so integers are formatted with
+  ``%d`` and only strings go through ``cjson.encode``.
+- Stream entry ids are compared as two decimal integers with arbitrary length, never
+  as Lua numbers (doubles), so any u64 id a client sends compares exactly.
+- The epoch in ``rideout:epoch`` is read as a decimal string; an unset epoch is ``0``;
+  anything else is refused with an error starting ``rideout:``.
+- Errors a script raises itself start with ``rideout:``.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["BID", "GET_STATE"]
+
+_COMMON: Final = r"""
+local function canonical_epoch(value)
+  if value == false or value == nil then return '0' end
+  if not string.match(value, '^%d+$') then return nil end
+  local stripped = string.gsub(value, '^0+', '')
+  if stripped == '' then return '0' end
+  return stripped
+end
+
+local function cmp_decimal(a, b)
+  if #a ~= #b then
+    if #a < #b then return -1 end
+    return 1
+  end
+  for i = 1, #a do
+    local x, y = string.byte(a, i), string.byte(b, i)
+    if x ~= y then
+      if x < y then return -1 end
+      return 1
+    end
+  end
+  return 0
+end
+
+-- Compare two canonical stream ids 'ms-seq': -1, 0 or 1.
+local function cmp_id(a, b)
+  local am, as = string.match(a, '^(%d+)-(%d+)$')
+  local bm, bs = string.match(b, '^(%d+)-(%d+)$')
+  local c = cmp_decimal(am, bm)
+  if c ~= 0 then return c end
+  return cmp_decimal(as, bs)
+end
+
+local function jint(n)
+  if n == nil then return 'null' end
+  return string.format('%d', n)
+end
+
+local function jstr(s)
+  if s == nil then return 'null' end
+  return cjson.encode(s)
+end
+
+local function num(v)
+  if v == false or v == nil then return nil end
+  return tonumber(v)
+end
+
+local function str(v)
+  if v == false then return nil end
+  return v
+end
+
+-- The public room state, as JSON: {"bid","bidder","bids","updated_at"}.
+local function state_json(bid, bidder, bids, updated_at)
+  return '{"bid":' .. jint(bid) .. ',"bidder":' .. jstr(bidder) ..
+         ',"bids":' .. jint(bids) .. ',"updated_at":' .. jint(updated_at) .. '}'
+end
+"""
+
+BID: Final = (
+    _COMMON
+    + r"""
+-- KEYS: 1 epoch, 2 room state (hash), 3 room stream, 4 user session (hash), 5 bid ack
+-- ARGV: 1 epoch the caller believes in (canonical decimal), 2 amount (decimal),
+--       3 room, 4 sub, 5 request id, 6 min_bid, 7 max_bid, 8 min_increment,
+--       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms)
+-- Returns {kind, ack_json}; kind is 'new' (decided now), 'dup' (the stored ack of
+-- an earlier call with this sub and request id) or 'stale' (fenced: nothing changed).
+local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
+if epoch == nil then
+  return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
+end
+
+local cur = redis.call('HMGET', KEYS[2], 'bid', 'bidder', 'bids', 'updated_at', 'offset')
+local offset = str(cur[5]) or '0-0'
+local room = ARGV[3]
+
+local function ack_json(accepted, reason, ack_offset, state)
+  return '{"accepted":' .. tostring(accepted) .. ',"reason":' .. jstr(reason) ..
+         ',"epoch":' .. epoch .. ',"offset":' .. jstr(ack_offset) ..
+         ',"room":' .. jstr(room) .. ',"state":' .. state .. '}'
+end
+
+local function current_state()
+  return state_json(num(cur[1]) or 0, str(cur[2]), num(cur[3]) or 0, num(cur[4]))
+end
+
+-- (a) fencing: a server attached to a writer of another epoch changes nothing.
+if epoch ~= ARGV[1] then
+  return {'stale', ack_json(false, 'stale_epoch', offset, current_state())}
+end
+
+-- (b) idempotency: the first decision for (sub, request id) is final.
+local stored = redis.call('GET', KEYS[5])
+if stored then
+  return {'dup', stored}
+end
+
+local ack_ttl = ARGV[11]
+
+-- (c) validation
+local amount = tonumber(ARGV[2])
+local bids = num(cur[3]) or 0
+local reason = nil
+if amount < tonumber(ARGV[6]) or amount > tonumber(ARGV[7]) then
+  reason = 'out_of_bounds'
+elseif bids > 0 and amount < (num(cur[1]) or 0) + tonumber(ARGV[8]) then
+  reason = 'too_low'
+end
+if reason then
+  local ack = ack_json(false, reason, offset, current_state())
+  redis.call('SET', KEYS[5], ack, 'PX', ack_ttl)
+  return {'new', ack}
+end
+
+-- (d) accept
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+bids = bids + 1
+local state = state_json(amount, ARGV[4], bids, now)
+local id = redis.call('XADD', KEYS[3], '*', 'state', state, 'epoch', epoch)
+
+-- Trim by size and by age. Both remove a prefix of the stream; remember the last
+-- id removed, so that get_state knows which positions can still be replayed.
+local cut = nil
+local size = tonumber(ARGV[9])
+local length = redis.call('XLEN', KEYS[3])
+if length > size then
+  local gone = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', length - size)
+  cut = gone[#gone][1]
+end
+local cutoff = now - tonumber(ARGV[10])
+local by_age = nil
+if cutoff > 0 then
+  local boundary = string.format('%d', cutoff) .. '-0'
+  local older = redis.call('XREVRANGE', KEYS[3], '(' .. boundary, '-', 'COUNT', 1)
+  if #older > 0 then
+    by_age = boundary
+    if cut == nil or cmp_id(cut, older[1][1]) < 0 then cut = older[1][1] end
+  end
+end
+if length > size then redis.call('XTRIM', KEYS[3], 'MAXLEN', size) end
+if by_age then redis.call('XTRIM', KEYS[3], 'MINID', by_age) end
+
+local fields = {'bid', ARGV[2], 'bidder', ARGV[4], 'bids', jint(bids), 'updated_at', jint(now),
+                'offset', id}
+if cut then
+  table.insert(fields, 'trimmed')
+  table.insert(fields, cut)
+end
+redis.call('HSET', KEYS[2], unpack(fields))
+
+redis.call('HSET', KEYS[4], 'last_bid', ARGV[2], 'last_bid_room', room,
+           'last_bid_id', ARGV[5],
+           'last_position', '{"epoch":' .. epoch .. ',"offset":' .. jstr(id) .. '}')
+
+local ack = ack_json(true, nil, id, state)
+redis.call('SET', KEYS[5], ack, 'PX', ack_ttl)
+return {'new', ack}
+"""
+)
+"""Place one bid: fence on the epoch, replay a stored ack, validate, apply, trim."""
+
+GET_STATE: Final = (
+    _COMMON
+    + r"""
+-- KEYS: 1 epoch, 2 room state (hash), 3 room stream, 4 user session (hash)
+-- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
+--       (canonical id), 3 most entries to replay
+-- Returns {epoch, room state fields, session fields, status, entries}; status is
+-- 'none' (no since), 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'.
+-- Read-only: runs on a replica as well as on the writer.
+local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
+if epoch == nil then
+  return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
+end
+local state = redis.call('HGETALL', KEYS[2])
+local session = redis.call('HGETALL', KEYS[4])
+local pos = redis.call('HMGET', KEYS[2], 'offset', 'trimmed')
+local last = str(pos[1]) or '0-0'
+local trimmed = str(pos[2]) or '0-0'
+
+local status = 'none'
+local entries = {}
+if ARGV[1] ~= '' then
+  local since = ARGV[2]
+  if ARGV[1] ~= epoch then
+    status = 'epoch_changed'
+  elseif cmp_id(since, last) > 0 then
+    status = 'ahead'
+  elseif cmp_id(since, trimmed) < 0 then
+    status = 'trimmed'
+  elseif cmp_id(since, last) == 0 then
+    status = 'recovered'
+  else
+    local limit = tonumber(ARGV[3])
+    entries = redis.call('XRANGE', KEYS[3], '(' .. since, '+', 'COUNT', limit + 1)
+    if #entries > limit then
+      status = 'too_many'
+      entries = {}
+    elseif #entries == 0 or entries[#entries][1] ~= last then
+      -- the stream lost entries the state hash knows of (deleted or evicted)
+      status = 'trimmed'
+      entries = {}
+    else
+      status = 'recovered'
+    end
+  end
+end
+return {epoch, state, session, status, entries}
+"""
+)
+"""Read a room's state, a user's session and what was missed since a position."""
