@@ -8,12 +8,8 @@ token can never choose how its own signature is checked.
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
+from rideout._files import create_exclusively
 from rideout.auth._encoding import b64url_decode, b64url_encode, strict_json_object
 
 __all__ = [
@@ -57,8 +54,6 @@ MAX_KID_LENGTH: Final = 256
 RSA_MIN_BITS: Final = 2048
 RSA_MAX_BITS: Final = 8192  # bounds the cost of one verification
 
-# os.link errors meaning "this filesystem has no hard links".
-_NO_HARD_LINKS: Final = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
 # Members that only a private (or symmetric) JWK carries.
 _PRIVATE_MEMBERS: Final = frozenset({"d", "p", "q", "dp", "dq", "qi", "oth", "k"})
 # RFC 7638 §3.2: the required members hashed for each key type.
@@ -226,69 +221,14 @@ def _read_existing(path: Path) -> SigningKey:
 def _publish(path: Path, key: SigningKey) -> SigningKey:
     """Install ``key`` at ``path`` unless a key is already there; return the key in place."""
     try:
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{KEY_FILENAME}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise KeyFileError(path, f"cannot write in its directory: {_why(exc)}") from exc
-    tmp = Path(tmp_name)
-    try:
-        try:
-            with os.fdopen(fd, "wb") as file:  # mkstemp creates the file with mode 0600
-                file.write(key.to_pem())
-                file.flush()
-                os.fsync(file.fileno())
-        except OSError as exc:
-            raise KeyFileError(path, f"cannot write a new key: {_why(exc)}") from exc
-        try:
-            os.link(tmp, path)  # atomic, and never replaces an existing file
-        except FileExistsError:
-            return _read_existing(path)  # another process won the race: use its key
-        except OSError as exc:
-            if exc.errno not in _NO_HARD_LINKS:
-                raise KeyFileError(path, f"cannot create it: {_why(exc)}") from exc
-            return _publish_without_links(path, key)
-        _fsync_directory(path.parent)
-        return key
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-
-
-def _publish_without_links(path: Path, key: SigningKey) -> SigningKey:
-    """Fallback for filesystems without hard links: exclusive create, then one write.
-
-    Still only one key can win; a reader racing the single write could see an empty
-    file (and get KeyFileError) for that instant, which hard links rule out.
-    """
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return _read_existing(path)
+        created = create_exclusively(path, key.to_pem())
     except OSError as exc:
         raise KeyFileError(path, f"cannot create it: {_why(exc)}") from exc
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(key.to_pem())
-            file.flush()
-            os.fsync(file.fileno())
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            path.unlink()  # do not leave a half-written key behind
-        raise KeyFileError(path, f"cannot write a new key: {_why(exc)}") from exc
-    _fsync_directory(path.parent)
-    return key
+    return key if created else _read_existing(path)  # another process won: use its key
 
 
 def _why(exc: OSError) -> str:
     return exc.strerror or str(exc)
-
-
-def _fsync_directory(directory: Path) -> None:
-    with contextlib.suppress(OSError):  # not every platform/filesystem allows it
-        fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 # --------------------------------------------------------------------------- verifying
