@@ -25,9 +25,11 @@ from typing import Any, Literal
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "PROFILES",
+    "AuthConfig",
     "Config",
     "ConfigError",
     "ControlPlaneConfig",
+    "RealtimeConfig",
     "RedisConfig",
     "RegionConfig",
     "Timing",
@@ -139,6 +141,36 @@ class ControlPlaneConfig:
     dns_port: int = 5300
 
 
+@dataclass(frozen=True, slots=True)
+class AuthConfig:
+    """Access tokens: who issues them, for whom, and which browser origins may connect."""
+
+    issuer: str = "https://auth.rideout.test"
+    audience: str = "rideout"
+    token_ttl: float = 3600.0
+    leeway: float = field(default=5.0, metadata={"zero_ok": True})  # clock skew tolerated
+    # Browser origins allowed to open a WebSocket. Empty: the deployment's own origins
+    # (every zone, the app domain, the control plane). Clients that send no Origin
+    # header (non-browser clients) are always allowed: Origin protects browsers only.
+    allowed_origins: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class RealtimeConfig:
+    """The WebSocket API's limits and the auction's rules."""
+
+    workers: int = 1  # app server processes per zone (they share the port: SO_REUSEPORT)
+    max_message_size: int = 4096  # bytes; larger frames close the connection with 1009
+    rate_limit: float = 20.0  # messages per second per connection, sustained
+    rate_burst: int = 40  # messages a connection may send at once
+    send_queue: int = 256  # queued outgoing messages before a consumer counts as slow
+    history_size: int = 1000  # updates kept per room for replay
+    history_ttl: float = 3600.0  # seconds of updates kept per room for replay
+    min_bid: int = 1
+    max_bid: int = 1_000_000_000
+    min_increment: int = 1
+
+
 def _default_regions() -> tuple[RegionConfig, ...]:
     return (
         RegionConfig(
@@ -168,6 +200,24 @@ class Config:
     regions: tuple[RegionConfig, ...] = field(default_factory=_default_regions)
     control_plane: ControlPlaneConfig = field(default_factory=ControlPlaneConfig)
     timing: Timing = PROFILES["fast"]
+    auth: AuthConfig = field(default_factory=AuthConfig)
+    realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
+
+    @property
+    def keys_dir(self) -> Path:
+        """The signing key and the admin token, shared by every region's servers."""
+        return self.data_dir / "keys"
+
+    def origins(self) -> tuple[str, ...]:
+        """Browser origins allowed to connect (see AuthConfig.allowed_origins)."""
+        if self.auth.allowed_origins:
+            return self.auth.allowed_origins
+        port = self.app_port
+        own = [f"http://{self.app_domain}:{port}"]
+        own += [f"http://{z.address}:{port}" for r in self.regions for z in r.zones]
+        cp = self.control_plane
+        own.append(f"http://{cp.address}:{cp.port}")
+        return tuple(own)
 
     @property
     def primary(self) -> RegionConfig:
@@ -259,7 +309,7 @@ class _Reader:
             raise ConfigError(self.key(name), f"must be at most {maximum}, got {value}")
         return value
 
-    def seconds(self, name: str, default: float) -> float:
+    def seconds(self, name: str, default: float, *, zero_ok: bool = False) -> float:
         if name not in self._table:
             return default
         value = self._table.pop(name)
@@ -270,9 +320,20 @@ class _Reader:
                 raise ConfigError(self.key(name), f"expected seconds, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(self.key(name), f"expected seconds, got {_kind(value)}")
-        if not math.isfinite(value) or value <= 0:
-            raise ConfigError(self.key(name), f"must be a positive number of seconds, got {value}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
+            what = "zero or more" if zero_ok else "a positive number of"
+            raise ConfigError(self.key(name), f"must be {what} seconds, got {value}")
         return float(value)
+
+    def strings(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+        if name not in self._table:
+            return default
+        value = self._table.pop(name)
+        if isinstance(value, str):  # from the environment: comma-separated
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(self.key(name), f"expected a list of strings, got {_kind(value)}")
+        return tuple(value)
 
     def table(self, name: str) -> _Reader:
         value = self._table.pop(name, {})
@@ -385,6 +446,8 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         regions=_parse_regions(root) if root.has("regions") else defaults.regions,
         control_plane=_parse_control_plane(root.table("control_plane")),
         timing=_parse_timing(root.table("timing"), PROFILES[profile]),
+        auth=_parse_auth(root.table("auth")),
+        realtime=_parse_realtime(root.table("realtime")),
     )
     root.done()
     _validate(config)
@@ -402,16 +465,47 @@ def _parse_control_plane(t: _Reader) -> ControlPlaneConfig:
     return cp
 
 
-def _parse_timing(t: _Reader, base: Timing) -> Timing:
+def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
+    """Read every field of the dataclass `base` by the type of its value in `base`."""
     values: dict[str, Any] = {}
-    for f in fields(Timing):
+    for f in fields(base):
         default = getattr(base, f.name)
         if isinstance(default, int):
             values[f.name] = t.integer(f.name, default)
+        elif isinstance(default, float):
+            values[f.name] = t.seconds(f.name, default, zero_ok=f.metadata.get("zero_ok", False))
+        elif isinstance(default, str):
+            values[f.name] = t.text(f.name, default)
         else:
-            values[f.name] = t.seconds(f.name, default)
+            values[f.name] = t.strings(f.name, default)
     t.done()
-    timing = Timing(**values)
+    return values
+
+
+def _parse_auth(t: _Reader) -> AuthConfig:
+    auth = AuthConfig(**_scalars(t, AuthConfig()))
+    for origin in auth.allowed_origins:
+        if not re.fullmatch(r"https?://[^/\s]+", origin) and origin != "*":
+            raise ConfigError(
+                t.key("allowed_origins"),
+                f"{origin!r} is not an origin like 'https://shop.example:443' (or '*')",
+            )
+    return auth
+
+
+def _parse_realtime(t: _Reader) -> RealtimeConfig:
+    realtime = RealtimeConfig(**_scalars(t, RealtimeConfig()))
+    if realtime.max_message_size < 64:
+        raise ConfigError(t.key("max_message_size"), "must be at least 64 bytes")
+    if realtime.max_bid < realtime.min_bid:
+        raise ConfigError(t.key("max_bid"), "must be at least min_bid")
+    if realtime.workers > 64:
+        raise ConfigError(t.key("workers"), "at most 64 workers per zone")
+    return realtime
+
+
+def _parse_timing(t: _Reader, base: Timing) -> Timing:
+    timing = Timing(**_scalars(t, base))
     if timing.heartbeat_timeout <= timing.heartbeat_interval:
         raise ConfigError(t.key("heartbeat_timeout"), "must be longer than heartbeat_interval")
     if timing.canary_timeout >= timing.canary_interval:
@@ -520,7 +614,9 @@ def config_to_dict(config: Config) -> dict[str, Any]:
             "port": config.control_plane.port,
             "dns_port": config.control_plane.dns_port,
         },
-        "timing": {f.name: getattr(config.timing, f.name) for f in fields(Timing)},
+        "timing": _section(config.timing),
+        "auth": _section(config.auth),
+        "realtime": _section(config.realtime),
         "regions": [
             {
                 "name": r.name,
@@ -530,6 +626,13 @@ def config_to_dict(config: Config) -> dict[str, Any]:
             }
             for r in config.regions
         ],
+    }
+
+
+def _section(value: Any) -> dict[str, Any]:
+    return {
+        f.name: list(v) if isinstance(v := getattr(value, f.name), tuple) else v
+        for f in fields(value)
     }
 
 
@@ -555,7 +658,7 @@ def dump_toml(config: Config) -> str:
     for key, value in data.items():
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
-    for section in ("control_plane", "timing"):
+    for section in ("control_plane", "timing", "auth", "realtime"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     for region in data["regions"]:
