@@ -19,6 +19,8 @@ from rich.text import Text
 
 from rideout import __version__
 from rideout._process import pid_alive
+from rideout.auth import KeyFileError
+from rideout.auth.admin import AdminTokenError
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import ClusterError, LocalCluster
@@ -34,6 +36,10 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+token_app = typer.Typer(
+    help="Mint access tokens with the deployment's signing key.", no_args_is_help=True
+)
+app.add_typer(token_app, name="token")
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -141,7 +147,7 @@ def up(
         code = asyncio.run(_up(config, _LogPrinter(quiet), ready_timeout))
     except AlreadyRunning as exc:
         _fail(str(exc))
-    except (ClusterError, EmbeddedRedisError) as exc:
+    except (ClusterError, EmbeddedRedisError, KeyFileError, AdminTokenError) as exc:
         _fail(str(exc))
     raise typer.Exit(code)
 
@@ -302,6 +308,38 @@ def config_show(
         sys.stdout.write(dump_toml(config))
 
 
+# --------------------------------------------------------------------------- tokens
+
+
+@token_app.command("issue")
+def token_issue(
+    sub: Annotated[str, typer.Option(help="The user the token is for (its `sub` claim).")],
+    ttl: Annotated[
+        float | None,
+        typer.Option(help="Seconds the token is valid (default: auth.token_ttl).", min=1),
+    ] = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """Print an access token for SUB that every region's WebSocket API accepts.
+
+    Signed with the deployment's Ed25519 key (DATA_DIR/keys/signing-key.pem, created on
+    first use). Connect with ws://ZONE:PORT/ws?token=TOKEN.
+    """
+    from rideout.auth import SigningKey, TokenIssuer
+
+    config = _load(config_path)
+    try:
+        key = SigningKey.load_or_create(config.keys_dir)
+    except KeyFileError as exc:
+        _fail(str(exc))
+    issuer = TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl)
+    try:
+        token = issuer.issue(sub, ttl=ttl)
+    except ValueError as exc:
+        _fail(f"cannot issue a token for {sub!r}: {exc}", 2)
+    sys.stdout.write(token + "\n")
+
+
 # --------------------------------------------------------------------------- servers
 
 
@@ -320,7 +358,13 @@ def serve(
         app_ = create_app(config, region, zone)
     except KeyError as exc:
         _fail(str(exc.args[0]), 2)
-    run(app_, config.zone(region, zone).address, config.app_port)
+    run(
+        app_,
+        config.zone(region, zone).address,
+        config.app_port,
+        ws_max_size=config.realtime.max_message_size,
+        reuse_port=config.realtime.workers > 1,
+    )
 
 
 @app.command("control-plane")

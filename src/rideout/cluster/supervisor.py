@@ -22,6 +22,8 @@ from pathlib import Path
 import httpx
 
 from rideout._process import LineSink, ManagedProcess
+from rideout.auth import SigningKey
+from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.runstate import EFFECTIVE_CONFIG, ProcessRecord, RunLock, RunState
 from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, dump_toml
 from rideout.store.client import probe_client
@@ -117,6 +119,10 @@ class LocalCluster:
             for d in (self.config.logs_dir, self.config.run_dir):
                 d.mkdir(parents=True, exist_ok=True)
             self.config_file.write_text(dump_toml(self.config), encoding="utf-8")
+            # Every region's servers share one signing key and admin token: make them now,
+            # so that a damaged key file stops `up` before anything runs.
+            SigningKey.load_or_create(self.config.keys_dir)
+            load_or_create_admin_token(self.config.keys_dir)
             await self._start_redis()
             await self._start_servers()
         except BaseException:
@@ -174,18 +180,20 @@ class LocalCluster:
                 f"http://{cp.address}:{cp.port}/health",
             )
         ]
+        workers = self.config.realtime.workers
         for region in self.config.regions:
             for zone in region.zones:
-                plans.append(
-                    (
-                        ProcessRecord(f"app-{zone.name}", "app", 0, region=region.name,
-                                      zone=zone.name, address=zone.address,
-                                      port=self.config.app_port),
-                        [*base, "serve", "--config", str(self.config_file),
-                         "--region", region.name, "--zone", zone.name],
-                        f"http://{zone.address}:{self.config.app_port}/health",
-                    )
-                )  # fmt: skip
+                for worker in range(workers):
+                    name = f"app-{zone.name}" + (f"-w{worker + 1}" if worker else "")
+                    plans.append(
+                        (
+                            ProcessRecord(name, "app", 0, region=region.name, zone=zone.name,
+                                          address=zone.address, port=self.config.app_port),
+                            [*base, "serve", "--config", str(self.config_file),
+                             "--region", region.name, "--zone", zone.name],
+                            f"http://{zone.address}:{self.config.app_port}/health",
+                        )
+                    )  # fmt: skip
         env = child_env()
         started: list[tuple[ManagedProcess, str]] = []
         for record, argv, health_url in plans:

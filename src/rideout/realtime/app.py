@@ -3,6 +3,10 @@
 Every zone of every region runs the same code; what differs is the config's region and
 zone. State lives in the region's Redis, never in the process, so any number of these
 processes can serve a region and any of them can die.
+
+Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /metrics``,
+``GET /.well-known/jwks.json`` (the keys tokens are verified with), and in local mode
+``GET|POST /admin/mode`` (degrade or drain the zone for drills).
 """
 
 from __future__ import annotations
@@ -10,62 +14,76 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Gauge,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
 
+from rideout.auth import JWKSet, SigningKey, TokenVerifier
+from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
+from rideout.realtime import admin
+from rideout.realtime.connection import websocket_endpoint
+from rideout.realtime.epoch import EpochTracker
+from rideout.realtime.hub import Hub
+from rideout.realtime.metrics import AppMetrics
+from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.client import state_client
 from rideout.store.replication import read_epoch, replication_status
 
-__all__ = ["AppMetrics", "ZoneServer", "create_app"]
+if TYPE_CHECKING:
+    from rideout.realtime.connection import Connection
+
+__all__ = ["ZoneServer", "auction_settings", "create_app"]
 
 
-class AppMetrics:
-    """The app server's Prometheus metrics, in a registry of its own (no globals)."""
-
-    def __init__(self, region: str, zone: str) -> None:
-        self.registry = CollectorRegistry()
-        self.info = Gauge(
-            "rideout_app_info", "Which region and zone this app server serves.",
-            ["region", "zone"], registry=self.registry,
-        )  # fmt: skip
-        self.info.labels(region, zone).set(1)
-        self.health_checks = Counter(
-            "rideout_health_checks", "Health checks answered, by outcome.",
-            ["outcome"], registry=self.registry,
-        )  # fmt: skip
-        self.redis_up = Gauge(
-            "rideout_redis_up", "1 when the region's Redis answered the last health check.",
-            registry=self.registry,
-        )  # fmt: skip
-        self.epoch = Gauge(
-            "rideout_epoch", "The writer epoch seen at the last health check.",
-            registry=self.registry,
-        )  # fmt: skip
+def auction_settings(config: Config) -> AuctionSettings:
+    """The store's rules from the deployment's ``[realtime]`` settings."""
+    rt = config.realtime
+    return AuctionSettings(
+        min_bid=rt.min_bid,
+        max_bid=rt.max_bid,
+        min_increment=rt.min_increment,
+        history_size=rt.history_size,
+        history_ttl=rt.history_ttl,
+    )
 
 
-@dataclass
+@dataclass(eq=False)
 class ZoneServer:
-    """What the app server knows about where it runs; kept on ``app.state.zone``."""
+    """What one app server process holds; kept on ``app.state.zone``."""
 
     config: Config
     region: RegionConfig
     zone: ZoneConfig
     redis: aioredis.Redis
+    store: AuctionStore
+    hub: Hub
+    epoch: EpochTracker
+    verifier: TokenVerifier
+    jwks: dict[str, object]
+    admin_token: str
     metrics: AppMetrics
     started_at: float
+    origins: frozenset[str]
+    mode: str = "serving"
+    connections: set[Connection] = field(default_factory=set)
+
+    def origin_allowed(self, origin: str) -> bool:
+        return "*" in self.origins or origin in self.origins
+
+    def set_mode(self, mode: str) -> None:
+        """serving, degraded or draining (see rideout.realtime.admin)."""
+        self.mode = mode
+        for name in admin.MODES:
+            self.metrics.modes.labels(name).set(1 if name == mode else 0)
+        if mode == "draining":
+            admin.drain(self)
 
 
 async def health(request: Request) -> Response:
@@ -76,14 +94,14 @@ async def health(request: Request) -> Response:
     ok = status.reachable
     server.metrics.health_checks.labels("ok" if ok else "redis_unreachable").inc()
     server.metrics.redis_up.set(1 if ok else 0)
-    if epoch is not None:
-        server.metrics.epoch.set(epoch)
     body = {
         "status": "ok" if ok else "degraded",
         "region": server.region.name,
         "zone": server.zone.name,
         "role": server.region.role,
+        "mode": server.mode,
         "epoch": epoch,
+        "connections": len(server.connections),
         "redis": status.to_dict(),
         "uptime": round(time.monotonic() - server.started_at, 3),
     }
@@ -96,23 +114,65 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+async def jwks(request: Request) -> Response:
+    """The public keys access tokens are verified with."""
+    server: ZoneServer = request.app.state.zone
+    return JSONResponse(server.jwks, headers={"Cache-Control": "max-age=300"})
+
+
 def create_app(config: Config, region_name: str, zone_name: str) -> Starlette:
-    """The ASGI app for one zone; raises KeyError for an unknown region or zone."""
+    """The ASGI app for one zone; raises KeyError for an unknown region or zone.
+
+    The signing key and admin token are read from (or, on first use, created in) the
+    deployment's keys directory, so every region verifies the same tokens.
+    """
     region = config.region(region_name)
     zone = config.zone(region_name, zone_name)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        key = SigningKey.load_or_create(config.keys_dir)
+        verifier = TokenVerifier(
+            JWKSet(key.jwks()), issuer=config.auth.issuer, audience=config.auth.audience,
+            leeway=config.auth.leeway,
+        )  # fmt: skip
         client = state_client(region.redis.address, region.redis.port)
-        app.state.zone = ZoneServer(
-            config, region, zone, client, AppMetrics(region.name, zone.name), time.monotonic()
+        # Blocking stream reads get a connection pool of their own.
+        follower = state_client(region.redis.address, region.redis.port)
+        app_metrics = AppMetrics(region.name, zone.name)
+        store = AuctionStore(client, auction_settings(config), region.name)
+        hub = Hub(
+            AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
         )
+        epoch = EpochTracker(
+            lambda: read_epoch(client),
+            interval=config.timing.canary_interval,
+            on_change=app_metrics.epoch.set,
+        )
+        app.state.zone = ZoneServer(
+            config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
+            epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
+            admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
+            started_at=time.monotonic(), origins=frozenset(config.origins()),
+        )  # fmt: skip
+        await epoch.refresh()
+        epoch.start()
+        hub.start()
         try:
             yield
         finally:
+            await hub.stop()
+            await epoch.stop()
+            await follower.aclose()
             await client.aclose()
 
     return Starlette(
-        routes=[Route("/health", health), Route("/metrics", metrics)],
+        routes=[
+            WebSocketRoute("/ws", websocket_endpoint),
+            Route("/health", health),
+            Route("/metrics", metrics),
+            Route("/.well-known/jwks.json", jwks),
+            Route("/admin/mode", admin.admin_mode, methods=["GET", "POST"]),
+        ],
         lifespan=lifespan,
     )

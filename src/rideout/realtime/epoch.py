@@ -1,0 +1,64 @@
+"""Which writer epoch this server believes in.
+
+Bids carry this belief into the Lua script, which refuses them when the writer's epoch
+differs: that is how a server attached to a writer that has been fenced stops changing
+state. The belief is re-read periodically and whenever a bid is refused as stale.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+__all__ = ["EpochTracker"]
+
+log = logging.getLogger("rideout.realtime.epoch")
+
+
+class EpochTracker:
+    """Holds the last epoch read from `source`; refreshes it every `interval` seconds."""
+
+    def __init__(
+        self,
+        source: Callable[[], Awaitable[int | None]],
+        interval: float,
+        on_change: Callable[[int], None] | None = None,
+    ) -> None:
+        self._source = source
+        self._interval = interval
+        self._on_change = on_change
+        self.value: int | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def refresh(self) -> int | None:
+        """Read the epoch now; keep the old value when the source cannot answer."""
+        try:
+            value = await self._source()
+        except Exception as exc:  # the source is I/O; its failure must not stop serving
+            log.warning("cannot read the writer epoch: %s", exc)
+            return self.value
+        if value is not None and value != self.value:
+            if self.value is not None:
+                log.info("writer epoch changed: %s -> %s", self.value, value)
+            self.value = value
+            if self._on_change is not None:
+                self._on_change(value)
+        return self.value
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="rideout-epoch")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            await self.refresh()
+            await asyncio.sleep(self._interval)

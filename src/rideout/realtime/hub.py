@@ -1,0 +1,159 @@
+"""Fan-out: one follower per process reads the room streams its connections watch and
+hands each change to every local subscriber, in stream order, encoded once.
+
+Cross-worker and cross-zone delivery comes from Redis: every app server process follows
+the same streams, so a change accepted by any server reaches every subscriber of that
+room in the region. A connection subscribes *before* it reads the room's state; the
+hub's cursor for the room is then at or before that state's position, so nothing after
+it can be missed, and the connection drops what it has already seen (see
+:class:`Subscriber`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from rideout.protocol import encode_update
+from rideout.realtime.metrics import AppMetrics
+from rideout.store.auction import AuctionStore, StoreError
+
+__all__ = ["Hub", "Subscriber", "offset_key"]
+
+log = logging.getLogger("rideout.realtime.hub")
+
+OffsetKey = tuple[int, int]
+
+
+def offset_key(offset: str) -> OffsetKey:
+    """A stream entry id as a comparable pair (``"1700000000000-3"`` → (1700000000000, 3))."""
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
+
+
+class Subscriber(Protocol):
+    """What the hub delivers to: a connection's per-room filter and send queue."""
+
+    def deliver(self, room: str, key: OffsetKey, text: str) -> None:
+        """Take one encoded update; must not block (the hub serves every subscriber)."""
+
+
+class Hub:
+    """Follows room streams in Redis and dispatches their changes to local subscribers."""
+
+    def __init__(
+        self,
+        store: AuctionStore,
+        region: str,
+        metrics: AppMetrics,
+        *,
+        block_ms: int = 200,
+        batch: int = 500,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._store = store
+        self._region = region
+        self._metrics = metrics
+        self._block_ms = block_ms
+        self._batch = batch
+        self._clock = clock
+        self._subscribers: dict[str, set[Subscriber]] = {}
+        self._cursors: dict[str, str] = {}
+        self._starting: dict[str, asyncio.Future[None]] = {}
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def rooms(self) -> frozenset[str]:
+        return frozenset(self._subscribers)
+
+    def subscriber_count(self, room: str) -> int:
+        return len(self._subscribers.get(room, ()))
+
+    async def subscribe(self, room: str, subscriber: Subscriber) -> None:
+        """Add `subscriber`; once this returns, every later change of `room` reaches it.
+
+        The first subscriber of a room makes the hub start following its stream from
+        the current end. Raises StoreError when the stream cannot be read.
+        """
+        if room in self._cursors:
+            self._subscribers[room].add(subscriber)
+            return
+        starting = self._starting.get(room)
+        if starting is not None:
+            await asyncio.shield(starting)
+            return await self.subscribe(room, subscriber)
+        future = self._starting[room] = asyncio.get_running_loop().create_future()
+        try:
+            offset = await self._store.last_offset(room)
+            self._cursors[room] = offset
+            self._subscribers.setdefault(room, set()).add(subscriber)
+            future.set_result(None)
+            self._changed.set()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters re-raise their own attempt
+            raise
+        finally:
+            del self._starting[room]
+
+    def unsubscribe(self, room: str, subscriber: Subscriber) -> None:
+        """Remove `subscriber` from `room`; the last one out stops the following."""
+        subscribers = self._subscribers.get(room)
+        if subscribers is None:
+            return
+        subscribers.discard(subscriber)
+        if not subscribers:
+            del self._subscribers[room]
+            self._cursors.pop(room, None)
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="rideout-hub")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            if not self._cursors:
+                self._changed.clear()
+                await self._changed.wait()
+                continue
+            try:
+                updates = await self._store.read_updates(
+                    dict(self._cursors), count=self._batch, block_ms=self._block_ms
+                )
+                failures = 0
+            except StoreError as exc:
+                # The region's Redis is failing over or gone: keep the subscribers and
+                # retry; their clients' heartbeats decide whether to move elsewhere.
+                failures += 1
+                self._metrics.store_errors.labels("fanout").inc()
+                if failures == 1:
+                    log.warning("fan-out cannot read the room streams: %s", exc)
+                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                continue
+            for room, entry in updates:
+                if room not in self._cursors:
+                    continue  # the last subscriber left while we read
+                offset = entry.position.offset
+                self._cursors[room] = offset
+                key = offset_key(offset)
+                text = encode_update(
+                    room=room, state=entry.state, position=entry.position, region=self._region
+                )
+                for subscriber in tuple(self._subscribers.get(room, ())):
+                    subscriber.deliver(room, key, text)
+                # The entry id is the writer's clock (ms) at append time; on one machine
+                # (or NTP-synced hosts) this is append-to-queued latency.
+                self._metrics.fanout_latency.observe(max(0.0, self._clock() - key[0] / 1000))

@@ -1,0 +1,79 @@
+"""The app server's Prometheus metrics, in a registry of its own (no globals).
+
+Names are stable: dashboards and alerts depend on them.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+__all__ = ["AppMetrics"]
+
+_LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+
+
+class AppMetrics:
+    """Everything one app server process counts."""
+
+    def __init__(self, region: str, zone: str) -> None:
+        r = self.registry = CollectorRegistry()
+        self.info = Gauge(
+            "rideout_app_info",
+            "Which region and zone this app server serves.",
+            ["region", "zone"],
+            registry=r,
+        )
+        self.info.labels(region, zone).set(1)
+        self.health_checks = Counter(
+            "rideout_health_checks", "Health checks answered, by outcome.", ["outcome"], registry=r
+        )
+        self.redis_up = Gauge(
+            "rideout_redis_up",
+            "1 when the region's Redis answered the last health check.",
+            registry=r,
+        )
+        self.epoch = Gauge("rideout_epoch", "The writer epoch this server believes in.", registry=r)
+        self.connections = Gauge(
+            "rideout_ws_connections", "Open WebSocket connections.", registry=r
+        )
+        self.handshakes = Counter(
+            "rideout_ws_handshakes", "WebSocket handshakes, by outcome.", ["outcome"], registry=r
+        )
+        self.messages = Counter(
+            "rideout_ws_messages",
+            "Messages received, by action and outcome.",
+            ["action", "outcome"],
+            registry=r,
+        )
+        self.closes = Counter(
+            "rideout_ws_closes",
+            "Connections closed by the server, by close code.",
+            ["code"],
+            registry=r,
+        )
+        self.fanout_latency = Histogram(
+            "rideout_fanout_latency_seconds",
+            "From a change's append to its stream until it is queued for every local subscriber.",
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.replays = Counter(
+            "rideout_replays",
+            "getState requests with a position, by outcome.",
+            ["outcome"],
+            registry=r,
+        )
+        self.slow_consumers = Counter(
+            "rideout_slow_consumers", "Connections closed for falling behind (1013).", registry=r
+        )
+        self.store_errors = Counter(
+            "rideout_store_errors",
+            "Failed calls to the state store, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.modes = Gauge(
+            "rideout_zone_mode", "1 for the zone's current admin mode.", ["mode"], registry=r
+        )
+        for mode in ("serving", "degraded", "draining"):
+            self.modes.labels(mode).set(1 if mode == "serving" else 0)

@@ -1,0 +1,89 @@
+"""A region's worth of real app servers on loopback, sharing real Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from rideout.auth import SigningKey, TokenIssuer
+from rideout.config import Config
+from rideout.realtime.app import ZoneServer, create_app
+from rideout.store.client import probe_client
+from rideout.store.replication import ensure_epoch
+from tests.conftest import free_port, running_redis_pair, serving
+
+
+@dataclass
+class Deployment:
+    """Servers by name: a1 and a1b (two workers of use1-az1), a2 (use1-az2), b1 (usw2-az1)."""
+
+    config: Config
+    issuer: TokenIssuer
+    urls: dict[str, str] = field(default_factory=dict)
+    servers: dict[str, ZoneServer] = field(default_factory=dict)
+
+    def token(self, sub: str = "alice", **kw: Any) -> str:
+        return self.issuer.issue(sub, **kw)
+
+    def connect(self, name: str = "a1", sub: str = "alice", **kw: Any) -> connect:
+        return connect(f"{self.urls[name]}/ws?token={self.token(sub)}", open_timeout=5, **kw)
+
+
+async def recv(ws: ClientConnection, timeout: float = 5.0) -> Any:
+    """The next message: parsed JSON, or the bare text (``pong``)."""
+    raw = await asyncio.wait_for(ws.recv(), timeout)
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+async def recv_type(ws: ClientConnection, kind: str, timeout: float = 5.0) -> dict[str, Any]:
+    """Skip messages until one of `kind` arrives."""
+    async with asyncio.timeout(timeout):
+        while True:
+            msg = await recv(ws, timeout)
+            if isinstance(msg, dict) and msg.get("type") == kind:
+                return msg
+
+
+async def send(ws: ClientConnection, **message: Any) -> None:
+    await ws.send(json.dumps(message))
+
+
+@contextlib.asynccontextmanager
+async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
+    key = SigningKey.load_or_create(config.keys_dir)
+    deployment = Deployment(config, TokenIssuer(key, config.auth.issuer, config.auth.audience, 600))
+    primary, secondary = config.primary, config.secondary
+    plan = [
+        ("a1", primary.name, primary.zones[0], config.app_port),
+        ("a1b", primary.name, primary.zones[0], free_port(primary.zones[0].address)),
+        ("a2", primary.name, primary.zones[1], config.app_port),
+        ("b1", secondary.name, secondary.zones[0], config.app_port),
+    ]
+    async with running_redis_pair(config), contextlib.AsyncExitStack() as stack:
+        writer = probe_client(primary.redis.address, primary.redis.port)
+        try:
+            await ensure_epoch(writer)
+        finally:
+            await writer.aclose()
+        for name, region, zone, port in plan:
+            app = create_app(config, region, zone.name)
+            await stack.enter_async_context(serving(app, zone.address, port))
+            deployment.urls[name] = f"ws://{zone.address}:{port}"
+            deployment.servers[name] = app.state.zone
+        yield deployment
+
+
+@pytest.fixture
+async def deployment(make_config: Callable[..., Config]) -> AsyncIterator[Deployment]:
+    async with running_deployment(make_config()) as d:
+        yield d
