@@ -4,8 +4,9 @@ Every process rideout starts goes through :class:`ManagedProcess`:
 
 - it runs in a session of its own, so a Ctrl-C at the terminal reaches only the
   supervisor, which then stops children in order (app servers first, Redis last);
-- on Linux it asks the kernel for SIGTERM when its parent dies (``PR_SET_PDEATHSIG``),
-  so even a supervisor killed with SIGKILL leaves nothing running;
+- on Linux it asks the kernel for a signal when its parent dies (``PR_SET_PDEATHSIG``;
+  SIGTERM unless told otherwise), so even a supervisor killed with SIGKILL leaves
+  nothing running;
 - its stdout and stderr are merged, written line by line to its log file and handed
   to an optional sink (the supervisor's prefixed console output);
 - :meth:`ManagedProcess.stop` sends SIGTERM, waits, then SIGKILLs.
@@ -31,10 +32,13 @@ LineSink = Callable[[str, str], None]  # (process name, line without newline)
 _PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
-    if sys.platform.startswith("linux"):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+def _die_with_parent(signum: int) -> Callable[[], None]:
+    def preexec() -> None:  # runs in the child between fork and exec
+        if sys.platform.startswith("linux"):
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
+
+    return preexec
 
 
 def pid_alive(pid: int) -> bool:
@@ -71,13 +75,16 @@ class ManagedProcess:
         sink: LineSink | None = None,
         env: dict[str, str] | None = None,
         cwd: Path | None = None,
+        death_signal: int = signal.SIGTERM,
     ) -> None:
+        """`death_signal` is what the kernel sends the child when this process dies."""
         self.name = name
         self.argv = list(argv)
         self.log_file = log_file
         self._sink = sink
         self._env = env
         self._cwd = cwd
+        self._death_signal = death_signal
         self._proc: asyncio.subprocess.Process | None = None
         self._pump: asyncio.Task[None] | None = None
         self._tail: deque[str] = deque(maxlen=20)
@@ -112,7 +119,7 @@ class ManagedProcess:
                 env=self._env,
                 cwd=self._cwd,
                 start_new_session=True,
-                preexec_fn=_die_with_parent,
+                preexec_fn=_die_with_parent(self._death_signal),
             )
         except OSError as exc:
             raise ProcessError(f"cannot start {self.name} ({self.argv[0]}): {exc}") from exc

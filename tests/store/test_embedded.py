@@ -122,3 +122,44 @@ async def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
     await server.stop()
     assert server.pid is None
     assert not server.running
+
+
+def test_redis_dies_with_a_killed_parent_even_right_after_replica_sync(tmp_path: Path) -> None:
+    """The replica writes its first AOF right after syncing and ignores SIGTERM then:
+    the parent-death signal must be one it cannot ignore."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import textwrap
+    import time
+
+    primary_port = free_port("127.0.1.100")
+    replica_port = free_port("127.0.2.100")
+    parent = textwrap.dedent(
+        f"""
+        import asyncio, pathlib
+        from rideout.store.embedded import EmbeddedRedis, RedisSpec
+        d = pathlib.Path({str(tmp_path)!r})
+        async def main():
+            p = EmbeddedRedis(RedisSpec("p", "127.0.1.100", {primary_port}, d / "p", d / "p.log"))
+            await p.start()
+            r = EmbeddedRedis(RedisSpec("r", "127.0.2.100", {replica_port}, d / "r", d / "r.log",
+                                        replica_of=("127.0.1.100", {primary_port})))
+            await r.start()
+            print(p.pid, r.pid, flush=True)
+            await asyncio.sleep(60)
+        asyncio.run(main())
+        """
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        os.kill(proc.pid, signal.SIGKILL)  # at once: the replica is still writing its AOF
+        proc.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [p for p in pids if pid_alive(p)]

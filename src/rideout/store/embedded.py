@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import re
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -140,7 +141,14 @@ class EmbeddedRedis:
         binary = self._binary or find_redis_server()
         self.spec.data_dir.mkdir(parents=True, exist_ok=True)
         self._process = ManagedProcess(
-            self.spec.name, self.spec.argv(binary), log_file=self.spec.log_file, sink=self._sink
+            self.spec.name,
+            self.spec.argv(binary),
+            log_file=self.spec.log_file,
+            sink=self._sink,
+            # Redis ignores a SIGTERM that arrives while it writes its first AOF, and an
+            # orphan has nobody to send another. SIGKILL loses nothing acknowledged:
+            # Redis replies only after the write is in the AOF file (page cache).
+            death_signal=signal.SIGKILL,
         )
         try:
             await self._process.start()
