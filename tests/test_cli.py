@@ -82,3 +82,21 @@ def test_serve_an_unknown_zone(config_file: Path) -> None:
     )
     assert result.exit_code == 2
     assert "no zone 'nope' in region 'us-east-1'" in result.stderr
+
+
+def test_token_issue_mints_a_token_every_server_accepts(config_file: Path) -> None:
+    from rideout.auth import JWKSet, SigningKey, TokenVerifier
+
+    config = parse_config(tomllib.loads(config_file.read_text()))
+    result = runner.invoke(
+        app, ["token", "issue", "--sub", "alice", "--ttl", "60", "-c", str(config_file)]
+    )
+    assert result.exit_code == 0, result.stderr
+    key = SigningKey.load_or_create(config.keys_dir)  # the one the command created
+    verifier = TokenVerifier(JWKSet(key.jwks()), config.auth.issuer, config.auth.audience)
+    claims = verifier.verify(result.stdout.strip())
+    assert claims.sub == "alice"
+    assert claims.exp - claims.iat == 60
+    bad = runner.invoke(app, ["token", "issue", "--sub", "", "-c", str(config_file)])
+    assert bad.exit_code == 2
+    assert "cannot issue a token" in bad.stderr

@@ -2,122 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
 import redis
+from websockets.asyncio.client import connect
 
 from rideout._process import pid_alive
-from rideout.config import dump_toml, parse_config
-from tests.conftest import config_data
+from rideout.config import parse_config
+from tests.cluster.conftest import READY_WITHIN, STOP_WITHIN, assert_all_gone, rideout, started
 
 pytestmark = pytest.mark.slow
-
-READY_WITHIN = 45.0  # seconds; start-up takes ~1-2 s here, the bound is for a loaded CI box
-STOP_WITHIN = 15.0
-
-
-def rideout(*args: str, cwd: Path, timeout: float = 30) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rideout", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-class Up:
-    """A `rideout up` in the background, with its output in a file."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.workdir = workdir
-        self.output = workdir / f"up-{time.monotonic_ns()}.out"
-        self._out = self.output.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rideout", "up", "--config", "rideout.toml"],
-            cwd=workdir,
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "COLUMNS": "200"},
-        )
-        self.pids: list[int] = []
-
-    def wait_ready(self) -> dict[str, Any]:
-        deadline = time.monotonic() + READY_WITHIN
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"rideout up exited early:\n{self.output.read_text()}")
-            result = rideout("status", "--json", "--config", "rideout.toml", cwd=self.workdir)
-            if result.returncode == 0:
-                view = json.loads(result.stdout)
-                zones = [z for r in view["regions"] for z in r["zones"]]
-                if (
-                    all(z.get("health", {}).get("up") for z in zones)
-                    and "ready in" in self.output.read_text()
-                ):
-                    pids = [view["control_plane"]["pid"]]
-                    for region in view["regions"]:
-                        pids.append(region["redis"]["pid"])
-                        pids.extend(z["pid"] for z in region["zones"])
-                    assert all(isinstance(p, int) for p in pids), view
-                    self.pids = pids
-                    return view
-            time.sleep(0.2)
-        raise AssertionError(f"not ready within {READY_WITHIN} s:\n{self.output.read_text()}")
-
-    def wait_exit(self) -> int:
-        code = self.proc.wait(timeout=STOP_WITHIN)
-        self._out.close()
-        return code
-
-    def cleanup(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=STOP_WITHIN)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        self._out.close()
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    config = parse_config(config_data(tmp_path / ".rideout"))
-    (tmp_path / "rideout.toml").write_text(dump_toml(config))
-    return tmp_path
-
-
-@contextlib.contextmanager
-def started(workdir: Path) -> Iterator[Up]:
-    up = Up(workdir)
-    try:
-        yield up
-    finally:
-        up.cleanup()
-
-
-def assert_all_gone(pids: list[int], within: float = STOP_WITHIN) -> None:
-    deadline = time.monotonic() + within
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in pids if pid_alive(p)], "processes left behind"
 
 
 def test_up_serves_every_zone_refuses_a_second_up_and_stops_on_sigint(workdir: Path) -> None:
@@ -199,3 +102,45 @@ def test_a_killed_supervisor_leaves_nothing_running(workdir: Path) -> None:
         assert_all_gone(up.pids)
     # And the data directory is free again: no stale lock.
     assert "nothing to stop" in rideout("down", "-c", "rideout.toml", cwd=workdir).stdout
+
+
+async def test_the_auction_through_up_with_two_workers_per_zone(
+    make_workdir: Callable[..., Path],
+) -> None:
+    """Tokens from `rideout token issue`, clients spread over two workers of a zone by the
+    kernel (SO_REUSEPORT) and over both regions; one bid reaches all of them."""
+    workdir = make_workdir(realtime={"workers": 2})
+    config = parse_config(
+        json.loads(rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir).stdout)
+    )
+    with started(workdir) as up:
+        up.wait_ready()
+        assert len(up.pids) == 2 + 1 + 4 * 2
+        assert all(pid_alive(p) for p in up.pids)
+        issued = rideout("token", "issue", "--sub", "alice", "-c", "rideout.toml", cwd=workdir)
+        assert issued.returncode == 0, issued.stderr
+        token = issued.stdout.strip()
+        urls = [
+            f"ws://{z.address}:{config.app_port}/ws?token={token}"
+            for r in config.regions
+            for z in r.zones
+        ]
+        async with contextlib.AsyncExitStack() as stack:
+            clients = [await stack.enter_async_context(connect(urls[i % 4])) for i in range(24)]
+            for ws in clients:
+                await ws.send(json.dumps({"action": "getState", "room": "e2e"}))
+                assert json.loads(await asyncio.wait_for(ws.recv(), 5))["type"] == "state"
+            bidder = clients[0]
+            await bidder.send(
+                json.dumps({"action": "bid", "room": "e2e", "amount": 42, "id": "e2e-1"})
+            )
+            for ws in clients:
+                while (msg := json.loads(await asyncio.wait_for(ws.recv(), 10)))[
+                    "type"
+                ] != "update":
+                    assert msg["type"] == "ack"
+                assert msg["state"]["bid"] == 42
+                assert msg["state"]["bidder"] == "alice"
+        up.proc.send_signal(signal.SIGTERM)
+        assert up.wait_exit() == 0
+        assert_all_gone(up.pids)
