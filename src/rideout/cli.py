@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -36,6 +37,10 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+chaos_app = typer.Typer(
+    help="Break a region of a running deployment on purpose (and mend it).", no_args_is_help=True
+)
+app.add_typer(chaos_app, name="chaos")
 token_app = typer.Typer(
     help="Mint access tokens with the deployment's signing key.", no_args_is_help=True
 )
@@ -250,6 +255,11 @@ def _print_status(view: dict[str, Any], title: str) -> None:
             "redis", f"{region['name']} ({region['role']})", redis["address"],
             str(redis["pid"] or "-"), _redis_state(redis.get("state")),
         )  # fmt: skip
+        canary = region["canary"]
+        table.add_row(
+            "canary", region["name"], "probes its zones every interval", str(canary["pid"] or "-"),
+            _state(canary["alive"] if canary["pid"] else None, "running", "stopped"),
+        )  # fmt: skip
         for zone in region["zones"]:
             zh = zone.get("health")
             table.add_row(
@@ -308,6 +318,51 @@ def config_show(
         sys.stdout.write(dump_toml(config))
 
 
+# --------------------------------------------------------------------------- chaos
+
+RegionArgument = Annotated[str, typer.Argument(help="The region, e.g. us-east-1.")]
+
+
+def _chaos(op: str, region: str, config_path: Path | None) -> None:
+    from rideout.cluster.chaos import ChaosError, send_command
+
+    config = _load(config_path)
+    try:
+        console.print(send_command(config.run_dir, op, region))
+    except ChaosError as exc:
+        _fail(str(exc))
+
+
+@chaos_app.command("kill")
+def chaos_kill(region: RegionArgument, config_path: ConfigOption = None) -> None:
+    """SIGKILL every process of REGION, Redis included: the region is gone."""
+    _chaos("kill", region, config_path)
+
+
+@chaos_app.command("kill-redis")
+def chaos_kill_redis(region: RegionArgument, config_path: ConfigOption = None) -> None:
+    """SIGKILL only REGION's Redis."""
+    _chaos("kill-redis", region, config_path)
+
+
+@chaos_app.command("freeze")
+def chaos_freeze(region: RegionArgument, config_path: ConfigOption = None) -> None:
+    """SIGSTOP every process of REGION: connections hang, like a network blackhole."""
+    _chaos("freeze", region, config_path)
+
+
+@chaos_app.command("throttle")
+def chaos_throttle(region: RegionArgument, config_path: ConfigOption = None) -> None:
+    """REGION's app servers answer every message with error/unavailable (sockets stay open)."""
+    _chaos("throttle", region, config_path)
+
+
+@chaos_app.command("restore")
+def chaos_restore(region: RegionArgument, config_path: ConfigOption = None) -> None:
+    """Undo kill, kill-redis, freeze and throttle: REGION comes back."""
+    _chaos("restore", region, config_path)
+
+
 # --------------------------------------------------------------------------- tokens
 
 
@@ -355,7 +410,7 @@ def serve(
 
     config = _load(config_path)
     try:
-        app_ = create_app(config, region, zone)
+        app_ = create_app(config, region, zone, signals=True)
     except KeyError as exc:
         _fail(str(exc.args[0]), 2)
     run(
@@ -365,6 +420,39 @@ def serve(
         ws_max_size=config.realtime.max_message_size,
         reuse_port=config.realtime.workers > 1,
     )
+
+
+@app.command()
+def canary(
+    region: Annotated[str, typer.Option(help="The region whose zones this canary probes.")],
+    config_path: ConfigOption = None,
+) -> None:
+    """Probe a region's zones every canary interval and push the results to the control plane.
+
+    `rideout up` starts one per region, beside the region's servers.
+    """
+    import logging
+
+    from rideout.health.canary import Canary
+
+    config = _load(config_path)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    try:
+        probe = Canary(config, region)
+    except KeyError as exc:
+        _fail(str(exc.args[0]), 2)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_until_terminated(probe.run()))
+
+
+async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
+    """Run `work` until it ends or SIGTERM/SIGINT arrives (then cancel it and return)."""
+    task = asyncio.ensure_future(work)
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, task.cancel)
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
 
 
 @app.command("control-plane")

@@ -29,6 +29,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ControlPlaneConfig",
+    "FailoverConfig",
     "RealtimeConfig",
     "RedisConfig",
     "RegionConfig",
@@ -171,6 +172,21 @@ class RealtimeConfig:
     min_increment: int = 1
 
 
+@dataclass(frozen=True, slots=True)
+class FailoverConfig:
+    """How the writer moves between regions and what an acknowledgement promises."""
+
+    # async: the seed's behaviour, a bid is acknowledged once the writer has it (writes
+    # just before a failure may be lost, and are counted). sync: acknowledged only once
+    # the other region's replica has it too (Redis WAIT).
+    replication: str = "async"
+    sync_timeout: float = 0.5  # seconds WAIT waits for the replica
+    # sync mode with the replica down or slow: "reject" the bid (error/unavailable, the
+    # client retries) or "degrade" to async for that bid (counted, shown in status).
+    replica_down: str = "reject"
+    auto_failback: bool = True  # move back to the primary once it is healthy again
+
+
 def _default_regions() -> tuple[RegionConfig, ...]:
     return (
         RegionConfig(
@@ -202,6 +218,7 @@ class Config:
     timing: Timing = PROFILES["fast"]
     auth: AuthConfig = field(default_factory=AuthConfig)
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
+    failover: FailoverConfig = field(default_factory=FailoverConfig)
 
     @property
     def keys_dir(self) -> Path:
@@ -324,6 +341,19 @@ class _Reader:
             what = "zero or more" if zero_ok else "a positive number of"
             raise ConfigError(self.key(name), f"must be {what} seconds, got {value}")
         return float(value)
+
+    def flag(self, name: str, default: bool) -> bool:
+        if name not in self._table:
+            return default
+        value = self._table.pop(name)
+        if isinstance(value, str):  # from the environment
+            words = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+            if value.strip().lower() not in words:
+                raise ConfigError(self.key(name), f"expected true or false, got {value!r}")
+            return words[value.strip().lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(self.key(name), f"expected true or false, got {_kind(value)}")
+        return value
 
     def strings(self, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
         if name not in self._table:
@@ -448,6 +478,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         timing=_parse_timing(root.table("timing"), PROFILES[profile]),
         auth=_parse_auth(root.table("auth")),
         realtime=_parse_realtime(root.table("realtime")),
+        failover=_parse_failover(root.table("failover")),
     )
     root.done()
     _validate(config)
@@ -470,7 +501,9 @@ def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for f in fields(base):
         default = getattr(base, f.name)
-        if isinstance(default, int):
+        if isinstance(default, bool):
+            values[f.name] = t.flag(f.name, default)
+        elif isinstance(default, int):
             values[f.name] = t.integer(f.name, default)
         elif isinstance(default, float):
             values[f.name] = t.seconds(f.name, default, zero_ok=f.metadata.get("zero_ok", False))
@@ -502,6 +535,19 @@ def _parse_realtime(t: _Reader) -> RealtimeConfig:
     if realtime.workers > 64:
         raise ConfigError(t.key("workers"), "at most 64 workers per zone")
     return realtime
+
+
+def _parse_failover(t: _Reader) -> FailoverConfig:
+    failover = FailoverConfig(**_scalars(t, FailoverConfig()))
+    if failover.replication not in ("async", "sync"):
+        raise ConfigError(
+            t.key("replication"), f"must be 'async' or 'sync', got {failover.replication!r}"
+        )
+    if failover.replica_down not in ("reject", "degrade"):
+        raise ConfigError(
+            t.key("replica_down"), f"must be 'reject' or 'degrade', got {failover.replica_down!r}"
+        )
+    return failover
 
 
 def _parse_timing(t: _Reader, base: Timing) -> Timing:
@@ -617,6 +663,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "timing": _section(config.timing),
         "auth": _section(config.auth),
         "realtime": _section(config.realtime),
+        "failover": _section(config.failover),
         "regions": [
             {
                 "name": r.name,
@@ -658,7 +705,7 @@ def dump_toml(config: Config) -> str:
     for key, value in data.items():
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
-    for section in ("control_plane", "timing", "auth", "realtime"):
+    for section in ("control_plane", "timing", "auth", "realtime", "failover"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     for region in data["regions"]:

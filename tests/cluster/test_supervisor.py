@@ -28,7 +28,7 @@ async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
     try:
         await cluster.start()
         pids = all_pids(cluster)
-        assert len(pids) == 2 + 4 + 1  # two Redis, four zones, one control plane
+        assert len(pids) == 2 + 4 + 2 + 1  # two Redis, four zones, two canaries, one control plane
         assert all(pid_alive(p) for p in pids)
         view = await collect_status(config)
         assert view["running"]
@@ -105,9 +105,9 @@ async def test_cancelled_start_stops_what_started(make_config: Callable[..., Con
     task = asyncio.create_task(cluster.start())
     async with httpx.AsyncClient(trust_env=False) as http:
         # Cancel once the primary's Redis runs but before start-up finishes.
-        while not cluster._redis or cluster._redis[0].pid is None:
+        while not cluster._redis or next(iter(cluster._redis.values())).pid is None:
             await asyncio.sleep(0.01)
-        redis_pid = cluster._redis[0].pid
+        redis_pid = next(iter(cluster._redis.values())).pid
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

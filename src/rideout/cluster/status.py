@@ -88,6 +88,7 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
                     "address": f"{region.redis.address}:{region.redis.port}",
                     **pid_of(redis_name),
                 },
+                "canary": {"name": f"canary-{region.name}", **pid_of(f"canary-{region.name}")},
                 "zones": [
                     {
                         "name": zone.name,

@@ -16,6 +16,7 @@ The routes exist only in ``local`` mode; elsewhere they answer 404.
 from __future__ import annotations
 
 import json
+import signal
 from typing import TYPE_CHECKING
 
 from starlette.requests import Request
@@ -27,9 +28,14 @@ from rideout.protocol import CloseCode
 if TYPE_CHECKING:
     from rideout.realtime.app import ZoneServer
 
-__all__ = ["MODES", "admin_mode"]
+__all__ = ["DEGRADE_SIGNAL", "MODES", "SERVE_SIGNAL", "admin_mode"]
 
 MODES = ("serving", "degraded", "draining")
+
+# `rideout serve` also switches on signals, which reach every worker of a zone (an
+# HTTP request reaches only the worker the kernel picks): `rideout chaos throttle`.
+DEGRADE_SIGNAL = signal.SIGUSR1
+SERVE_SIGNAL = signal.SIGUSR2
 
 
 async def admin_mode(request: Request) -> Response:

@@ -11,6 +11,7 @@ Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /metrics``,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -73,6 +74,7 @@ class ZoneServer:
     origins: frozenset[str]
     mode: str = "serving"
     connections: set[Connection] = field(default_factory=set)
+    unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements
 
     def origin_allowed(self, origin: str) -> bool:
         return "*" in self.origins or origin in self.origins
@@ -102,6 +104,10 @@ async def health(request: Request) -> Response:
         "mode": server.mode,
         "epoch": epoch,
         "connections": len(server.connections),
+        "replication": {
+            "mode": server.config.failover.replication,
+            "unreplicated_acks": server.unreplicated_acks,
+        },
         "redis": status.to_dict(),
         "uptime": round(time.monotonic() - server.started_at, 3),
     }
@@ -120,11 +126,15 @@ async def jwks(request: Request) -> Response:
     return JSONResponse(server.jwks, headers={"Cache-Control": "max-age=300"})
 
 
-def create_app(config: Config, region_name: str, zone_name: str) -> Starlette:
+def create_app(
+    config: Config, region_name: str, zone_name: str, *, signals: bool = False
+) -> Starlette:
     """The ASGI app for one zone; raises KeyError for an unknown region or zone.
 
     The signing key and admin token are read from (or, on first use, created in) the
-    deployment's keys directory, so every region verifies the same tokens.
+    deployment's keys directory, so every region verifies the same tokens. With
+    `signals`, SIGUSR1 degrades the zone and SIGUSR2 puts it back to serving (for a
+    process of its own: `rideout serve`).
     """
     region = config.region(region_name)
     zone = config.zone(region_name, zone_name)
@@ -158,9 +168,17 @@ def create_app(config: Config, region_name: str, zone_name: str) -> Starlette:
         await epoch.refresh()
         epoch.start()
         hub.start()
+        loop = asyncio.get_running_loop()
+        if signals:
+            server = app.state.zone
+            loop.add_signal_handler(admin.DEGRADE_SIGNAL, server.set_mode, "degraded")
+            loop.add_signal_handler(admin.SERVE_SIGNAL, server.set_mode, "serving")
         try:
             yield
         finally:
+            if signals:
+                loop.remove_signal_handler(admin.DEGRADE_SIGNAL)
+                loop.remove_signal_handler(admin.SERVE_SIGNAL)
             await hub.stop()
             await epoch.stop()
             await follower.aclose()

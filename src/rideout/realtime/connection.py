@@ -340,20 +340,46 @@ class Connection:
                 encode_error(ErrorCode.UNAVAILABLE, "the writer's epoch is unknown; retry", msg.id)
             )
             return "unavailable"
-        result = await server.store.bid(msg.room, self.sub, msg.amount, msg.id, epoch=epoch)
+        failover = server.config.failover
+        sync = failover.replication == "sync"
+        result = await server.store.bid(
+            msg.room, self.sub, msg.amount, msg.id, epoch=epoch,
+            wait_replicas=1 if sync else 0, wait_timeout=failover.sync_timeout,
+        )  # fmt: skip
         if result.reason == Reason.STALE_EPOCH:
             # Fenced: this server's idea of the writer is out of date. Nothing changed;
             # the client retries with the same id once the server has caught up.
             await server.epoch.refresh()
             self._send(encode_error(ErrorCode.UNAVAILABLE, "the writer changed; retry", msg.id))
             return "fenced"
+        outcome = "accepted" if result.accepted else "rejected"
+        if sync and result.accepted:
+            if (result.replicas or 0) >= 1:
+                server.metrics.sync_replication.labels("replicated").inc()
+            elif failover.replica_down == "reject":
+                # Applied on the writer but not yet in the other region: do not promise
+                # it. The client retries with the same id; the retry is acknowledged
+                # once the replica has it.
+                server.metrics.sync_replication.labels("rejected").inc()
+                self._send(
+                    encode_error(
+                        ErrorCode.UNAVAILABLE,
+                        "not yet replicated to the other region; retry",
+                        msg.id,
+                    )
+                )
+                return "unreplicated"
+            else:
+                server.metrics.sync_replication.labels("degraded").inc()
+                server.unreplicated_acks += 1
+                outcome = "accepted_async"
         self._send(
             encode_ack(
                 request_id=msg.id, accepted=result.accepted, reason=result.reason,
                 position=result.position, region=server.region.name,
             )
         )  # fmt: skip
-        return "accepted" if result.accepted else "rejected"
+        return outcome
 
 
 _ACTIONS: dict[type[Any], str] = {Heartbeat: "heartbeat", GetState: "getState", Bid: "bid"}

@@ -72,6 +72,11 @@ class AppMetrics:
             ["kind"],
             registry=r,
         )
+        self.sync_replication = Counter(
+            "rideout_sync_replication",
+            "Accepted bids in sync mode, by whether the replica had them before the ack.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
         self.modes = Gauge(
             "rideout_zone_mode", "1 for the zone's current admin mode.", ["mode"], registry=r
         )

@@ -65,7 +65,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
@@ -206,6 +206,7 @@ class BidResult:
     position: Position
     state: dict[str, Any]
     duplicate: bool = False
+    replicas: int | None = None  # replicas that had the write in time (with wait_replicas)
 
 
 @dataclass(frozen=True, slots=True)
@@ -471,14 +472,25 @@ class AuctionStore:
         return _offset_field({"offset": _text(value, "offset")}, f"room {room!r} state")
 
     async def bid(
-        self, room: str, sub: str, amount: int, request_id: str, *, epoch: int
+        self,
+        room: str,
+        sub: str,
+        amount: int,
+        request_id: str,
+        *,
+        epoch: int,
+        wait_replicas: int = 0,
+        wait_timeout: float = 0.5,
     ) -> BidResult:
         """Place ``sub``'s bid of ``amount`` in ``room``: one atomic script, one round trip.
 
         ``epoch`` is the epoch the calling server believes its writer has; when the
         server's epoch differs the bid is refused with ``stale_epoch`` and nothing
-        changes. Raises :class:`NotWriter` on a replica, :class:`StoreUnavailable` when
-        the server cannot be reached.
+        changes. With ``wait_replicas``, ``WAIT wait_replicas timeout`` follows the
+        script on the same connection (a pipeline, still one round trip) and
+        :attr:`BidResult.replicas` says how many replicas had the write in time. Raises
+        :class:`NotWriter` on a replica, :class:`StoreUnavailable` when the server
+        cannot be reached.
         """
         _check_text("room", room)
         _check_text("sub", sub)
@@ -487,30 +499,40 @@ class AuctionStore:
             raise ValueError(f"amount must be an integer, not {amount!r}")
         _check_epoch(epoch)
         s = self.settings
+        script_keys, script_args = (
+            [
+                keys.EPOCH,
+                keys.room_state(room),
+                keys.room_stream(room),
+                keys.user_session(sub),
+                keys.bid_ack(sub, request_id),
+            ],
+            [
+                str(epoch),
+                str(amount),
+                room,
+                sub,
+                request_id,
+                str(s.min_bid),
+                str(s.max_bid),
+                str(s.min_increment),
+                str(s.history_size),
+                str(_millis(s.history_ttl)),
+                str(_millis(s.ack_ttl)),
+            ],
+        )
+        replicas: int | None = None
         with self._errors(f"bid in room {room!r}"):
-            reply = await self._bid_script(
-                keys=[
-                    keys.EPOCH,
-                    keys.room_state(room),
-                    keys.room_stream(room),
-                    keys.user_session(sub),
-                    keys.bid_ack(sub, request_id),
-                ],
-                args=[
-                    str(epoch),
-                    str(amount),
-                    room,
-                    sub,
-                    request_id,
-                    str(s.min_bid),
-                    str(s.max_bid),
-                    str(s.min_increment),
-                    str(s.history_size),
-                    str(_millis(s.history_ttl)),
-                    str(_millis(s.ack_ttl)),
-                ],
-            )
-        return _bid_result(reply, f"bid in room {room!r}")
+            if wait_replicas:
+                async with self.client.pipeline(transaction=False) as pipe:
+                    await self._bid_script(keys=script_keys, args=script_args, client=pipe)
+                    pipe.execute_command("WAIT", wait_replicas, _millis(wait_timeout))
+                    reply, acked = await pipe.execute()
+                replicas = int(acked)
+            else:
+                reply = await self._bid_script(keys=script_keys, args=script_args)
+        result = _bid_result(reply, f"bid in room {room!r}")
+        return result if replicas is None else replace(result, replicas=replicas)
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
         """The room's state, ``sub``'s session, the current position and, given

@@ -120,13 +120,17 @@ if epoch ~= ARGV[1] then
   return {'stale', ack_json(false, 'stale_epoch', offset, current_state())}
 end
 
--- (b) idempotency: the first decision for (sub, request id) is final.
+local ack_ttl = ARGV[11]
+
+-- (b) idempotency: the first decision for (sub, request id) is final. Refreshing the
+-- record's TTL is a write on purpose: it replicates after the original decision, so
+-- a WAIT that follows a retried bid also covers the original (sync replication must
+-- never acknowledge a retry whose first write has not reached the replica).
 local stored = redis.call('GET', KEYS[5])
 if stored then
+  redis.call('PEXPIRE', KEYS[5], ack_ttl)
   return {'dup', stored}
 end
-
-local ack_ttl = ARGV[11]
 
 -- (c) validation
 local amount = tonumber(ARGV[2])

@@ -1,0 +1,1 @@
+"""Failure detection: the canary, metrics, CloudWatch-style alarms, health checks."""

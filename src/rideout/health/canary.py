@@ -1,0 +1,175 @@
+"""The canary: traffic-independent detection of a regional failure (seed 000/002).
+
+One canary runs in each region, beside the region's servers (so it dies with the
+region). Every interval it opens a WebSocket to each of its region's zone endpoints
+directly (not through DNS), authenticates with a token of its own, sends a heartbeat
+and expects ``pong`` within the timeout. It pushes one datapoint per probe, 1 for
+healthy and 0 for unhealthy, as metric ``App/WebSocketHealth`` with dimensions
+``ApiId=<region>`` and ``Zone=<zone>``, to the control plane's PutMetricData-like
+ingest endpoint. When the region dies the datapoints stop; the alarm counts the
+silence as breaching.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import httpx
+from websockets.asyncio.client import connect
+from websockets.exceptions import WebSocketException
+
+from rideout.auth import SigningKey, TokenIssuer
+from rideout.config import Config
+from rideout.protocol import PONG
+
+__all__ = ["METRIC_NAME", "NAMESPACE", "Canary", "ProbeResult", "metric_data", "probe"]
+
+log = logging.getLogger("rideout.canary")
+
+NAMESPACE = "App"
+METRIC_NAME = "WebSocketHealth"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """One probe of one zone endpoint."""
+
+    region: str
+    zone: str
+    healthy: bool
+    latency: float
+    error: str | None
+    timestamp: float
+
+
+async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
+    """Connect, heartbeat, expect ``pong``, all within `timeout`: (healthy, why not)."""
+    try:
+        async with asyncio.timeout(timeout):
+            async with connect(
+                url,
+                additional_headers={"Authorization": f"Bearer {token}"},
+                compression=None,
+                open_timeout=None,
+                close_timeout=0.1,
+                ping_interval=None,
+            ) as ws:
+                await ws.send(json.dumps({"action": "heartbeat"}))
+                reply = await ws.recv()
+        if reply == PONG:
+            return True, None
+        return False, f"expected pong, got {str(reply)[:80]!r}"
+    except TimeoutError:
+        return False, f"no pong within {timeout:g} s"
+    except (OSError, WebSocketException) as exc:
+        return False, f"{type(exc).__name__}: {exc}"
+
+
+def metric_data(results: list[ProbeResult]) -> dict[str, object]:
+    """The PutMetricData-shaped body for a round of probes."""
+    return {
+        "Namespace": NAMESPACE,
+        "MetricData": [
+            {
+                "MetricName": METRIC_NAME,
+                "Dimensions": [
+                    {"Name": "ApiId", "Value": r.region},
+                    {"Name": "Zone", "Value": r.zone},
+                ],
+                "Value": 1.0 if r.healthy else 0.0,
+                "Timestamp": r.timestamp,
+            }
+            for r in results
+        ],
+    }
+
+
+class Canary:
+    """Probes `region`'s zones every ``timing.canary_interval`` and pushes the results."""
+
+    def __init__(
+        self,
+        config: Config,
+        region: str,
+        *,
+        probe_zone: Callable[[str, str, float], Awaitable[tuple[bool, str | None]]] = probe,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.region = config.region(region)
+        self._probe = probe_zone
+        self._clock = clock
+        key = SigningKey.load_or_create(config.keys_dir)
+        self._issuer = TokenIssuer(
+            key, config.auth.issuer, config.auth.audience, config.auth.token_ttl
+        )
+        self._token = ""
+        self._token_expires = 0.0
+        cp = config.control_plane
+        self.ingest_url = f"http://{cp.address}:{cp.port}/v1/metrics"
+
+    def _current_token(self) -> str:
+        now = self._clock()
+        if now > self._token_expires - 60 or not self._token:
+            self._token = self._issuer.issue(f"canary-{self.region.name}")
+            self._token_expires = now + self.config.auth.token_ttl
+        return self._token
+
+    async def probe_all(self) -> list[ProbeResult]:
+        """One round: every zone of the region, concurrently."""
+        timing = self.config.timing
+        token = self._current_token()
+
+        async def one(zone_name: str, address: str) -> ProbeResult:
+            started = time.monotonic()
+            url = f"ws://{address}:{self.config.app_port}/ws"
+            healthy, error = await self._probe(url, token, timing.canary_timeout)
+            return ProbeResult(
+                self.region.name,
+                zone_name,
+                healthy,
+                time.monotonic() - started,
+                error,
+                self._clock(),
+            )
+
+        return list(await asyncio.gather(*(one(z.name, z.address) for z in self.region.zones)))
+
+    async def push(self, http: httpx.AsyncClient, results: list[ProbeResult]) -> bool:
+        """Send a round to the control plane; a failure is logged, never raised."""
+        try:
+            response = await http.post(self.ingest_url, json=metric_data(results))
+            if response.status_code == 200:
+                return True
+            log.warning(
+                "the control plane refused the datapoints: HTTP %s %s",
+                response.status_code,
+                response.text[:200],
+            )
+        except httpx.HTTPError as exc:
+            log.warning("cannot reach the control plane at %s: %s", self.ingest_url, exc)
+        return False
+
+    async def run(self, rounds: int | None = None) -> None:
+        """Probe and push every interval (forever, or `rounds` times)."""
+        interval = self.config.timing.canary_interval
+        previous: dict[str, bool] = {}
+        async with httpx.AsyncClient(timeout=max(1.0, interval), trust_env=False) as http:
+            done = 0
+            next_round = time.monotonic()
+            while rounds is None or done < rounds:
+                results = await self.probe_all()
+                for r in results:
+                    if previous.get(r.zone) != r.healthy:
+                        state = "healthy" if r.healthy else f"UNHEALTHY ({r.error})"
+                        log.info("%s %s: %s", r.region, r.zone, state)
+                        previous[r.zone] = r.healthy
+                await self.push(http, results)
+                done += 1
+                next_round += interval
+                await asyncio.sleep(max(0.0, next_round - time.monotonic()))

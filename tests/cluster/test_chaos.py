@@ -1,0 +1,128 @@
+"""Fault injection through a running supervisor's control socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+from websockets.asyncio.client import connect
+
+from rideout._process import pid_alive
+from rideout.auth import SigningKey, TokenIssuer
+from rideout.cluster.chaos import ChaosError, send_command
+from rideout.cluster.runstate import RunState
+from rideout.cluster.supervisor import LocalCluster
+from rideout.config import Config
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture
+async def cluster(make_config: Callable[..., Config]) -> AsyncIterator[LocalCluster]:
+    config = make_config(realtime={"workers": 2})
+    running = LocalCluster(config)
+    try:
+        await running.start()
+        yield running
+    finally:
+        await running.stop()
+
+
+async def chaos(cluster: LocalCluster, op: str, region: str) -> str:
+    # The CLI's blocking client, off the event loop the supervisor runs on.
+    return await asyncio.to_thread(send_command, cluster.config.run_dir, op, region)
+
+
+def region_pids(cluster: LocalCluster, region: str) -> list[int]:
+    state = RunState.read(cluster.config.run_dir)
+    assert state is not None
+    return [p.pid for p in state.processes if p.region == region]
+
+
+def proc_state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0]
+
+
+async def heartbeat(cluster: LocalCluster, zone_address: str) -> Any:
+    config = cluster.config
+    token = TokenIssuer(
+        SigningKey.load_or_create(config.keys_dir), config.auth.issuer, config.auth.audience, 60
+    ).issue("t")
+    async with connect(
+        f"ws://{zone_address}:{config.app_port}/ws?token={token}", open_timeout=5
+    ) as ws:
+        await ws.send(json.dumps({"action": "heartbeat"}))
+        reply = await asyncio.wait_for(ws.recv(), 5)
+        return reply if reply == "pong" else json.loads(reply)
+
+
+async def test_throttle_reaches_every_worker_and_restore_undoes_it(cluster: LocalCluster) -> None:
+    zone = cluster.config.primary.zones[0].address
+    message = await chaos(cluster, "throttle", "us-east-1")
+    assert "throttled us-east-1: 4 app servers" in message
+    await asyncio.sleep(0.2)  # the signal is handled on each worker's loop
+    # Every connection, whichever worker the kernel picks, is degraded.
+    for _ in range(6):
+        reply = await heartbeat(cluster, zone)
+        assert reply["code"] == "unavailable"
+    assert await heartbeat(cluster, cluster.config.secondary.zones[0].address) == "pong"
+    assert "app servers serving" in await chaos(cluster, "restore", "us-east-1")
+    await asyncio.sleep(0.2)
+    for _ in range(6):
+        assert await heartbeat(cluster, zone) == "pong"
+
+
+async def test_freeze_stops_and_restore_resumes(cluster: LocalCluster) -> None:
+    pids = region_pids(cluster, "us-west-2")
+    assert "froze us-west-2" in await chaos(cluster, "freeze", "us-west-2")
+    assert {proc_state(p) for p in pids} == {"T"}
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(heartbeat(cluster, cluster.config.secondary.zones[0].address), 1.0)
+    assert "resumed" in await chaos(cluster, "restore", "us-west-2")
+    assert "T" not in {proc_state(p) for p in pids}
+    assert await heartbeat(cluster, cluster.config.secondary.zones[0].address) == "pong"
+
+
+async def test_kill_and_restore_a_region(cluster: LocalCluster) -> None:
+    pids = region_pids(cluster, "us-west-2")
+    assert len(pids) == 1 + 2 * 2 + 1  # Redis, two zones of two workers, canary
+    assert "killed us-west-2: 6 processes" in await chaos(cluster, "kill", "us-west-2")
+    for _ in range(100):
+        if not any(pid_alive(p) for p in pids):
+            break
+        await asyncio.sleep(0.05)
+    assert not any(pid_alive(p) for p in pids)
+    message = await chaos(cluster, "restore", "us-west-2")
+    assert "restarted redis-us-west-2" in message
+    assert "restarted 5 servers" in message
+    new = region_pids(cluster, "us-west-2")
+    assert len(new) == 6
+    assert not set(new) & set(pids)
+    assert await heartbeat(cluster, cluster.config.secondary.zones[1].address) == "pong"
+
+
+async def test_kill_redis_only(cluster: LocalCluster) -> None:
+    before = region_pids(cluster, "us-east-1")
+    message = await chaos(cluster, "kill-redis", "us-east-1")
+    assert message.startswith("killed redis-us-east-1")
+    await asyncio.sleep(0.3)
+    alive = [p for p in before if pid_alive(p)]
+    assert len(alive) == len(before) - 1  # everything but Redis
+
+
+async def test_bad_commands_are_refused(cluster: LocalCluster) -> None:
+    with pytest.raises(ChaosError, match="no region 'mars-1'"):
+        await chaos(cluster, "kill", "mars-1")
+    with pytest.raises(ChaosError, match="expected"):
+        await chaos(cluster, "explode", "us-east-1")
+    reply = await cluster.command(b"not json")
+    assert reply["ok"] is False
+
+
+def test_no_supervisor(tmp_path: Any) -> None:
+    with pytest.raises(ChaosError, match="rideout is not running"):
+        send_command(tmp_path / "run", "kill", "us-east-1")

@@ -1,0 +1,104 @@
+"""The canary against real app servers and a real ingest endpoint."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rideout.health.canary import METRIC_NAME, NAMESPACE, Canary, metric_data, probe
+from tests.conftest import free_port, serving
+from tests.realtime.conftest import Deployment
+
+
+async def test_probe_healthy_dead_and_degraded(deployment: Deployment) -> None:
+    token = deployment.token("canary")
+    url = deployment.urls["a1"] + "/ws"
+    assert await probe(url, token, 2.0) == (True, None)
+    healthy, error = await probe(f"ws://127.0.1.1:{free_port('127.0.1.1')}/ws", token, 2.0)
+    assert not healthy
+    assert "ConnectionRefusedError" in (error or "")
+    healthy, error = await probe(url, "not-a-token", 2.0)
+    assert not healthy
+    assert "401" in (error or "")
+    deployment.servers["a1"].set_mode("degraded")
+    healthy, error = await probe(url, token, 2.0)
+    assert not healthy
+    assert "expected pong" in (error or "")
+    deployment.servers["a1"].set_mode("serving")
+
+
+async def test_a_probe_that_hangs_times_out(deployment: Deployment) -> None:
+    import socket
+
+    with socket.socket() as silent:  # accepts connections, never answers the handshake
+        silent.bind(("127.0.1.1", 0))
+        silent.listen()
+        port = silent.getsockname()[1]
+        healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", deployment.token(), 0.3)
+    assert not healthy
+    assert error == "no pong within 0.3 s"
+
+
+@pytest.fixture
+async def ingest(deployment: Deployment) -> AsyncIterator[list[dict[str, Any]]]:
+    received: list[dict[str, Any]] = []
+
+    async def put(request: Request) -> Response:
+        received.append(await request.json())
+        return JSONResponse({"ok": True})
+
+    cp = deployment.config.control_plane
+    app = Starlette(routes=[Route("/v1/metrics", put, methods=["POST"])])
+    async with serving(app, cp.address, cp.port):
+        yield received
+
+
+async def test_rounds_probe_every_zone_and_push_datapoints(
+    deployment: Deployment, ingest: list[dict[str, Any]]
+) -> None:
+    config = deployment.config
+    canary = Canary(config, "us-east-1")
+    await canary.run(rounds=2)
+    assert len(ingest) == 2
+    body = ingest[0]
+    assert body["Namespace"] == NAMESPACE
+    points = body["MetricData"]
+    assert {p["MetricName"] for p in points} == {METRIC_NAME}
+    zones = sorted(next(d["Value"] for d in p["Dimensions"] if d["Name"] == "Zone") for p in points)
+    assert zones == ["use1-az1", "use1-az2"]
+    assert all(p["Value"] == 1.0 for p in points)
+    assert all({"Name": "ApiId", "Value": "us-east-1"} in p["Dimensions"] for p in points)
+
+
+async def test_pushing_to_a_dead_control_plane_is_logged_not_raised(
+    deployment: Deployment, caplog: pytest.LogCaptureFixture
+) -> None:
+    canary = Canary(deployment.config, "us-west-2")
+    results = await canary.probe_all()
+    async with httpx.AsyncClient(trust_env=False) as http:
+        assert await canary.push(http, results) is False
+    assert "cannot reach the control plane" in caplog.text
+
+
+def test_metric_data_shape() -> None:
+    from rideout.health.canary import ProbeResult
+
+    body = metric_data([ProbeResult("r", "z", False, 0.1, "boom", 1700000000.0)])
+    assert body == {
+        "Namespace": "App",
+        "MetricData": [
+            {
+                "MetricName": "WebSocketHealth",
+                "Dimensions": [{"Name": "ApiId", "Value": "r"}, {"Name": "Zone", "Value": "z"}],
+                "Value": 0.0,
+                "Timestamp": 1700000000.0,
+            }
+        ],
+    }
