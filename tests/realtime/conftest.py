@@ -16,6 +16,7 @@ from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
 from rideout.realtime.app import ZoneServer, create_app
 from rideout.store.client import probe_client
+from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch
 from tests.conftest import free_port, running_redis_pair, serving
 
@@ -28,6 +29,7 @@ class Deployment:
     issuer: TokenIssuer
     urls: dict[str, str] = field(default_factory=dict)
     servers: dict[str, ZoneServer] = field(default_factory=dict)
+    redis: dict[str, EmbeddedRedis] = field(default_factory=dict)  # by region
 
     def token(self, sub: str = "alice", **kw: Any) -> str:
         return self.issuer.issue(sub, **kw)
@@ -69,7 +71,8 @@ async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
         ("a2", primary.name, primary.zones[1], config.app_port),
         ("b1", secondary.name, secondary.zones[0], config.app_port),
     ]
-    async with running_redis_pair(config), contextlib.AsyncExitStack() as stack:
+    async with running_redis_pair(config) as pair, contextlib.AsyncExitStack() as stack:
+        deployment.redis = {primary.name: pair[0], secondary.name: pair[1]}
         writer = probe_client(primary.redis.address, primary.redis.port)
         try:
             await ensure_epoch(writer)
