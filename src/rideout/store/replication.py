@@ -1,7 +1,13 @@
-"""Read a Redis server's replication role and link state (``INFO replication``)."""
+"""Redis replication: read a server's role and link, and move the writer.
+
+Reading never raises for an unreachable server (it is reported). The role changes
+(``REPLICAOF``, ``FAILOVER``) raise :class:`ReplicationError` with a message naming the
+server, so the failover controller can log a step that did not happen and try again.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -10,7 +16,22 @@ from redis.exceptions import RedisError
 
 from rideout.store import keys
 
-__all__ = ["ReplicationStatus", "ensure_epoch", "read_epoch", "replication_status"]
+__all__ = [
+    "ReplicationError",
+    "ReplicationStatus",
+    "bump_epoch",
+    "count_unreplicated",
+    "ensure_epoch",
+    "follow",
+    "promote",
+    "read_epoch",
+    "replication_status",
+    "switch_over",
+]
+
+
+class ReplicationError(RuntimeError):
+    """A role change did not happen (server unreachable, refused, or timed out)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,6 +45,9 @@ class ReplicationStatus:
     master: str | None  # host:port a replica follows
     connected_replicas: int
     error: str | None = None
+    replica_lag: float | None = None  # a writer's: seconds since its replica last acked
+    replica_offset: int | None = None  # a writer's: the offset its replica acknowledged
+    failover_state: str | None = None  # master_failover_state while FAILOVER runs
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -49,6 +73,7 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
             master=f"{info.get('master_host')}:{info.get('master_port')}",
             connected_replicas=_int(info.get("connected_slaves")) or 0,
         )
+    replica = info.get("slave0")  # redis-py parses "ip=..,port=..,offset=..,lag=.." into a dict
     return ReplicationStatus(
         reachable=True,
         role="master",
@@ -56,6 +81,13 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
         offset=_int(info.get("master_repl_offset")),
         master=None,
         connected_replicas=_int(info.get("connected_slaves")) or 0,
+        replica_lag=float(replica["lag"])
+        if isinstance(replica, dict) and "lag" in replica
+        else None,
+        replica_offset=_int(replica.get("offset")) if isinstance(replica, dict) else None,
+        failover_state=str(info.get("master_failover_state"))
+        if "master_failover_state" in info
+        else None,
     )
 
 
@@ -75,6 +107,101 @@ async def ensure_epoch(client: aioredis.Redis) -> int:
     if epoch is None:
         raise ValueError(f"{keys.EPOCH} holds something that is not an integer")
     return epoch
+
+
+def _name(client: aioredis.Redis) -> str:
+    kwargs = client.connection_pool.connection_kwargs
+    return f"{kwargs.get('host')}:{kwargs.get('port')}"
+
+
+async def promote(client: aioredis.Redis) -> None:
+    """Make the server a writer: ``REPLICAOF NO ONE`` (it keeps the data it has)."""
+    try:
+        await client.replicaof("NO", "ONE")
+    except (RedisError, OSError) as exc:
+        raise ReplicationError(f"cannot promote {_name(client)}: {exc}") from exc
+
+
+async def follow(client: aioredis.Redis, host: str, port: int) -> None:
+    """Make the server a replica of host:port; it drops what the new master lacks."""
+    try:
+        await client.replicaof(host, port)
+    except (RedisError, OSError) as exc:
+        raise ReplicationError(
+            f"cannot make {_name(client)} a replica of {host}:{port}: {exc}"
+        ) from exc
+
+
+async def bump_epoch(client: aioredis.Redis, at_least: int) -> int:
+    """Set the writer's epoch above both its own and `at_least`; the new epoch.
+
+    One Lua call, so that two controllers racing cannot hand out the same epoch.
+    """
+    script = (
+        "local e = tonumber(redis.call('GET', KEYS[1]) or '0') or 0 "
+        "local n = math.max(e, tonumber(ARGV[1])) + 1 "
+        "redis.call('SET', KEYS[1], n) return n"
+    )
+    try:
+        return int(await client.eval(script, 1, keys.EPOCH, at_least))
+    except (RedisError, OSError) as exc:
+        raise ReplicationError(f"cannot bump the epoch on {_name(client)}: {exc}") from exc
+
+
+async def switch_over(client: aioredis.Redis, host: str, port: int, timeout: float) -> None:
+    """Coordinated switchover with Redis 6.2's ``FAILOVER TO host port TIMEOUT ms``.
+
+    The writer behind `client` pauses writes, waits until host:port has caught up,
+    becomes its replica and hands over; on timeout it rolls back and this raises. No
+    write the old writer acknowledged is lost. Returns once the handover is complete.
+    """
+    try:
+        # redis-py deliberately has no failover() method; the raw command is the API.
+        command = ("FAILOVER", "TO", host, port, "TIMEOUT", int(timeout * 1000))
+        await client.execute_command(*command)  # type: ignore[no-untyped-call]
+    except (RedisError, OSError) as exc:
+        raise ReplicationError(
+            f"FAILOVER TO {host}:{port} refused by {_name(client)}: {exc}"
+        ) from exc
+    deadline = asyncio.get_running_loop().time() + timeout + 2.0
+    while asyncio.get_running_loop().time() < deadline:
+        status = await replication_status(client)
+        if (
+            status.reachable
+            and status.role == "replica"
+            and status.failover_state in (None, "no-failover")
+        ):
+            return
+        if status.reachable and status.role == "master" and status.failover_state == "no-failover":
+            raise ReplicationError(
+                f"FAILOVER TO {host}:{port} on {_name(client)} rolled back (the replica did not catch up)"
+            )
+        await asyncio.sleep(0.05)
+    raise ReplicationError(f"FAILOVER TO {host}:{port} on {_name(client)} did not finish in time")
+
+
+async def count_unreplicated(stale: aioredis.Redis, writer: aioredis.Redis) -> int:
+    """Room changes the stale writer holds that the current writer does not.
+
+    Run before a returning writer is demoted: these are the bids it accepted (and, in
+    async mode, acknowledged) that never reached the other region; demotion discards them.
+    """
+    lost = 0
+    try:
+        async for key in stale.scan_iter(match=keys.PREFIX + "room:*:stream", count=500):
+            newest: Any = await writer.xrevrange(key, count=1)
+            after = _text(newest[0][0]) if newest else "0-0"
+            entries: Any = await stale.xrange(key, min=f"({after}", max="+")
+            lost += len(entries or [])
+    except (RedisError, OSError) as exc:
+        raise ReplicationError(
+            f"cannot compare {_name(stale)} with {_name(writer)}: {exc}"
+        ) from exc
+    return lost
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 def _int(value: object) -> int | None:

@@ -1,0 +1,1 @@
+"""Moving the writer between regions: failover, failback, fencing."""

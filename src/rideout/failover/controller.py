@@ -1,0 +1,327 @@
+"""The failover controller: the state's writer moves with the traffic.
+
+Each tick it takes the regions' health (from the health checks that follow the canary
+alarms) and what each region's Redis says about itself, and:
+
+- **fails over** when the writer's region is unhealthy and the other is healthy:
+  ``REPLICAOF NO ONE`` on the other region's Redis, then a higher epoch on it, and only
+  then does DNS answer with that region (:meth:`FailoverController.dns_health`);
+- **fails back** when the primary is healthy again (and ``failover.auto_failback``):
+  Redis 6.2's ``FAILOVER TO`` on the current writer pauses writes, waits until the
+  primary's Redis has caught up, and hands over; then a higher epoch, then DNS. No
+  acknowledged write is lost, in either replication mode;
+- **reconciles** roles: a writer that restarted as a replica is promoted again; a stale
+  writer that comes back (a region restored after a kill or freeze) is demoted to a
+  replica of the current writer as soon as it is reachable, after counting the writes it
+  holds that never reached the current writer (lost in async mode).
+
+Fencing: app servers learn the epoch from the control plane (``/v1/writer``) and send it
+with every bid; a stale writer still holds the old epoch, so the bid script refuses
+their writes until the stale writer is demoted.
+
+The decision (:func:`decide`) is pure; :class:`FailoverController` executes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import redis.asyncio as aioredis
+
+from rideout.config import Config
+from rideout.store.client import probe_client
+from rideout.store.replication import (
+    ReplicationError,
+    ReplicationStatus,
+    bump_epoch,
+    count_unreplicated,
+    follow,
+    promote,
+    read_epoch,
+    replication_status,
+    switch_over,
+)
+
+__all__ = ["ControllerState", "Decision", "FailoverController", "FailoverEvent", "decide"]
+
+log = logging.getLogger("rideout.failover")
+
+Move = Literal["none", "fail-over", "fail-back"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What to do with the writer this tick, and why."""
+
+    move: Move
+    target: str | None
+    reason: str
+
+
+def decide(
+    *,
+    writer: str,
+    primary: str,
+    secondary: str,
+    healthy: Mapping[str, bool],
+    auto_failback: bool,
+) -> Decision:
+    """Where the writer should be, given the regions' health (pure).
+
+    - The writer's region healthy: stay, except that a writer in the secondary moves
+      back to a healthy primary when `auto_failback` is set.
+    - The writer's region unhealthy and the other healthy: move there.
+    - Both unhealthy: stay (moving to a region that is also failing gains nothing;
+      DNS keeps answering the writer's region).
+    """
+    other = secondary if writer == primary else primary
+    writer_ok, other_ok = healthy.get(writer, True), healthy.get(other, True)
+    if not writer_ok and other_ok:
+        move: Move = "fail-over" if other == secondary else "fail-back"
+        return Decision(move, other, f"{writer} is unhealthy and {other} is healthy")
+    if writer == secondary and other_ok and auto_failback and writer_ok:
+        return Decision("fail-back", primary, f"{primary} is healthy again")
+    if not writer_ok:
+        return Decision("none", None, f"both regions are unhealthy: the writer stays in {writer}")
+    return Decision("none", None, f"{writer} is healthy")
+
+
+@dataclass(frozen=True, slots=True)
+class FailoverEvent:
+    """One step the controller took (or could not take)."""
+
+    at: float
+    kind: str  # fail-over, fail-back, promote, demote, epoch, error, start
+    message: str
+    writer: str
+    epoch: int
+
+
+@dataclass
+class ControllerState:
+    """What the controller must remember across restarts."""
+
+    writer: str
+    epoch: int
+    lost_writes: int = 0
+    failovers: int = 0
+    failbacks: int = 0
+    events: deque[FailoverEvent] = field(default_factory=lambda: deque(maxlen=100))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["events"] = [asdict(e) for e in self.events]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ControllerState:
+        state = cls(
+            writer=str(data["writer"]),
+            epoch=int(data["epoch"]),
+            lost_writes=int(data.get("lost_writes", 0)),
+            failovers=int(data.get("failovers", 0)),
+            failbacks=int(data.get("failbacks", 0)),
+        )
+        for e in data.get("events", []):
+            state.events.append(FailoverEvent(**e))
+        return state
+
+
+class FailoverController:
+    """Moves the writer between the config's two regions; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        state: ControllerState | None = None,
+        clock: Callable[[], float] = time.time,
+        on_change: Callable[[ControllerState], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.state = state
+        self._clock = clock
+        self._on_change = on_change
+        self._clients: dict[str, aioredis.Redis] = {
+            r.name: probe_client(r.redis.address, r.redis.port) for r in config.regions
+        }
+        self.redis: dict[str, ReplicationStatus] = {}
+        self.last_decision: Decision | None = None
+
+    async def close(self) -> None:
+        for client in self._clients.values():
+            await client.aclose()
+
+    # ------------------------------------------------------------------ views
+
+    @property
+    def writer(self) -> str:
+        return self.state.writer if self.state else self.config.primary.name
+
+    @property
+    def epoch(self) -> int | None:
+        return self.state.epoch if self.state else None
+
+    def dns_health(self, healthy: Mapping[str, bool]) -> dict[str, bool]:
+        """The health view DNS answers from: the writer's region, and nothing else.
+
+        DNS must never send clients to a region whose Redis cannot take their bids, so
+        the region that is not the writer counts as unhealthy for routing. The answer
+        moves only after the writer has (the controller promotes, then DNS follows).
+        """
+        return {r.name: r.name == self.writer for r in self.config.regions}
+
+    def status(self) -> dict[str, Any]:
+        """Writer, epoch, counters, recent events, and each Redis's replication view."""
+        writer_view = self.redis.get(self.writer)
+        lag_bytes = None
+        if (
+            writer_view
+            and writer_view.offset is not None
+            and writer_view.replica_offset is not None
+        ):
+            lag_bytes = max(0, writer_view.offset - writer_view.replica_offset)
+        return {
+            "writer": self.writer,
+            "epoch": self.epoch,
+            "replication": self.config.failover.replication,
+            "auto_failback": self.config.failover.auto_failback,
+            "decision": asdict(self.last_decision) if self.last_decision else None,
+            "lost_writes": self.state.lost_writes if self.state else 0,
+            "failovers": self.state.failovers if self.state else 0,
+            "failbacks": self.state.failbacks if self.state else 0,
+            "lag_bytes": lag_bytes,
+            "lag_seconds": writer_view.replica_lag if writer_view else None,
+            "redis": {name: view.to_dict() for name, view in self.redis.items()},
+            "events": [asdict(e) for e in (self.state.events if self.state else ())][-20:],
+        }
+
+    # ------------------------------------------------------------------ ticking
+
+    def _event(self, kind: str, message: str) -> None:
+        assert self.state is not None
+        self.state.events.append(
+            FailoverEvent(self._clock(), kind, message, self.state.writer, self.state.epoch)
+        )
+        (log.warning if kind == "error" else log.info)("%s: %s", kind, message)
+        if self._on_change is not None:
+            self._on_change(self.state)
+
+    async def _observe(self) -> None:
+        for name, client in self._clients.items():
+            self.redis[name] = await replication_status(client)
+
+    async def _bootstrap(self) -> None:
+        """No remembered state: the writer is the reachable master (the primary if both)."""
+        masters = [n for n, v in self.redis.items() if v.reachable and v.role == "master"]
+        writer = (
+            self.config.primary.name
+            if (not masters or self.config.primary.name in masters)
+            else masters[0]
+        )
+        epoch = await read_epoch(self._clients[writer]) or 1
+        self.state = ControllerState(writer=writer, epoch=epoch)
+        self._event("start", f"writer {writer} at epoch {epoch}")
+
+    async def tick(self, healthy: Mapping[str, bool]) -> Decision:
+        """Observe, decide, act; returns the decision (steps and errors become events)."""
+        await self._observe()
+        if self.state is None:
+            await self._bootstrap()
+        assert self.state is not None
+        decision = decide(
+            writer=self.state.writer,
+            primary=self.config.primary.name,
+            secondary=self.config.secondary.name,
+            healthy=healthy,
+            auto_failback=self.config.failover.auto_failback,
+        )
+        self.last_decision = decision
+        try:
+            if decision.move != "none" and decision.target is not None:
+                await self._move(decision)
+            await self._reconcile()
+        except ReplicationError as exc:
+            self._event("error", str(exc))
+        return decision
+
+    async def _move(self, decision: Decision) -> None:
+        assert self.state is not None
+        assert decision.target is not None
+        old, new = self.state.writer, decision.target
+        old_view, new_view = self.redis[old], self.redis[new]
+        if not new_view.reachable:
+            raise ReplicationError(
+                f"cannot move the writer to {new}: its Redis is unreachable ({new_view.error})"
+            )
+        target = self.config.region(new).redis
+        source = self.config.region(old).redis
+        coordinated = (
+            old_view.reachable
+            and old_view.role == "master"
+            and new_view.role == "replica"
+            and new_view.link == "up"
+            and new_view.master == f"{source.address}:{source.port}"
+        )
+        if coordinated and decision.move == "fail-back":
+            # Both sides are up: hand over without losing an acknowledged write.
+            timeout = max(2.0, 10 * self.config.timing.canary_interval)
+            await switch_over(self._clients[old], target.address, target.port, timeout)
+            how = "coordinated FAILOVER (writes paused until the replica caught up)"
+        else:
+            await promote(self._clients[new])
+            how = f"REPLICAOF NO ONE ({old} {'unreachable' if not old_view.reachable else 'still up: it will be demoted'})"
+        epoch = await bump_epoch(self._clients[new], self.state.epoch)
+        self.state.writer, self.state.epoch = new, epoch
+        if decision.move == "fail-over":
+            self.state.failovers += 1
+        else:
+            self.state.failbacks += 1
+        self._event(
+            decision.move, f"writer {old} -> {new} by {how}; epoch {epoch}; {decision.reason}"
+        )
+        await self._observe()
+
+    async def _reconcile(self) -> None:
+        """Make the writer's Redis a master and every other Redis its replica."""
+        assert self.state is not None
+        writer = self.state.writer
+        w_view = self.redis[writer]
+        w_client = self._clients[writer]
+        w_redis = self.config.region(writer).redis
+        if w_view.reachable and w_view.role == "replica":
+            await promote(w_client)
+            self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
+        if w_view.reachable:
+            epoch = await read_epoch(w_client)
+            if epoch is None or epoch < self.state.epoch:
+                await bump_epoch(w_client, self.state.epoch - 1)
+                self._event(
+                    "epoch", f"{writer}'s Redis had epoch {epoch}: set to {self.state.epoch}"
+                )
+        for name, view in self.redis.items():
+            if name == writer or not view.reachable:
+                continue
+            if view.role == "master":
+                lost = (
+                    await count_unreplicated(self._clients[name], w_client)
+                    if w_view.reachable
+                    else 0
+                )
+                await follow(self._clients[name], w_redis.address, w_redis.port)
+                self.state.lost_writes += lost
+                self._event(
+                    "demote",
+                    f"{name}'s Redis was a stale writer: now a replica of {writer}; "
+                    f"{lost} writes it held that never reached {writer} were discarded",
+                )
+            elif view.master != f"{w_redis.address}:{w_redis.port}":
+                await follow(self._clients[name], w_redis.address, w_redis.port)
+                self._event(
+                    "follow", f"{name}'s Redis followed {view.master}: now follows {writer}"
+                )
