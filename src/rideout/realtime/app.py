@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import httpx
 import redis.asyncio as aioredis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
@@ -30,7 +31,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import admin
 from rideout.realtime.connection import websocket_endpoint
-from rideout.realtime.epoch import EpochTracker
+from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.realtime.hub import Hub
 from rideout.realtime.metrics import AppMetrics
 from rideout.store.auction import AuctionSettings, AuctionStore
@@ -154,10 +155,13 @@ def create_app(
         hub = Hub(
             AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
         )
+        cp = config.control_plane
+        control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
         epoch = EpochTracker(
-            lambda: read_epoch(client),
+            lambda: control_plane_epoch(control_plane, f"http://{cp.address}:{cp.port}/v1/writer"),
             interval=config.timing.canary_interval,
             on_change=app_metrics.epoch.set,
+            fallback=lambda: read_epoch(client),
         )
         app.state.zone = ZoneServer(
             config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
@@ -181,6 +185,7 @@ def create_app(
                 loop.remove_signal_handler(admin.SERVE_SIGNAL)
             await hub.stop()
             await epoch.stop()
+            await control_plane.aclose()
             await follower.aclose()
             await client.aclose()
 

@@ -3,6 +3,12 @@
 Bids carry this belief into the Lua script, which refuses them when the writer's epoch
 differs: that is how a server attached to a writer that has been fenced stops changing
 state. The belief is re-read periodically and whenever a bid is refused as stale.
+
+The belief comes from outside the server's own Redis, from the control plane's
+``/v1/writer`` (:func:`control_plane_epoch`): a Redis that was the writer before a
+failover still holds the old epoch, and a server that asked only it would never notice.
+Until the control plane has answered once (at start-up, or when a server runs without
+one) the server's own Redis is asked instead.
 """
 
 from __future__ import annotations
@@ -12,9 +18,23 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
-__all__ = ["EpochTracker"]
+import httpx
+
+__all__ = ["EpochTracker", "control_plane_epoch"]
 
 log = logging.getLogger("rideout.realtime.epoch")
+
+
+async def control_plane_epoch(http: httpx.AsyncClient, url: str) -> int | None:
+    """The writer epoch the control plane announces at `url`; None if it cannot say."""
+    try:
+        response = await http.get(url)
+        if response.status_code != 200:
+            return None
+        epoch = response.json().get("epoch")
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
 
 
 class EpochTracker:
@@ -25,8 +45,12 @@ class EpochTracker:
         source: Callable[[], Awaitable[int | None]],
         interval: float,
         on_change: Callable[[int], None] | None = None,
+        *,
+        fallback: Callable[[], Awaitable[int | None]] | None = None,
     ) -> None:
         self._source = source
+        self._fallback = fallback
+        self.authoritative = False  # the source has answered at least once
         self._interval = interval
         self._on_change = on_change
         self.value: int | None = None
@@ -36,6 +60,10 @@ class EpochTracker:
         """Read the epoch now; keep the old value when the source cannot answer."""
         try:
             value = await self._source()
+            if value is not None:
+                self.authoritative = True
+            elif not self.authoritative and self._fallback is not None:
+                value = await self._fallback()
         except Exception as exc:  # the source is I/O; its failure must not stop serving
             log.warning("cannot read the writer epoch: %s", exc)
             return self.value
