@@ -1,0 +1,608 @@
+"""rideout's authoritative DNS server: UDP and TCP on one address, dnslib for the packets.
+
+The answers come from an injected resolver, ``(qname, qtype) -> resolution``, called for
+every query: the server caches nothing, so a failover shows in the very next answer.
+The resolution has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers``
+and ``authority`` as ``(name, type, ttl, value)`` tuples (see `rideout.dns.records`).
+
+Conduct on the wire (RFC 1035, 2181, 6891, 7766):
+
+- Answers are authoritative (AA) for NOERROR and NXDOMAIN; REFUSED and SERVFAIL are
+  not. RD and CD are copied, RA is never set (no recursion here). The question is
+  echoed byte for byte, so a client's case randomisation (0x20) round-trips, and an
+  answer owned by the query name carries the query's spelling.
+- Names are compared without regard to ASCII case: the resolver gets them lowercased,
+  without the trailing dot (the root is ``"."``).
+- Nothing a client sends can stop the server. A datagram too short for a header, or a
+  response (QR=1), is dropped: answering a response invites two servers to bounce
+  errors at each other. A header we can read but a message we cannot gets FORMERR (no
+  question, the id and opcode copied), as do messages with other than one question,
+  records in the answer or authority section, more than two additional records, more
+  than one OPT record, a name over 255 octets or a label over 63. Opcodes other than
+  QUERY get NOTIMP, an EDNS version other than 0 gets BADVERS. Classes other than IN
+  (and ANY) and zone transfers are REFUSED; a resolver error is SERVFAIL.
+- A UDP answer larger than the client can take (512 octets, or its EDNS0 size, capped at
+  ``max_udp_payload``) is sent with its records removed and TC=1, and the client retries
+  over TCP, where a message can be 65,535 octets.
+- TCP: 2-octet length prefix, any number of queries per connection, answered in order.
+  A connection is closed when it sends nothing whole for ``tcp_idle_timeout`` seconds
+  (a half-sent message counts as nothing), when its framing is broken, or at once when
+  ``max_tcp_connections`` are already open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import struct
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Literal, Protocol, Self, cast
+
+from dnslib import (
+    AAAA,
+    CNAME,
+    EDNS0,
+    NS,
+    QTYPE,
+    RCODE,
+    RR,
+    SOA,
+    TXT,
+    A,
+    DNSHeader,
+    DNSLabel,
+    DNSQuestion,
+    DNSRecord,
+)
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+__all__ = [
+    "DnsMetrics",
+    "DnsServer",
+    "QueryResult",
+    "RRTuple",
+    "ResolutionLike",
+    "Resolver",
+    "answer_query",
+    "normalize_name",
+    "qtype_name",
+    "qtype_number",
+    "rcode_number",
+]
+
+logger = logging.getLogger(__name__)
+
+RRTuple = tuple[str, str, int, str]
+"""One resource record as the resolver gives it: ``(name, type, ttl, value)``."""
+
+Transport = Literal["udp", "tcp", "doh"]
+
+
+class ResolutionLike(Protocol):
+    """What a resolver returns (`rideout.dns.records.Resolution` is one)."""
+
+    @property
+    def rcode(self) -> str: ...
+
+    @property
+    def answers(self) -> Sequence[RRTuple]: ...
+
+    @property
+    def authority(self) -> Sequence[RRTuple]: ...
+
+
+Resolver = Callable[[str, str], ResolutionLike]
+"""``(qname, qtype) -> resolution``: qname lowercased without the trailing dot, qtype by name."""
+
+
+# --------------------------------------------------------------------------- codes
+
+_EXTRA_RCODES: Final = {"BADVERS": 16}
+
+
+def rcode_number(name: str) -> int:
+    """The number of a response code by name (``"NXDOMAIN"`` → 3); ValueError if unknown."""
+    upper = name.upper()
+    if upper in _EXTRA_RCODES:
+        return _EXTRA_RCODES[upper]
+    try:
+        return int(RCODE.reverse[upper])
+    except KeyError:
+        raise ValueError(f"unknown DNS rcode {name!r}") from None
+
+
+_GENERIC_TYPE = re.compile(r"TYPE([0-9]{1,5})")
+
+
+def qtype_number(name: str) -> int:
+    """The number of an RR type given by name (``"aaaa"``), ``TYPEnnn`` or number (``"28"``).
+
+    ValueError for anything else, or a number outside 1..65535.
+    """
+    text = name.strip().upper()
+    if text.isdigit() and text.isascii():
+        number = int(text)
+    elif (generic := _GENERIC_TYPE.fullmatch(text)) is not None:
+        number = int(generic.group(1))
+    else:
+        try:
+            number = int(QTYPE.reverse[text])
+        except KeyError:
+            raise ValueError(f"unknown DNS type {name!r}") from None
+    if not 1 <= number <= 65535:
+        raise ValueError(f"DNS type {name!r} is out of range 1..65535")
+    return number
+
+
+def qtype_name(number: int) -> str:
+    """The mnemonic of an RR type (1 → ``"A"``), ``TYPEnnn`` when it has none."""
+    return str(QTYPE.forward.get(number, f"TYPE{number}"))
+
+
+_OPT: Final = 41
+_CLASS_IN, _CLASS_ANY = 1, 255
+_IXFR, _AXFR, _MAILB, _MAILA = 251, 252, 253, 254
+
+
+# --------------------------------------------------------------------------- names
+
+
+def _label_text(label: bytes) -> str:
+    """One label as presentation text, escaping what is not plain (RFC 4343)."""
+    if all(0x21 <= c <= 0x7E and c not in (0x2E, 0x5C) for c in label):
+        return label.decode("ascii")
+    return "".join(
+        chr(c) if 0x21 <= c <= 0x7E and c not in (0x2E, 0x5C) else f"\\{c:03d}" for c in label
+    )
+
+
+def normalize_name(labels: Sequence[bytes]) -> str:
+    """The resolver's form of a name: ASCII-lowercased, no trailing dot, ``"."`` for the root."""
+    if not labels:
+        return "."
+    return ".".join(_label_text(label) for label in labels).lower()
+
+
+def _wire_length(labels: Sequence[bytes]) -> int:
+    return sum(len(label) + 1 for label in labels) + 1
+
+
+# --------------------------------------------------------------------------- one answer
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """What to say to one question, for any transport: checked, normalised, final."""
+
+    rcode: str
+    answers: tuple[RRTuple, ...] = ()
+    authority: tuple[RRTuple, ...] = ()
+
+    @property
+    def authoritative(self) -> bool:
+        return self.rcode in ("NOERROR", "NXDOMAIN")
+
+
+_KNOWN_RCODES: Final = frozenset({"NOERROR", "NXDOMAIN", "REFUSED", "SERVFAIL"})
+_ENCODABLE: Final = frozenset({"A", "AAAA", "TXT", "SOA", "NS", "CNAME"})
+
+
+def _records(raw: Sequence[RRTuple], what: str) -> tuple[RRTuple, ...]:
+    out: list[RRTuple] = []
+    for record in raw:
+        name, rtype, ttl, value = record
+        rtype = str(rtype).upper()
+        if rtype not in _ENCODABLE:
+            raise ValueError(f"{what} record of unsupported type {rtype!r}")
+        if not isinstance(ttl, int) or not 0 <= ttl <= 0x7FFFFFFF:
+            raise ValueError(f"{what} record with bad TTL {ttl!r}")
+        out.append((str(name), rtype, ttl, str(value)))
+    return tuple(out)
+
+
+def answer_query(resolver: Resolver, qname: str, qtype: int) -> QueryResult:
+    """Ask `resolver` about ``qname``/``qtype`` (number), shared by the server and DoH.
+
+    Meta types are settled here (OPT: FORMERR; AXFR/IXFR: REFUSED; MAILA/MAILB: NOTIMP).
+    A resolver that raises, or returns what cannot be sent, gives SERVFAIL (logged).
+    """
+    if qtype == _OPT:
+        return QueryResult("FORMERR")
+    if qtype in (_AXFR, _IXFR):
+        return QueryResult("REFUSED")
+    if qtype in (_MAILA, _MAILB):
+        return QueryResult("NOTIMP")
+    try:
+        resolution = resolver(qname, qtype_name(qtype))
+        rcode = str(resolution.rcode).upper()
+        if rcode not in _KNOWN_RCODES:
+            raise ValueError(f"resolver returned unknown rcode {rcode!r}")
+        return QueryResult(
+            rcode,
+            _records(resolution.answers, "answer"),
+            _records(resolution.authority, "authority"),
+        )
+    except Exception:
+        logger.exception("DNS resolver failed for %s %s", qname, qtype_name(qtype))
+        return QueryResult("SERVFAIL")
+
+
+# --------------------------------------------------------------------------- metrics
+
+_QTYPE_LABELS: Final = frozenset(
+    {"A", "AAAA", "ANY", "CAA", "CNAME", "HTTPS", "MX", "NS", "PTR", "SOA", "SRV", "SVCB", "TXT"}
+)
+
+
+class DnsMetrics:
+    """Counters for the DNS server and the DoH endpoint, in `registry` (its own by default).
+
+    ``rideout_dns_queries_total{qtype,rcode,transport}``: every query answered (qtype
+    ``other`` for rarely seen types, ``none`` when the question could not be read);
+    ``rideout_dns_dropped_total{reason}``: datagrams and connections given no answer;
+    ``rideout_dns_tcp_connections``: open TCP connections.
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry if registry is not None else CollectorRegistry()
+        self.queries = Counter(
+            "rideout_dns_queries",
+            "DNS queries answered, by type, response code and transport.",
+            ["qtype", "rcode", "transport"],
+            registry=r,
+        )
+        self.dropped = Counter(
+            "rideout_dns_dropped",
+            "DNS messages or connections dropped without an answer, by reason.",
+            ["reason"],
+            registry=r,
+        )
+        self.tcp_connections = Gauge(
+            "rideout_dns_tcp_connections", "Open DNS-over-TCP connections.", registry=r
+        )
+
+    def query(self, qtype: str | None, rcode: str, transport: Transport) -> None:
+        label = "none" if qtype is None else qtype if qtype in _QTYPE_LABELS else "other"
+        self.queries.labels(label, rcode, transport).inc()
+
+    def drop(self, reason: str) -> None:
+        self.dropped.labels(reason).inc()
+
+
+# --------------------------------------------------------------------------- packets
+
+_HEADER: Final = struct.Struct("!HHHHHH")
+_QR: Final = 0x8000
+_RD: Final = 0x0100
+_CD: Final = 0x0010
+_MIN_UDP: Final = 512
+_MAX_TCP: Final = 65535
+
+
+def _rdata(rtype: str, value: str) -> Any:
+    if rtype == "A":
+        return A(value)
+    if rtype == "AAAA":
+        return AAAA(value)
+    if rtype == "TXT":
+        data = value.encode("utf-8")
+        return TXT([data[i : i + 255] for i in range(0, len(data), 255)] or [b""])
+    if rtype == "SOA":
+        mname, rname, *times = value.split()
+        if len(times) != 5:
+            raise ValueError(
+                f"SOA needs 'mname rname serial refresh retry expire minimum': {value!r}"
+            )
+        return SOA(mname, rname, tuple(int(t) for t in times))
+    if rtype == "NS":
+        return NS(value)
+    if rtype == "CNAME":
+        return CNAME(value)
+    raise ValueError(f"cannot encode {rtype} records")  # pragma: no cover - _records checks
+
+
+def _header_only(ident: int, flags: int, rcode: str) -> bytes:
+    """A question-less error reply: id, opcode and RD copied from the query."""
+    out = _QR | (flags & 0x7800) | (flags & _RD) | rcode_number(rcode)
+    return _HEADER.pack(ident, out, 0, 0, 0, 0)
+
+
+@dataclass(slots=True)
+class _Reply:
+    """An answer to one message; `packet` is None when nothing is to be sent."""
+
+    packet: bytes | None
+    qtype: str | None = None
+    rcode: str = ""
+    drop_reason: str = ""
+
+
+class DnsServer:
+    """Authoritative DNS over UDP and TCP on ``host:port`` (``port=0``: any free port).
+
+    ::
+
+        async with DnsServer(resolver, "127.0.0.1", 5300) as server:
+            ...  # server.port is the bound port
+    """
+
+    def __init__(
+        self,
+        resolver: Resolver,
+        host: str = "127.0.0.1",
+        port: int = 53,
+        *,
+        metrics: DnsMetrics | None = None,
+        max_udp_payload: int = 1232,
+        max_tcp_connections: int = 256,
+        tcp_idle_timeout: float = 10.0,
+    ) -> None:
+        if max_udp_payload < _MIN_UDP:
+            raise ValueError(f"max_udp_payload must be at least {_MIN_UDP}")
+        self.resolver = resolver
+        self.host = host
+        self._requested_port = port
+        self.metrics = metrics
+        self.max_udp_payload = max_udp_payload
+        self.max_tcp_connections = max_tcp_connections
+        self.tcp_idle_timeout = tcp_idle_timeout
+        self._udp: asyncio.DatagramTransport | None = None
+        self._tcp: asyncio.Server | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+        self._port: int | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def port(self) -> int:
+        """The bound port (after `start`)."""
+        if self._port is None:
+            raise RuntimeError("DnsServer is not started")
+        return self._port
+
+    @property
+    def running(self) -> bool:
+        return self._udp is not None
+
+    async def start(self) -> None:
+        """Bind UDP and TCP on the same port; OSError when that is impossible."""
+        if self._udp is not None:
+            raise RuntimeError("DnsServer is already started")
+        loop = asyncio.get_running_loop()
+        attempts = 10 if self._requested_port == 0 else 1
+        for attempt in range(attempts):
+            udp, _ = await loop.create_datagram_endpoint(
+                lambda: _UdpProtocol(self), local_addr=(self.host, self._requested_port)
+            )
+            port = int(udp.get_extra_info("sockname")[1])
+            try:
+                tcp = await asyncio.start_server(
+                    self._serve_tcp, self.host, port, reuse_address=True, backlog=128
+                )
+            except OSError:
+                udp.close()
+                protocol = udp.get_protocol()
+                if isinstance(protocol, _UdpProtocol):
+                    await protocol.closed
+                if attempt == attempts - 1:
+                    raise
+                continue
+            self._udp, self._tcp, self._port = udp, tcp, port
+            logger.info("DNS server on %s:%d (UDP and TCP)", self.host, port)
+            return
+
+    async def stop(self) -> None:
+        """Close both listeners and every open TCP connection."""
+        udp, tcp, self._udp, self._tcp = self._udp, self._tcp, None, None
+        if udp is not None:
+            udp.close()
+            protocol = udp.get_protocol()
+            if isinstance(protocol, _UdpProtocol):
+                await protocol.closed
+        if tcp is not None:
+            tcp.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
+        if tcp is not None:
+            await tcp.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    # ------------------------------------------------------------------ messages
+
+    def handle(self, data: bytes, transport: Literal["udp", "tcp"]) -> bytes | None:
+        """The reply to one DNS message, or None to send nothing. Never raises."""
+        try:
+            reply = self._handle(data, transport)
+        except Exception:  # a bug, not the client's fault: say SERVFAIL if we can
+            logger.exception("DNS server failed on a %s message", transport)
+            reply = _Reply(None, drop_reason="error")
+            if len(data) >= _HEADER.size:
+                ident, flags = struct.unpack_from("!HH", data)
+                reply = _Reply(_header_only(ident, flags, "SERVFAIL"), rcode="SERVFAIL")
+        if self.metrics is not None:
+            if reply.packet is None:
+                self.metrics.drop(reply.drop_reason)
+            else:
+                self.metrics.query(reply.qtype, reply.rcode, transport)
+        return reply.packet
+
+    def _handle(self, data: bytes, transport: Literal["udp", "tcp"]) -> _Reply:
+        if len(data) < _HEADER.size:
+            logger.debug("DNS: dropped a %d-octet message (no header)", len(data))
+            return _Reply(None, drop_reason="short")
+        ident, flags, qdcount, ancount, nscount, arcount = _HEADER.unpack_from(data)
+        if flags & _QR:
+            logger.debug("DNS: dropped a response (QR=1), id %d", ident)
+            return _Reply(None, drop_reason="response")
+
+        def error(rcode: str, why: str) -> _Reply:
+            logger.debug("DNS: %s for id %d: %s", rcode, ident, why)
+            return _Reply(_header_only(ident, flags, rcode), rcode=rcode)
+
+        opcode = (flags >> 11) & 0xF
+        if opcode != 0:
+            return error("NOTIMP", f"opcode {opcode}")
+        if qdcount != 1:
+            return error("FORMERR", f"{qdcount} questions")
+        if ancount or nscount or arcount > 2:
+            return error("FORMERR", f"sections {ancount}/{nscount}/{arcount}")
+        try:
+            query = DNSRecord.parse(data)
+        except Exception as e:  # dnslib raises several kinds; all mean a bad message
+            return error("FORMERR", f"unparsable: {e}")
+        question: DNSQuestion = query.questions[0]
+        labels: tuple[bytes, ...] = tuple(question.qname.label)
+        if _wire_length(labels) > 255 or any(len(label) > 63 for label in labels):
+            return error("FORMERR", "name longer than 255 octets or a label over 63")
+        opts = [rr for rr in query.ar if rr.rtype == _OPT]
+        if len(opts) > 1:
+            return error("FORMERR", "more than one OPT record")
+        opt = opts[0] if opts else None
+
+        qtype = qtype_name(question.qtype)
+        limit = _MAX_TCP
+        if transport == "udp":
+            advertised = opt.rclass if opt is not None else _MIN_UDP
+            limit = max(_MIN_UDP, min(advertised, self.max_udp_payload))
+
+        response = DNSRecord(
+            DNSHeader(
+                id=ident, bitmap=0, qr=1, rd=1 if flags & _RD else 0, cd=1 if flags & _CD else 0
+            ),
+            questions=[question],
+        )
+        if opt is not None:
+            response.add_ar(EDNS0(udp_len=self.max_udp_payload, flags="do" if opt.edns_do else ""))
+        if opt is not None and opt.edns_ver != 0:
+            # BADVERS (16): the upper 8 bits go in the OPT record, the lower 4 in the header.
+            response.ar[0].ttl |= 1 << 24
+            logger.debug("DNS: BADVERS for id %d (EDNS version %d)", ident, opt.edns_ver)
+            return _Reply(response.pack(), qtype, "BADVERS")
+
+        if question.qclass not in (_CLASS_IN, _CLASS_ANY):
+            result = QueryResult("REFUSED")
+        else:
+            result = answer_query(self.resolver, normalize_name(labels), question.qtype)
+        response.header.rcode = rcode_number(result.rcode)
+        response.header.aa = 1 if result.authoritative else 0
+        try:
+            owner = _Owners(question.qname, normalize_name(labels))
+            for name, rtype, ttl, value in result.answers:
+                response.add_answer(
+                    RR(owner(name), QTYPE.reverse[rtype], ttl=ttl, rdata=_rdata(rtype, value))
+                )
+            for name, rtype, ttl, value in result.authority:
+                response.add_auth(
+                    RR(owner(name), QTYPE.reverse[rtype], ttl=ttl, rdata=_rdata(rtype, value))
+                )
+            packet = response.pack()
+        except Exception:
+            logger.exception("DNS: cannot encode the answer to %s %s", labels, qtype)
+            return error("SERVFAIL", "unencodable answer")
+        if len(packet) > limit:
+            response.rr, response.auth = [], []
+            response.header.tc = 1
+            packet = response.pack()
+            logger.debug(
+                "DNS: truncated the %s answer to id %d (limit %d)", transport, ident, limit
+            )
+            if len(packet) > limit:  # pragma: no cover - a question and OPT fit in 512
+                return error("SERVFAIL", "reply does not fit")
+        return _Reply(packet, qtype, result.rcode)
+
+    # ------------------------------------------------------------------ TCP
+
+    async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        if len(self._connections) >= self.max_tcp_connections:
+            logger.debug("DNS: refused a TCP connection (%d open)", len(self._connections))
+            if self.metrics is not None:
+                self.metrics.drop("tcp_limit")
+            writer.transport.abort()
+            writer.close()
+            return
+        self._connections.add(task)
+        if self.metrics is not None:
+            self.metrics.tcp_connections.inc()
+        try:
+            while True:
+                async with asyncio.timeout(self.tcp_idle_timeout):
+                    prefix = await reader.readexactly(2)
+                    (length,) = struct.unpack("!H", prefix)
+                    message = await reader.readexactly(length)
+                reply = self.handle(message, "tcp")
+                if reply is None:
+                    if len(message) < _HEADER.size:
+                        break  # no header: the framing cannot be trusted either
+                    continue
+                writer.write(struct.pack("!H", len(reply)) + reply)
+                async with asyncio.timeout(self.tcp_idle_timeout):
+                    await writer.drain()
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
+            logger.debug("DNS: TCP connection ends: %r", e)
+        except Exception:
+            logger.exception("DNS: TCP connection failed")
+        finally:
+            self._connections.discard(task)
+            if self.metrics is not None:
+                self.metrics.tcp_connections.dec()
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+
+class _Owners:
+    """Owner names for answer records: the query's own spelling where the name is the query's."""
+
+    def __init__(self, qname: DNSLabel, normalized: str) -> None:
+        self.qname = qname
+        self.normalized = normalized
+
+    def __call__(self, name: str) -> DNSLabel:
+        key = name.lower().rstrip(".") or "."
+        if key == self.normalized:
+            return self.qname
+        return DNSLabel(name)
+
+
+class _UdpProtocol(asyncio.DatagramProtocol):
+    def __init__(self, server: DnsServer) -> None:
+        self.server = server
+        self.transport: asyncio.DatagramTransport | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        # Not always a DatagramTransport subclass (3.11's selector transport is not).
+        self.transport = cast(asyncio.DatagramTransport, transport)
+
+    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
+        reply = self.server.handle(data, "udp")
+        if reply is not None and self.transport is not None:
+            with contextlib.suppress(OSError):
+                self.transport.sendto(reply, addr)
+
+    def error_received(self, exc: Exception) -> None:
+        logger.debug("DNS: UDP error: %r", exc)
