@@ -79,6 +79,10 @@ async def test_throttle_reaches_every_worker_and_restore_undoes_it(cluster: Loca
 async def test_freeze_stops_and_restore_resumes(cluster: LocalCluster) -> None:
     pids = region_pids(cluster, "us-west-2")
     assert "froze us-west-2" in await chaos(cluster, "freeze", "us-west-2")
+    for _ in range(100):  # SIGSTOP is delivered asynchronously
+        if {proc_state(p) for p in pids} == {"T"}:
+            break
+        await asyncio.sleep(0.02)
     assert {proc_state(p) for p in pids} == {"T"}
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(heartbeat(cluster, cluster.config.secondary.zones[0].address), 1.0)

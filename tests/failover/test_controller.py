@@ -52,11 +52,11 @@ async def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> No
             await asyncio.sleep(0.05)
 
 
-async def test_fail_over_demote_the_stale_writer_and_fail_back(
+async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(
     make_config: Callable[..., Config],
 ) -> None:
     config = make_config()
-    async with running_redis_pair(config):
+    async with running_redis_pair(config) as (primary, _):
         p = aioredis.Redis(
             host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
         )
@@ -77,25 +77,36 @@ async def test_fail_over_demote_the_stale_writer_and_fail_back(
             assert (controller.writer, controller.epoch) == (P, 1)
             assert controller.dns_health({P: True, S: True}) == {P: True, S: False}
 
-            # A partition: the secondary stops hearing the primary, which takes one more write.
+            # The primary takes one write the secondary never sees, then dies.
             await s.replicaof("NO", "ONE")
             await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})
+            await primary.stop()
             decision = await controller.tick({P: False, S: True})
-            assert decision.move == "fail-over"
+            assert (decision.move, decision.urgent) == ("fail-over", True)
             assert (controller.writer, controller.epoch) == (S, 2)
             assert await s.get(keys.EPOCH) == "2"
             assert controller.dns_health({P: False, S: True}) == {P: False, S: True}
-            # The old writer was reachable: demoted in the same tick, its extra write counted.
-            assert (await replication_status(p)).role == "replica"
-            status = controller.status()
-            assert status["lost_writes"] == 1
-            assert [e["kind"] for e in status["events"]] == ["start", "fail-over", "demote"]
+            assert (
+                "REPLICAOF NO ONE (us-east-1 unreachable)"
+                in controller.status()["events"][-1]["message"]
+            )
 
-            # The primary is healthy again: a coordinated switchover, then a new epoch.
+            # It comes back from its AOF as a writer: demoted at once, its write counted.
+            await primary.start()
+            await controller.tick({P: False, S: True})
+            assert (await replication_status(p)).role == "replica"
+            assert controller.status()["lost_writes"] == 1
+            assert [e["kind"] for e in controller.status()["events"]] == [
+                "start",
+                "fail-over",
+                "demote",
+            ]
+
+            # Healthy again: a coordinated switchover, then a new epoch.
             await wait_for(lambda: _linked(p))
             await s.set("after-failover", "kept")  # acknowledged by the interim writer
             decision = await controller.tick({P: True, S: True})
-            assert decision.move == "fail-back"
+            assert (decision.move, decision.urgent) == ("fail-back", False)
             assert (controller.writer, controller.epoch) == (P, 3)
             assert (await replication_status(p)).role == "master"
             assert (await replication_status(s)).role == "replica"
@@ -103,6 +114,79 @@ async def test_fail_over_demote_the_stale_writer_and_fail_back(
             assert await p.get(keys.EPOCH) == "3"
             assert "coordinated FAILOVER" in controller.status()["events"][-1]["message"]
             assert events[-1] == "fail-back"
+        finally:
+            await controller.close()
+            await p.aclose()
+            await s.aclose()
+
+
+async def test_a_reachable_writer_hands_over_without_losing_writes(
+    make_config: Callable[..., Config],
+) -> None:
+    """Its region fails (say its app servers are throttled) but its Redis answers: the
+    target is made to follow it, then a coordinated FAILOVER moves the writer."""
+    config = make_config()
+    async with running_redis_pair(config):
+        p = aioredis.Redis(
+            host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
+        )
+        s = aioredis.Redis(
+            host=config.secondary.redis.address,
+            port=config.secondary.redis.port,
+            decode_responses=True,
+        )
+        controller = FailoverController(config)
+        try:
+            await ensure_epoch(p)
+            await controller.tick({P: True, S: True})
+            await s.replicaof("NO", "ONE")  # detached, so a handover is not possible at once
+            await p.set("written-while-detached", "yes")
+            await controller.tick({P: False, S: True})
+            assert controller.writer == P  # waiting, and the target now follows the writer
+            assert "once its Redis has caught up" in controller.status()["events"][-2]["message"]
+            await wait_for(lambda: _linked(s))
+            await controller.tick({P: False, S: True})
+            assert (controller.writer, controller.epoch) == (S, 2), controller.status()["events"]
+            assert await s.get("written-while-detached") == "yes"
+            assert controller.status()["lost_writes"] == 0
+            assert "coordinated FAILOVER" in controller.status()["events"][-1]["message"]
+        finally:
+            await controller.close()
+            await p.aclose()
+            await s.aclose()
+
+
+async def test_an_urgent_move_does_not_wait_forever(make_config: Callable[..., Config]) -> None:
+    config = make_config()
+    now = [1000.0]
+    async with running_redis_pair(config):
+        p = aioredis.Redis(
+            host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
+        )
+        s = aioredis.Redis(
+            host=config.secondary.redis.address,
+            port=config.secondary.redis.port,
+            decode_responses=True,
+        )
+        controller = FailoverController(config, clock=lambda: now[0])
+        try:
+            await ensure_epoch(p)
+            await controller.tick({P: True, S: True})
+            # The target follows the writer but can never link (it fails to authenticate).
+            await s.config_set("masterauth", "wrong")
+            await s.replicaof("NO", "ONE")
+            await s.replicaof(config.primary.redis.address, config.primary.redis.port)
+            await controller.tick({P: False, S: True})
+            assert controller.writer == P
+            now[0] += 4  # within the patience: still waiting
+            await controller.tick({P: False, S: True})
+            assert controller.writer == P
+            now[0] += 60
+            await controller.tick({P: False, S: True})
+            assert controller.writer == S
+            kinds = {e["kind"]: e["message"] for e in controller.status()["events"]}
+            assert "no handover within 5 s" in kinds["fail-over"]
+            assert "now a replica of us-west-2" in kinds["demote"]  # the old writer, reachable
         finally:
             await controller.close()
             await p.aclose()

@@ -58,11 +58,16 @@ class _Endpoint:
     name: str
     address: str
     port: int
+    udp: bool = False
 
 
 def _endpoints(config: Config) -> list[_Endpoint]:
     cp = config.control_plane
-    found = [_Endpoint("control-plane", cp.address, cp.port)]
+    found = [
+        _Endpoint("control-plane", cp.address, cp.port),
+        _Endpoint("the DNS server", cp.address, cp.dns_port),
+        _Endpoint("the DNS server", cp.address, cp.dns_port, udp=True),
+    ]
     for region in config.regions:
         found.append(_Endpoint(f"redis-{region.name}", region.redis.address, region.redis.port))
         found.extend(_Endpoint(f"app-{z.name}", z.address, config.app_port) for z in region.zones)
@@ -72,14 +77,16 @@ def _endpoints(config: Config) -> list[_Endpoint]:
 def check_ports_free(config: Config) -> None:
     """Raise PortInUse naming the first endpoint some other program already holds."""
     for ep in _endpoints(config):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        with socket.socket(
+            socket.AF_INET, socket.SOCK_DGRAM if ep.udp else socket.SOCK_STREAM
+        ) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 sock.bind((ep.address, ep.port))
             except OSError as exc:
                 if exc.errno == errno.EADDRINUSE:
                     raise PortInUse(
-                        f"{ep.address}:{ep.port}, needed by {ep.name}, is already in use "
+                        f"{ep.address}:{ep.port}{'/udp' if ep.udp else ''}, needed by {ep.name}, is already in use "
                         "(another rideout with a different data_dir? change the port in "
                         "rideout.toml or with RIDEOUT_APP_PORT / RIDEOUT_CONTROL_PLANE__PORT)"
                     ) from None
@@ -153,7 +160,10 @@ class LocalCluster:
             for region in (self.config.primary, self.config.secondary):
                 await self._start_redis(region)
             self._plan_servers()
-            await self._start_servers(list(self._servers.values()))
+            # Canaries last: probing zones that are still starting would look like an outage.
+            servers = list(self._servers.values())
+            await self._start_servers([s for s in servers if s.record.kind != "canary"])
+            await self._start_servers([s for s in servers if s.record.kind == "canary"])
             await self._serve_control_socket()
         except BaseException:
             await self.stop()

@@ -61,6 +61,7 @@ class Decision:
     move: Move
     target: str | None
     reason: str
+    urgent: bool = False  # the writer's region is failing: do not wait indefinitely
 
 
 def decide(
@@ -83,7 +84,7 @@ def decide(
     writer_ok, other_ok = healthy.get(writer, True), healthy.get(other, True)
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
-        return Decision(move, other, f"{writer} is unhealthy and {other} is healthy")
+        return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
     if writer == secondary and other_ok and auto_failback and writer_ok:
         return Decision("fail-back", primary, f"{primary} is healthy again")
     if not writer_ok:
@@ -152,6 +153,7 @@ class FailoverController:
         }
         self.redis: dict[str, ReplicationStatus] = {}
         self.last_decision: Decision | None = None
+        self._waiting_since: float | None = None
 
     async def close(self) -> None:
         for client in self._clients.values():
@@ -261,21 +263,42 @@ class FailoverController:
             )
         target = self.config.region(new).redis
         source = self.config.region(old).redis
-        coordinated = (
-            old_view.reachable
-            and old_view.role == "master"
-            and new_view.role == "replica"
+        linked = (
+            new_view.role == "replica"
             and new_view.link == "up"
             and new_view.master == f"{source.address}:{source.port}"
         )
-        if coordinated and decision.move == "fail-back":
-            # Both sides are up: hand over without losing an acknowledged write.
+        now = self._clock()
+        waited = now - self._waiting_since if self._waiting_since is not None else 0.0
+        patience = max(5.0, 10 * self.config.timing.canary_interval)
+        if (
+            old_view.reachable
+            and old_view.role == "master"
+            and (linked or not decision.urgent or waited < patience)
+        ):
+            # The writer is alive: hand over without losing an acknowledged write, or
+            # wait until the target follows it and has caught up (reconcile makes it
+            # follow). An urgent move waits only so long.
+            if not linked:
+                if self._waiting_since is None:
+                    self._waiting_since = now
+                    self._event(
+                        "wait",
+                        f"moving the writer to {new} once its Redis has caught up with {old}",
+                    )
+                return
             timeout = max(2.0, 10 * self.config.timing.canary_interval)
-            await switch_over(self._clients[old], target.address, target.port, timeout)
+            await switch_over(
+                self._clients[old], self._clients[new], target.address, target.port, timeout
+            )
             how = "coordinated FAILOVER (writes paused until the replica caught up)"
         else:
+            # The writer is gone (or would not let go in time): promote; whatever it had
+            # not replicated is lost (async mode) and counted when it is demoted.
             await promote(self._clients[new])
-            how = f"REPLICAOF NO ONE ({old} {'unreachable' if not old_view.reachable else 'still up: it will be demoted'})"
+            why = "unreachable" if not old_view.reachable else f"no handover within {patience:g} s"
+            how = f"REPLICAOF NO ONE ({old} {why})"
+        self._waiting_since = None
         epoch = await bump_epoch(self._clients[new], self.state.epoch)
         self.state.writer, self.state.epoch = new, epoch
         if decision.move == "fail-over":

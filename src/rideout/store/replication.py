@@ -148,36 +148,36 @@ async def bump_epoch(client: aioredis.Redis, at_least: int) -> int:
         raise ReplicationError(f"cannot bump the epoch on {_name(client)}: {exc}") from exc
 
 
-async def switch_over(client: aioredis.Redis, host: str, port: int, timeout: float) -> None:
+async def switch_over(
+    writer: aioredis.Redis, target: aioredis.Redis, host: str, port: int, timeout: float
+) -> None:
     """Coordinated switchover with Redis 6.2's ``FAILOVER TO host port TIMEOUT ms``.
 
-    The writer behind `client` pauses writes, waits until host:port has caught up,
-    becomes its replica and hands over; on timeout it rolls back and this raises. No
-    write the old writer acknowledged is lost. Returns once the handover is complete.
+    The writer pauses writes, waits until its replica at host:port (`target`) has
+    caught up, becomes that replica's replica and hands over; on timeout it rolls back
+    and this raises. No write the old writer acknowledged is lost. Returns once the old
+    writer is a replica *and* the target is a writer (its promotion lags a moment).
     """
     try:
         # redis-py deliberately has no failover() method; the raw command is the API.
         command = ("FAILOVER", "TO", host, port, "TIMEOUT", int(timeout * 1000))
-        await client.execute_command(*command)  # type: ignore[no-untyped-call]
+        await writer.execute_command(*command)  # type: ignore[no-untyped-call]
     except (RedisError, OSError) as exc:
         raise ReplicationError(
-            f"FAILOVER TO {host}:{port} refused by {_name(client)}: {exc}"
+            f"FAILOVER TO {host}:{port} refused by {_name(writer)}: {exc}"
         ) from exc
-    deadline = asyncio.get_running_loop().time() + timeout + 2.0
-    while asyncio.get_running_loop().time() < deadline:
-        status = await replication_status(client)
-        if (
-            status.reachable
-            and status.role == "replica"
-            and status.failover_state in (None, "no-failover")
-        ):
-            return
-        if status.reachable and status.role == "master" and status.failover_state == "no-failover":
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout + 2.0
+    while loop.time() < deadline:
+        old, new = await replication_status(writer), await replication_status(target)
+        if old.role == "master" and old.failover_state == "no-failover":
             raise ReplicationError(
-                f"FAILOVER TO {host}:{port} on {_name(client)} rolled back (the replica did not catch up)"
+                f"FAILOVER TO {host}:{port} on {_name(writer)} rolled back (the replica did not catch up)"
             )
-        await asyncio.sleep(0.05)
-    raise ReplicationError(f"FAILOVER TO {host}:{port} on {_name(client)} did not finish in time")
+        if old.role == "replica" and new.role == "master":
+            return
+        await asyncio.sleep(0.02)
+    raise ReplicationError(f"FAILOVER TO {host}:{port} on {_name(writer)} did not finish in time")
 
 
 async def count_unreplicated(stale: aioredis.Redis, writer: aioredis.Redis) -> int:

@@ -1,0 +1,368 @@
+"""The control plane's loop: canary datapoints → alarms → health checks → the writer → DNS.
+
+Every period it evaluates each region's canary alarm (CloudWatch semantics,
+``TreatMissingData: breaching``: a region whose canary went silent is failing), feeds
+the alarm state to the region's health check (Route 53 ``CLOUDWATCH_METRIC`` semantics,
+``InsufficientDataHealthStatus: LastKnownStatus``), lets the failover controller move
+the writer, and answers DNS from the controller's view.
+
+Restarts: alarm, health check and controller state are saved to
+``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
+are in memory only, so a restarted control plane does not evaluate the periods before
+it was listening (nor, per region, before that region's first datapoint since the start,
+up to a grace period): the silence of its own absence is not a region's failure, and DNS
+does not flip for lack of data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from rideout.config import Config
+from rideout.dns.records import (
+    Answer,
+    DnsZoneConfig,
+    Resolution,
+    bump_serial,
+    failover_answer,
+    resolve,
+)
+from rideout.dns.server import DnsMetrics, DnsServer
+from rideout.failover.controller import ControllerState, FailoverController
+from rideout.health.alarm import Alarm, canary_alarm
+from rideout.health.canary import METRIC_NAME, NAMESPACE
+from rideout.health.check import HealthCheck, HealthCheckState
+from rideout.health.metrics import MetricError, MetricKey, MetricStore
+
+__all__ = ["ControlPlane", "IngestError", "state_path"]
+
+log = logging.getLogger("rideout.controlplane")
+
+STATE_FILE = "state.json"
+_ALARM_STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
+
+
+def state_path(config: Config) -> Path:
+    """Where a deployment's control plane keeps its state."""
+    return config.data_dir / "controlplane" / STATE_FILE
+
+
+class IngestError(ValueError):
+    """A PutMetricData request that cannot be stored; the message says why."""
+
+
+class ControlPlane:
+    """Alarms, health checks, failover controller and DNS for one deployment."""
+
+    def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self._clock = clock
+        timing = config.timing
+        self.period = timing.canary_interval
+        self.store = MetricStore(retention=max(600.0, 50 * self.period))
+        self.alarms = {
+            r.name: Alarm(
+                canary_alarm(
+                    r.name, self.period,
+                    failover_datapoints=timing.failover_datapoints,
+                    failback_datapoints=timing.failback_datapoints,
+                )
+            )
+            for r in config.regions
+        }  # fmt: skip
+        self.checks = {
+            name: HealthCheckState(HealthCheck(name, alarm.config.name, "LastKnownStatus"))
+            for name, alarm in self.alarms.items()
+        }
+        self.state_file = state_path(config)
+        restored = self._load()
+        self.controller = FailoverController(
+            config, state=restored, clock=clock, on_change=lambda _: self.save()
+        )
+        self.zone = DnsZoneConfig.from_config(config)
+        self.registry = CollectorRegistry()
+        self.dns_metrics = DnsMetrics(self.registry)
+        self.dns = DnsServer(
+            self.resolve,
+            config.control_plane.address,
+            config.control_plane.dns_port,
+            metrics=self.dns_metrics,
+        )
+        self._serial = 1
+        self._answer: Answer | None = None
+        self.started_at = clock()
+        self._first_seen: dict[str, float] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._metrics()
+
+    # ------------------------------------------------------------------ state
+
+    def _load(self) -> ControllerState | None:
+        try:
+            data = json.loads(self.state_file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            log.warning(
+                "cannot read %s (%s): starting without remembered state", self.state_file, exc
+            )
+            return None
+        try:
+            for name, saved in data.get("alarms", {}).items():
+                if name in self.alarms:
+                    self.alarms[name] = Alarm.from_dict(saved, config=self.alarms[name].config)
+            for name, saved in data.get("checks", {}).items():
+                if name in self.checks:
+                    self.checks[name] = HealthCheckState.from_dict(
+                        saved, check=self.checks[name].check
+                    )
+            controller = data.get("controller")
+            state = ControllerState.from_dict(controller) if controller else None
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning(
+                "%s is damaged (%s): starting without remembered state", self.state_file, exc
+            )
+            return None
+        if state is not None and state.writer not in self.alarms:
+            return None
+        log.info(
+            "restored state from %s (writer %s)", self.state_file, state.writer if state else "?"
+        )
+        return state
+
+    def save(self) -> None:
+        """Write the state atomically (a reader never sees half a file)."""
+        data = {
+            "alarms": {name: a.to_dict() for name, a in self.alarms.items()},
+            "checks": {name: c.to_dict() for name, c in self.checks.items()},
+            "controller": self.controller.state.to_dict() if self.controller.state else None,
+        }
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        os.replace(tmp, self.state_file)
+
+    # ------------------------------------------------------------------ ingest
+
+    def put_metric_data(self, body: object) -> int:
+        """Store a PutMetricData-shaped request; the number of datapoints stored."""
+        if not isinstance(body, Mapping):
+            raise IngestError("expected a JSON object with Namespace and MetricData")
+        namespace, data = body.get("Namespace"), body.get("MetricData")
+        if not isinstance(namespace, str) or not isinstance(data, list) or not data:
+            raise IngestError("Namespace must be a string and MetricData a non-empty list")
+        if len(data) > 1000:
+            raise IngestError("at most 1000 datapoints per request")
+        now = self._clock()
+        stored = 0
+        for i, datum in enumerate(data):
+            try:
+                name = datum["MetricName"]
+                dimensions = {d["Name"]: d["Value"] for d in datum.get("Dimensions", [])}
+                key = MetricKey.of(namespace, name, dimensions)
+                timestamp = datum.get("Timestamp", now)
+                stored += self.store.put(key, datum["Value"], timestamp, now=now)
+            except (KeyError, TypeError, AttributeError) as exc:
+                raise IngestError(f"MetricData[{i}]: missing or malformed {exc}") from None
+            except MetricError as exc:
+                raise IngestError(f"MetricData[{i}]: {exc}") from None
+            if namespace == NAMESPACE and name == METRIC_NAME:
+                region = dimensions.get("ApiId")
+                if isinstance(region, str) and region in self.alarms:
+                    self._first_seen.setdefault(region, float(timestamp))
+        return stored
+
+    # ------------------------------------------------------------------ evaluation
+
+    def _grace(self) -> float:
+        return max(5.0, 10 * self.period)
+
+    def _may_evaluate(self, region: str, now: float) -> bool:
+        """Only periods this control plane has watched, once the region has reported
+        (or, for a region that never does, once the grace period is over)."""
+        start, _ = self.alarms[region].window(now)
+        watched = start >= self.started_at
+        seen = self._first_seen.get(region)
+        reported = seen is not None and start >= seen - self.period
+        return watched and (reported or now >= self.started_at + self._grace())
+
+    def healthy(self) -> dict[str, bool]:
+        return {name: check.healthy for name, check in self.checks.items()}
+
+    async def evaluate(self) -> None:
+        """One round: alarms, health checks, the controller, the DNS answer."""
+        now = self._clock()
+        self.store.prune(now)
+        changed = False
+        for name, alarm in self.alarms.items():
+            if not self._may_evaluate(name, now):
+                continue
+            change = alarm.evaluate(now, self.store)
+            if change is not None:
+                changed = True
+                log.info(
+                    "alarm %s: %s -> %s (%s)",
+                    alarm.config.name,
+                    change.old,
+                    change.new,
+                    change.reason,
+                )
+            before = self.checks[name].healthy
+            if self.checks[name].observe(alarm.state, now) != before:
+                changed = True
+                log.info(
+                    "health check %s: %s",
+                    name,
+                    "healthy" if self.checks[name].healthy else "UNHEALTHY",
+                )
+        await self.controller.tick(self.healthy())
+        self._refresh_answer()
+        if changed:
+            self.save()
+        self._update_metrics()
+
+    def _refresh_answer(self) -> Answer:
+        answer = failover_answer(self.zone, self.controller.dns_health(self.healthy()))
+        if self._answer is None or (answer.region, answer.addresses) != (
+            self._answer.region,
+            self._answer.addresses,
+        ):
+            if self._answer is not None:
+                log.info("DNS %s now answers %s %s (%s)", self.zone.app_domain, answer.region,
+                         ",".join(answer.addresses), answer.reason)  # fmt: skip
+            self._serial = bump_serial(self._serial, self._answer, answer)
+            self._answer = answer
+        return answer
+
+    def resolve(self, qname: str, qtype: str) -> Resolution:
+        """The DNS server's (and DoH endpoint's) resolver: answers from the current view."""
+        return resolve(
+            self.zone, qname, qtype, self.controller.dns_health(self.healthy()), serial=self._serial
+        )
+
+    # ------------------------------------------------------------------ running
+
+    async def start(self) -> None:
+        await self.dns.start()
+        self._task = asyncio.create_task(self._run(), name="rideout-control-plane")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        await self.dns.stop()
+        await self.controller.close()
+        with contextlib.suppress(OSError):
+            self.save()
+
+    async def _run(self) -> None:
+        next_round = time.monotonic()
+        while True:
+            try:
+                await self.evaluate()
+            except Exception:  # one bad round must not stop failover for good
+                log.exception("control plane evaluation failed")
+            next_round += self.period
+            await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+
+    # ------------------------------------------------------------------ views
+
+    def summary(self) -> dict[str, Any]:
+        """Alarms, health checks, the DNS answer and the writer: what operators watch."""
+        answer = self._answer or self._refresh_answer()
+        cp = self.config.control_plane
+        return {
+            "alarms": {
+                name: {
+                    "name": a.config.name,
+                    "state": a.state,
+                    "reason": a.state_reason,
+                    "history": [c.to_dict() for c in a.history][-10:],
+                }
+                for name, a in self.alarms.items()
+            },
+            "health_checks": {name: c.healthy for name, c in self.checks.items()},
+            "dns": {
+                "server": f"{cp.address}:{cp.dns_port}",
+                "doh": f"http://{cp.address}:{cp.port}/resolve",
+                "name": self.zone.app_domain,
+                "region": answer.region,
+                "addresses": list(answer.addresses),
+                "ttl": answer.ttl,
+                "reason": answer.reason,
+                "serial": self._serial,
+            },
+            "failover": self.controller.status(),
+        }
+
+    def _metrics(self) -> None:
+        r = self.registry
+        self._alarm_state = Gauge(
+            "rideout_alarm_state",
+            "1 for each alarm's current state.",
+            ["alarm", "state"],
+            registry=r,
+        )
+        self._healthy = Gauge(
+            "rideout_region_healthy",
+            "1 while a region's health check is healthy.",
+            ["region"],
+            registry=r,
+        )
+        self._writer = Gauge(
+            "rideout_writer", "1 for the region whose Redis is the writer.", ["region"], registry=r
+        )
+        self._epoch = Gauge("rideout_writer_epoch", "The writer's epoch.", registry=r)
+        self._lost = Gauge(
+            "rideout_lost_writes",
+            "Writes discarded when stale writers were demoted (async mode).",
+            registry=r,
+        )
+        self._moves = Gauge(
+            "rideout_writer_moves",
+            "Writer moves since the state began, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self._lag_bytes = Gauge(
+            "rideout_replication_lag_bytes", "Writer offset minus its replica's.", registry=r
+        )
+        self._lag_seconds = Gauge(
+            "rideout_replication_lag_seconds",
+            "Seconds since the replica last acknowledged.",
+            registry=r,
+        )
+        self.ingested = Counter(
+            "rideout_datapoints", "Datapoints received from canaries.", registry=r
+        )
+
+    def _update_metrics(self) -> None:
+        for name, alarm in self.alarms.items():
+            for state in _ALARM_STATES:
+                self._alarm_state.labels(alarm.config.name, state).set(
+                    1 if alarm.state == state else 0
+                )
+            self._healthy.labels(name).set(1 if self.checks[name].healthy else 0)
+            self._writer.labels(name).set(1 if self.controller.writer == name else 0)
+        status = self.controller.status()
+        if status["epoch"] is not None:
+            self._epoch.set(status["epoch"])
+        self._lost.set(status["lost_writes"])
+        self._moves.labels("fail-over").set(status["failovers"])
+        self._moves.labels("fail-back").set(status["failbacks"])
+        if status["lag_bytes"] is not None:
+            self._lag_bytes.set(status["lag_bytes"])
+        if status["lag_seconds"] is not None:
+            self._lag_seconds.set(status["lag_seconds"])

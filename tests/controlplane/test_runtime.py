@@ -1,0 +1,157 @@
+"""The control loop with an injected clock: datapoints → alarm → health → writer → DNS."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from rideout.config import Config
+from rideout.controlplane.runtime import ControlPlane, IngestError
+from rideout.health.canary import ProbeResult, metric_data
+from rideout.store.client import probe_client
+from rideout.store.replication import ensure_epoch
+from tests.conftest import running_redis_pair
+
+P, S = "us-east-1", "us-west-2"
+
+
+class Clock:
+    def __init__(self, start: float = 1_800_000_000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def report(plane: ControlPlane, clock: Clock, region: str, healthy: bool = True) -> None:
+    zones = [z.name for z in plane.config.region(region).zones]
+    plane.put_metric_data(
+        metric_data([ProbeResult(region, z, healthy, 0.01, None, clock.now) for z in zones])
+    )
+
+
+def a_records(plane: ControlPlane) -> list[str]:
+    return [r.value for r in plane.resolve(plane.config.app_domain, "A").answers]
+
+
+def test_ingest_refuses_bad_requests_clearly(make_config: Callable[..., Config]) -> None:
+    plane = ControlPlane(make_config())
+    for body, message in [
+        ([], "expected a JSON object"),
+        ({"Namespace": "App"}, "MetricData a non-empty list"),
+        (
+            {"Namespace": "App", "MetricData": [{"Value": 1}]},
+            "MetricData[0]: missing or malformed 'MetricName'",
+        ),
+        (
+            {"Namespace": "App", "MetricData": [{"MetricName": "x", "Value": "one"}]},
+            "MetricData[0]",
+        ),
+        (
+            {"Namespace": "App", "MetricData": [{"MetricName": "x", "Value": float("nan")}]},
+            "MetricData[0]",
+        ),
+        (
+            {"Namespace": "App", "MetricData": [{"MetricName": "x", "Value": 1}] * 1001},
+            "at most 1000",
+        ),
+    ]:
+        with pytest.raises(IngestError, match=message.replace("[", r"\[").replace("]", r"\]")):
+            plane.put_metric_data(body)
+    assert (
+        plane.put_metric_data({"Namespace": "App", "MetricData": [{"MetricName": "x", "Value": 1}]})
+        == 1
+    )
+
+
+async def test_silence_fails_over_and_dns_follows_the_writer(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    clock = Clock()
+    period = config.timing.canary_interval
+    async with running_redis_pair(config):
+        writer = probe_client(config.primary.redis.address, config.primary.redis.port)
+        await ensure_epoch(writer)
+        await writer.aclose()
+        plane = ControlPlane(config, clock=clock)
+        try:
+            # Start-up: no data yet, nothing is evaluated, DNS answers the primary.
+            await plane.evaluate()
+            assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
+            assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
+            for _ in range(12):
+                clock.now += period
+                report(plane, clock, P)
+                report(plane, clock, S)
+                await plane.evaluate()
+            assert {a.state for a in plane.alarms.values()} == {"OK"}
+            # The primary region goes silent: its canary died with it.
+            moved_after = None
+            for i in range(1, 20):
+                clock.now += period
+                report(plane, clock, S)
+                await plane.evaluate()
+                if a_records(plane) == ["127.0.2.1", "127.0.2.2"]:
+                    moved_after = i
+                    break
+            assert moved_after is not None
+            assert plane.alarms[P].state == "ALARM"
+            assert plane.checks[P].healthy is False
+            summary = plane.summary()
+            assert (summary["failover"]["writer"], summary["failover"]["epoch"]) == (S, 2)
+            assert summary["dns"]["region"] == S
+            txt = plane.resolve(config.app_domain, "TXT").answers[0].value
+            assert txt == "region=us-west-2 reason=primary-unhealthy"
+            # CloudWatch keeps using the last real datapoints while N of them are in the
+            # evaluation range (N + 2 periods): a silent region alarms after ~N + 2 periods.
+            n = config.timing.failover_datapoints
+            assert moved_after <= n + 4
+        finally:
+            await plane.stop()
+
+
+async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    clock = Clock()
+    period = config.timing.canary_interval
+    async with running_redis_pair(config):
+        writer = probe_client(config.primary.redis.address, config.primary.redis.port)
+        await ensure_epoch(writer)
+        await writer.aclose()
+        first = ControlPlane(config, clock=clock)
+        for _ in range(12):
+            clock.now += period
+            report(first, clock, P)
+            report(first, clock, S)
+            await first.evaluate()
+        await first.stop()  # saves its state
+        assert first.state_file.exists()
+
+        clock.now += 30  # down for a while: no datapoints were received meanwhile
+        second = ControlPlane(config, clock=clock)
+        try:
+            assert {a.state for a in second.alarms.values()} == {"OK"}  # restored
+            assert second.controller.writer == P
+            for _ in range(3):  # the first periods after the restart are not evaluated
+                clock.now += period
+                await second.evaluate()
+            assert {a.state for a in second.alarms.values()} == {"OK"}
+            assert a_records(second) == ["127.0.1.1", "127.0.1.2"]
+        finally:
+            await second.stop()
+
+
+def test_a_damaged_state_file_is_ignored_with_a_warning(
+    make_config: Callable[..., Config], caplog: pytest.LogCaptureFixture
+) -> None:
+    config = make_config()
+    plane = ControlPlane(config)
+    plane.state_file.parent.mkdir(parents=True, exist_ok=True)
+    plane.state_file.write_text("{not json")
+    again = ControlPlane(config)
+    assert again.controller.state is None
+    assert "starting without remembered state" in caplog.text
