@@ -75,6 +75,11 @@ async def test_rounds_probe_every_zone_and_push_datapoints(
     assert zones == ["use1-az1", "use1-az2"]
     assert all(p["Value"] == 1.0 for p in points)
     assert all({"Name": "ApiId", "Value": "us-east-1"} in p["Dimensions"] for p in points)
+    # On the period grid, a quarter in, one period apart: one datapoint per period.
+    interval = config.timing.canary_interval
+    stamps = [body["MetricData"][0]["Timestamp"] for body in ingest]
+    assert [round((t / interval) % 1, 6) for t in stamps] == [0.25, 0.25]
+    assert stamps[1] - stamps[0] == pytest.approx(interval)
 
 
 async def test_pushing_to_a_dead_control_plane_is_logged_not_raised(

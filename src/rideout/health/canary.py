@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -120,10 +121,11 @@ class Canary:
             self._token_expires = now + self.config.auth.token_ttl
         return self._token
 
-    async def probe_all(self) -> list[ProbeResult]:
-        """One round: every zone of the region, concurrently."""
+    async def probe_all(self, at: float | None = None) -> list[ProbeResult]:
+        """One round: every zone of the region, concurrently, stamped `at` (default now)."""
         timing = self.config.timing
         token = self._current_token()
+        stamp = self._clock() if at is None else at
 
         async def one(zone_name: str, address: str) -> ProbeResult:
             started = time.monotonic()
@@ -135,7 +137,7 @@ class Canary:
                 healthy,
                 time.monotonic() - started,
                 error,
-                self._clock(),
+                stamp,
             )
 
         return list(await asyncio.gather(*(one(z.name, z.address) for z in self.region.zones)))
@@ -156,14 +158,22 @@ class Canary:
         return False
 
     async def run(self, rounds: int | None = None) -> None:
-        """Probe and push every interval (forever, or `rounds` times)."""
+        """Probe and push every interval (forever, or `rounds` times).
+
+        Rounds run on the alarm's period grid, a quarter into each period, and every
+        datapoint carries its round's scheduled time: exactly one datapoint per zone per
+        period, however long a probe takes. (A point stamped when its probe finished
+        could fall into the next period and leave a gap, which the alarm counts as
+        breaching.)
+        """
         interval = self.config.timing.canary_interval
         previous: dict[str, bool] = {}
         async with httpx.AsyncClient(timeout=max(1.0, interval), trust_env=False) as http:
             done = 0
-            next_round = time.monotonic()
+            scheduled = (math.floor(self._clock() / interval) + 1.25) * interval
             while rounds is None or done < rounds:
-                results = await self.probe_all()
+                await asyncio.sleep(max(0.0, scheduled - self._clock()))
+                results = await self.probe_all(at=scheduled)
                 for r in results:
                     if previous.get(r.zone) != r.healthy:
                         state = "healthy" if r.healthy else f"UNHEALTHY ({r.error})"
@@ -171,5 +181,6 @@ class Canary:
                         previous[r.zone] = r.healthy
                 await self.push(http, results)
                 done += 1
-                next_round += interval
-                await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+                scheduled += interval
+                if scheduled < self._clock():  # fell behind (a stall): skip missed rounds
+                    scheduled = (math.floor(self._clock() / interval) + 1.25) * interval
