@@ -267,10 +267,35 @@ def _print_status(view: dict[str, Any], title: str) -> None:
                 str(zone["pid"] or "-"), _state(zh.get("up") if zh else None, "healthy", "down"),
             )  # fmt: skip
     console.print(table)
+    probe = cp.get("summary") or {}
+    if probe.get("up"):
+        _print_control_plane(probe["body"], view["app_domain"])
     console.print(
         f"app domain [bold]{view['app_domain']}[/]  ·  "
         f"profile [bold]{view['profile']}[/]  ·  data in {view['data_dir']}"
     )
+
+
+def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
+    dns, failover = summary["dns"], summary["failover"]
+    alarms = "  ".join(
+        f"{region} [{'green' if a['state'] == 'OK' else 'bold red'}]{a['state']}[/]"
+        for region, a in summary["alarms"].items()
+    )
+    lag = failover.get("lag_bytes")
+    console.print(
+        f"DNS [bold]{dns['server']}[/] (UDP/TCP; DoH {dns['doh']}): {app_domain} -> "
+        f"[bold]{dns['region']}[/] {', '.join(dns['addresses'])}, TTL {dns['ttl']} s ({dns['reason']})"
+    )
+    console.print(
+        f"writer [bold]{failover['writer']}[/], epoch {failover['epoch']}, "
+        f"{failover['replication']} replication, lag {'-' if lag is None else f'{lag} B'}; "
+        f"{failover['failovers']} failovers, {failover['failbacks']} failbacks, "
+        f"{failover['lost_writes']} writes lost  ·  alarms: {alarms}"
+    )
+    for event in failover["events"][-3:]:
+        when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
+        console.print(f"  [dim]{when}[/] {event['kind']}: {event['message']}", highlight=False)
 
 
 def _redis_state(state: dict[str, Any] | None) -> Text:

@@ -155,3 +155,14 @@ def test_a_damaged_state_file_is_ignored_with_a_warning(
     again = ControlPlane(config)
     assert again.controller.state is None
     assert "starting without remembered state" in caplog.text
+
+
+def test_canary_datapoints_are_exposed_for_prometheus(make_config: Callable[..., Config]) -> None:
+    from prometheus_client import generate_latest
+
+    clock = Clock()
+    plane = ControlPlane(make_config(), clock=clock)
+    report(plane, clock, S, healthy=False)
+    text = generate_latest(plane.registry).decode()
+    assert 'rideout_canary_health{region="us-west-2",zone="usw2-az1"} 0.0' in text
+    assert 'rideout_canary_timestamp_seconds{region="us-west-2",zone="usw2-az2"} 1.8e+09' in text

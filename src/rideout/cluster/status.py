@@ -106,12 +106,10 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
 
 async def _add_probes(config: Config, view: dict[str, Any]) -> None:
     async with httpx.AsyncClient(timeout=1.5, trust_env=False) as client:
+        cp_url = view["control_plane"]["url"]
         jobs: list[tuple[dict[str, Any], str, Any]] = [
-            (
-                view["control_plane"],
-                "health",
-                _probe_http(client, view["control_plane"]["url"] + "/health"),
-            )
+            (view["control_plane"], "health", _probe_http(client, cp_url + "/health")),
+            (view["control_plane"], "summary", _probe_http(client, cp_url + "/v1/summary")),
         ]
         for region_view, region in zip(view["regions"], config.regions, strict=True):
             jobs.append(

@@ -180,6 +180,9 @@ class ControlPlane:
                 region = dimensions.get("ApiId")
                 if isinstance(region, str) and region in self.alarms:
                     self._first_seen.setdefault(region, float(timestamp))
+                    zone = str(dimensions.get("Zone", ""))
+                    self._canary.labels(region, zone).set(float(datum["Value"]))
+                    self._canary_seen.labels(region, zone).set(float(timestamp))
         return stored
 
     # ------------------------------------------------------------------ evaluation
@@ -347,6 +350,14 @@ class ControlPlane:
         self.ingested = Counter(
             "rideout_datapoints", "Datapoints received from canaries.", registry=r
         )
+        self._canary = Gauge(
+            "rideout_canary_health", "The latest App/WebSocketHealth datapoint (1 healthy, 0 not).",
+            ["region", "zone"], registry=r,
+        )  # fmt: skip
+        self._canary_seen = Gauge(
+            "rideout_canary_timestamp_seconds", "Time of the latest canary datapoint.",
+            ["region", "zone"], registry=r,
+        )  # fmt: skip
 
     def _update_metrics(self) -> None:
         for name, alarm in self.alarms.items():
