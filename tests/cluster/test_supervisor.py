@@ -83,7 +83,7 @@ async def test_a_server_that_dies_while_starting(
     # Let the squatter past the pre-check so that uvicorn itself meets it.
     monkeypatch.setattr(supervisor, "check_ports_free", lambda config: None)
     lines: list[tuple[str, str]] = []
-    cluster = LocalCluster(config, sink=lambda n, line: lines.append((n, line)), ready_timeout=20)
+    cluster = LocalCluster(config, sink=lambda n, line: lines.append((n, line)), ready_timeout=60)
     with socket.socket() as squatter:
         squatter.bind((zone.address, config.app_port))
         squatter.listen()

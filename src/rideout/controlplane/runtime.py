@@ -43,6 +43,7 @@ from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.canary import METRIC_NAME, NAMESPACE
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
+from rideout.store.client import cancel_and_wait, check_cancelled
 
 __all__ = ["ControlPlane", "IngestError", "state_path"]
 
@@ -261,9 +262,7 @@ class ControlPlane:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
         await self.dns.stop()
         await self.controller.close()
@@ -273,6 +272,7 @@ class ControlPlane:
     async def _run(self) -> None:
         next_round = time.monotonic()
         while True:
+            check_cancelled()
             try:
                 await self.evaluate()
             except Exception:  # one bad round must not stop failover for good

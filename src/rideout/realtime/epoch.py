@@ -14,11 +14,12 @@ one) the server's own Redis is asked instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 
 import httpx
+
+from rideout.store.client import cancel_and_wait, check_cancelled
 
 __all__ = ["EpochTracker", "control_plane_epoch"]
 
@@ -81,12 +82,11 @@ class EpochTracker:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:
         while True:
+            check_cancelled()
             await self.refresh()
             await asyncio.sleep(self._interval)

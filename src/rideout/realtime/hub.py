@@ -12,7 +12,6 @@ it can be missed, and the connection drops what it has already seen (see
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from typing import Protocol
 from rideout.protocol import encode_update
 from rideout.realtime.metrics import AppMetrics
 from rideout.store.auction import AuctionStore, StoreError
+from rideout.store.client import cancel_and_wait, check_cancelled
 
 __all__ = ["Hub", "Subscriber", "offset_key"]
 
@@ -117,14 +117,13 @@ class Hub:
 
     async def stop(self) -> None:
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            await cancel_and_wait(self._task)
             self._task = None
 
     async def _run(self) -> None:
         failures = 0
         while True:
+            check_cancelled()
             if not self._cursors:
                 self._changed.clear()
                 await self._changed.wait()

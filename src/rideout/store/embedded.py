@@ -21,7 +21,7 @@ from types import TracebackType
 from redis.exceptions import RedisError
 
 from rideout._process import LineSink, ManagedProcess
-from rideout.store.client import probe_client
+from rideout.store.client import check_cancelled, probe_client
 
 __all__ = ["EmbeddedRedis", "EmbeddedRedisError", "RedisSpec", "find_redis_server"]
 
@@ -162,13 +162,9 @@ class EmbeddedRedis:
         deadline = time.monotonic() + timeout
         client = probe_client(self.spec.address, self.spec.port, timeout=0.5)
         last = "no answer yet"
-        task = asyncio.current_task()
         try:
             while True:
-                # redis-py can lose a cancellation that lands while it connects; a
-                # pending cancel request is still counted on the task, so honour it.
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError
+                check_cancelled()
                 if self._process is None or not self._process.running:
                     code = self._process.returncode if self._process else None
                     raise EmbeddedRedisError(

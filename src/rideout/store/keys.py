@@ -17,6 +17,7 @@ __all__ = [
     "EPOCH",
     "PREFIX",
     "bid_ack",
+    "idempotency",
     "room_state",
     "room_stream",
     "user_session",
@@ -51,3 +52,13 @@ def user_session(sub: str) -> str:
 def bid_ack(sub: str, request_id: str) -> str:
     """String: the ack first sent for a user's bid id, replayed for retries."""
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
+
+
+def idempotency(scope: str, key: str, user: str | None = None) -> str:
+    """String: an ``Idempotency-Key``'s record (in flight, or the response to replay).
+
+    Scoped per API (``scope``) and, when requests are authenticated, per user: one
+    user's key never reaches another's record.
+    """
+    owner = "-" if user is None else "u=" + _safe(user)
+    return f"{PREFIX}idem:{_safe(scope)}:{owner}:{_safe(key)}"
