@@ -5,17 +5,22 @@ zone. State lives in the region's Redis, never in the process, so any number of 
 processes can serve a region and any of them can die.
 
 Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /metrics``,
-``GET /.well-known/jwks.json`` (the keys tokens are verified with), and in local mode
-``GET|POST /admin/mode`` (degrade or drain the zone for drills).
+``GET /.well-known/jwks.json`` (the keys tokens are verified with), ``GET /config.json``
+(what the browser client needs), the auction page and its scripts at ``/``, and in local
+mode ``GET|POST /admin/mode`` (degrade or drain the zone for drills) and
+``POST /auth/demo-token`` (a sign-in for the local demo).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import httpx
@@ -24,9 +29,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route, WebSocketRoute
+from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.staticfiles import StaticFiles
 
-from rideout.auth import JWKSet, SigningKey, TokenVerifier
+from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import admin
@@ -68,6 +74,7 @@ class ZoneServer:
     hub: Hub
     epoch: EpochTracker
     verifier: TokenVerifier
+    issuer: TokenIssuer
     jwks: dict[str, object]
     admin_token: str
     metrics: AppMetrics
@@ -121,6 +128,50 @@ async def metrics(request: Request) -> Response:
     return Response(generate_latest(server.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
+WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+_DEMO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
+
+
+async def browser_config(request: Request) -> Response:
+    """What the auction page needs: the name to resolve, where, and the timings."""
+    server: ZoneServer = request.app.state.zone
+    config, timing, cp = server.config, server.config.timing, server.config.control_plane
+    return JSONResponse(
+        {
+            "app_domain": config.app_domain,
+            "app_port": config.app_port,
+            "doh_url": f"http://{cp.address}:{cp.port}/resolve",
+            "heartbeat_interval": timing.heartbeat_interval,
+            "heartbeat_timeout": timing.heartbeat_timeout,
+            "heartbeat_failures": timing.heartbeat_failures,
+            "backoff_base": timing.backoff_base,
+            "backoff_cap": timing.backoff_cap,
+            "region": server.region.name,
+            "zone": server.zone.name,
+        },
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def demo_token(request: Request) -> Response:
+    """Local mode only: a token for any bidder name, so the demo page needs no identity
+    provider. (The waiting room issues the real tokens.)"""
+    server: ZoneServer = request.app.state.zone
+    if server.config.mode != "local":
+        return JSONResponse({"error": "not_found"}, status_code=404)
+    try:
+        body = json.loads(await request.body())
+        name = body.get("name") if isinstance(body, dict) else None
+    except ValueError:
+        name = None
+    if not isinstance(name, str) or not _DEMO_NAME.match(name):
+        return JSONResponse(
+            {"error": "bad_request", "message": 'expected {"name": 1-32 of A-Z a-z 0-9 _ -}'},
+            status_code=400,
+        )
+    return JSONResponse({"token": server.issuer.issue(name)}, headers={"Cache-Control": "no-store"})
+
+
 async def jwks(request: Request) -> Response:
     """The public keys access tokens are verified with."""
     server: ZoneServer = request.app.state.zone
@@ -166,6 +217,7 @@ def create_app(
         app.state.zone = ZoneServer(
             config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
             epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
+            issuer=TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl),
             admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
             started_at=time.monotonic(), origins=frozenset(config.origins()),
         )  # fmt: skip
@@ -196,6 +248,9 @@ def create_app(
             Route("/metrics", metrics),
             Route("/.well-known/jwks.json", jwks),
             Route("/admin/mode", admin.admin_mode, methods=["GET", "POST"]),
+            Route("/config.json", browser_config),
+            Route("/auth/demo-token", demo_token, methods=["POST"]),
+            Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"),
         ],
         lifespan=lifespan,
     )

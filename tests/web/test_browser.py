@@ -1,0 +1,195 @@
+"""The auction page and the browser client in headless Chromium, against `rideout up`.
+
+Debian's chromium, driven by Playwright through `executable_path` (Playwright's own
+browser download is not used). Screenshots go to test-artifacts/.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from rideout.config import Config, parse_config
+from tests.cluster.conftest import Up, rideout, started
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+ARGS = [
+    "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+    "--disable-background-networking", "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not Path(CHROMIUM).exists(),
+        reason="Debian's chromium is not installed (apt install chromium)",
+    ),
+    pytest.mark.asyncio(loop_scope="module"),
+]
+
+
+@pytest.fixture(scope="module")
+def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Up, Config]]:
+    from rideout.config import dump_toml
+    from tests.conftest import config_data
+
+    workdir = tmp_path_factory.mktemp("browser")
+    config = parse_config(config_data(workdir / ".rideout"))
+    (workdir / "rideout.toml").write_text(dump_toml(config))
+    with started(workdir) as up:
+        up.wait_ready()
+        yield up, config
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def browser() -> AsyncIterator[Any]:
+    from playwright.async_api import async_playwright
+
+    async with async_playwright() as p:
+        chromium = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            yield chromium
+        finally:
+            await chromium.close()
+
+
+async def open_page(browser: Any, config: Config, zone: str, user: str) -> Any:
+    page = await browser.new_page(viewport={"width": 1100, "height": 800})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.errors = errors
+    await page.goto(f"http://{zone}:{config.app_port}/?user={user}")
+    await page.wait_for_function("window.rideout && window.rideout.connected", timeout=15000)
+    return page
+
+
+async def shot(page: Any, name: str) -> None:
+    ARTIFACTS.mkdir(exist_ok=True)
+    await page.screenshot(path=str(ARTIFACTS / f"{name}.png"))
+
+
+async def bid(page: Any, amount: int) -> None:
+    await page.fill("#amount", str(amount))
+    await page.click("#place")
+    await page.wait_for_function(
+        f"document.getElementById('bid').textContent === '${amount:,}'", timeout=20000
+    )
+
+
+def chaos(up: Up, op: str, region: str) -> str:
+    return rideout("chaos", op, region, "-c", "rideout.toml", cwd=up.workdir).stdout
+
+
+async def wait_region(config: Config, region: str, timeout: float = 60) -> None:
+    """Until the control plane's DNS answers `region` (and its alarms say so)."""
+    import httpx
+
+    cp = config.control_plane
+    async with httpx.AsyncClient(trust_env=False) as http, asyncio.timeout(timeout):
+        while (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()["dns"][
+            "region"
+        ] != region:
+            await asyncio.sleep(0.2)
+
+
+async def test_the_browser_client_module(browser: Any, deployment: tuple[Up, Config]) -> None:
+    """Pure parts, in the browser: full jitter bounds, retry hints, offsets, DoH."""
+    _, config = deployment
+    page = await open_page(browser, config, config.primary.zones[0].address, "unit")
+    cp = config.control_plane
+    result = await page.evaluate(
+        """async (doh) => {
+            const m = await import('/client.js');
+            const j = new m.FullJitter(0.25, 2);
+            const draws = Array.from({length: 2000}, () => j.delay(3));
+            const big = Array.from({length: 200}, () => j.delay(80));
+            return {
+              max3: Math.max(...draws), min3: Math.min(...draws),
+              mean3: draws.reduce((a, b) => a + b) / draws.length, maxBig: Math.max(...big),
+              hint: m.retryHint('overloaded; retry-after=2.5'), noHint: m.retryHint('nope'),
+              order: [m.compareOffsets('10-2', '10-10'), m.compareOffsets('11-0', '10-99'), m.compareOffsets('5-5', '5-5')],
+              doh: await m.resolveDoH(doh, 'auction.rideout.test'),
+            };
+        }""",
+        f"http://{cp.address}:{cp.port}/resolve",
+    )
+    assert 0 <= result["min3"] < 0.05
+    assert 1.9 < result["max3"] <= 2.0  # min(cap, base * 2**3) = 2
+    assert 0.9 < result["mean3"] < 1.1  # uniform on [0, 2]
+    assert result["maxBig"] <= 2.0  # capped, no overflow
+    assert (result["hint"], result["noHint"]) == (2.5, None)
+    assert result["order"] == [-1, 1, 0]
+    assert result["doh"]["addresses"] == [z.address for z in config.primary.zones]
+    assert result["doh"]["ttl"] == config.timing.dns_ttl
+    assert page.errors == []
+    await page.close()
+
+
+async def test_a_throttled_region_is_detected_by_heartbeats(
+    browser: Any, deployment: tuple[Up, Config]
+) -> None:
+    """Two replies that are not pong close the socket; the page reconnects elsewhere."""
+    up, config = deployment
+    page = await open_page(browser, config, config.secondary.zones[0].address, "carol")
+    events: list[dict[str, Any]] = []
+    await page.expose_function("record", lambda e: events.append(json.loads(e)))
+    await page.evaluate(
+        """() => ['heartbeat-failed', 'disconnect', 'region'].forEach((t) =>
+            window.rideout.addEventListener(t, (e) => window.record(JSON.stringify({type: t, ...e.detail}))))"""
+    )
+    try:
+        chaos(up, "throttle", "us-east-1")
+        await page.wait_for_function(
+            "window.rideout.region === 'us-west-2' && window.rideout.connected", timeout=60000
+        )
+        kinds = [e["type"] for e in events]
+        assert "heartbeat-failed" in kinds
+        assert {"type": "disconnect", "cause": "degraded"}.items() <= next(
+            e for e in events if e["type"] == "disconnect"
+        ).items()
+        await shot(page, "browser-throttled-region")
+    finally:
+        chaos(up, "restore", "us-east-1")
+        await wait_region(config, "us-east-1")
+        await page.close()
+
+
+async def test_the_auction_page_survives_a_regional_outage(
+    browser: Any, deployment: tuple[Up, Config]
+) -> None:
+    up, config = deployment
+    page = await open_page(browser, config, config.primary.zones[0].address, "alice")
+    await page.wait_for_function("document.getElementById('region').textContent === 'us-east-1'")
+    start = int((await page.inner_text("#bid")).strip("$—").replace(",", "") or 0)
+    await bid(page, start + 10)
+    await bid(page, start + 20)
+    await shot(page, "auction-before-outage")
+    history = await page.inner_text("#history")
+
+    chaos(up, "kill", "us-east-1")
+    # No reload: the client notices, re-resolves through DoH, reconnects to the secondary.
+    await page.wait_for_function(
+        "document.getElementById('region').textContent === 'us-west-2'", timeout=60000
+    )
+    assert history in await page.inner_text("#history")  # the bid history is intact
+    # A bid placed now is delivered once, in the region that serves now.
+    await bid(page, start + 30)
+    state = await page.evaluate("window.rideout.state('lot-1')")
+    assert (state["bid"], state["bidder"]) == (start + 30, "alice")
+    await shot(page, "auction-after-failover")
+    assert "replayed" in await page.inner_text("#log") or "restored" in await page.inner_text(
+        "#log"
+    )
+    assert page.errors == []
+
+    chaos(up, "restore", "us-east-1")
+    await wait_region(config, "us-east-1")
+    await page.close()
