@@ -33,3 +33,41 @@ async def test_health_status_and_metrics(make_config: Callable[..., Config]) -> 
             in metrics
         )
         assert 'rideout_control_plane_requests_total{endpoint="status"} 1.0' in metrics
+
+
+async def test_dashboard_data_and_chaos_are_guarded(make_config: Callable[..., Config]) -> None:
+    from rideout.auth.admin import load_or_create_admin_token
+
+    config = make_config()
+    cp = config.control_plane
+    async with (
+        serving(create_app(config), cp.address, cp.port),
+        httpx.AsyncClient(trust_env=False, base_url=f"http://{cp.address}:{cp.port}") as http,
+    ):
+        settings = (await http.get("/v1/dashboard")).json()
+        assert settings["local"] is True
+        assert settings["admin_token"] == load_or_create_admin_token(config.keys_dir)
+        assert "access-control-allow-origin" not in (await http.get("/v1/dashboard")).headers
+        # DNS rebinding: another name that resolves here is refused.
+        assert (
+            await http.get("/v1/dashboard", headers={"Host": "evil.example:9000"})
+        ).status_code == 403
+        auth = {"Authorization": f"Bearer {settings['admin_token']}"}
+        assert (
+            await http.post("/v1/chaos", json={"op": "kill", "region": "us-east-1"})
+        ).status_code == 401
+        assert (await http.post("/v1/chaos", content=b"{", headers=auth)).status_code == 400
+        refused = await http.post(
+            "/v1/chaos", json={"op": "kill", "region": "us-east-1"}, headers=auth
+        )
+        assert refused.status_code == 409  # no supervisor is running
+        assert "not running" in refused.json()["message"]
+        async with http.stream("GET", "/v1/stream") as stream:
+            async for line in stream.aiter_lines():
+                if line.startswith("data: "):
+                    import json
+
+                    view = json.loads(line[len("data: ") :])
+                    assert set(view) >= {"alarms", "dns", "failover", "canary", "clients", "now"}
+                    break
+        assert "<title>rideout · operations</title>" in (await http.get("/")).text

@@ -193,3 +193,37 @@ async def test_the_auction_page_survives_a_regional_outage(
     chaos(up, "restore", "us-east-1")
     await wait_region(config, "us-east-1")
     await page.close()
+
+
+async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
+    browser: Any, deployment: tuple[Up, Config]
+) -> None:
+    up, config = deployment
+    cp = config.control_plane
+    page = await browser.new_page(viewport={"width": 1200, "height": 900})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    await page.goto(f"http://{cp.address}:{cp.port}/")
+    ok = "(id) => document.getElementById(`alarm-${id}`)?.textContent === 'OK'"
+    await page.wait_for_function(ok, arg="us-east-1", timeout=30000)
+    assert "us-east-1" in await page.inner_text("#dns")
+    await shot(page, "dashboard-healthy")
+    # The chaos buttons go through the control plane to the supervisor.
+    await page.click("button[data-op=kill][data-region=us-east-1]")
+    await page.wait_for_function(
+        "document.getElementById('alarm-us-east-1').textContent === 'ALARM'"
+        " && document.getElementById('dns').textContent.includes('us-west-2')",
+        timeout=60000,
+    )
+    assert await page.inner_text("#writer") == "us-west-2"
+    assert "fail-over" in await page.inner_text("#events")
+    # The silent canary shows as a gap in the strip chart: bars stop.
+    assert (
+        await page.eval_on_selector("#strip-us-east-1", "s => s.querySelectorAll('rect').length")
+        > 0
+    )
+    await shot(page, "dashboard-alarm")
+    assert errors == []
+    chaos(up, "restore", "us-east-1")
+    await wait_region(config, "us-east-1")
+    await page.close()

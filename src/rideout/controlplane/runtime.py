@@ -310,6 +310,16 @@ class ControlPlane:
             "failover": self.controller.status(),
         }
 
+    def canary_history(self, seconds: float = 60.0) -> dict[str, list[tuple[float, float]]]:
+        """Each region's canary datapoints (per zone merged) over the last `seconds`."""
+        now = self._clock()
+        return {
+            name: self.store.datapoints_matching(
+                NAMESPACE, METRIC_NAME, {"ApiId": name}, now - seconds, now + 1
+            )
+            for name in self.alarms
+        }
+
     def _metrics(self) -> None:
         r = self.registry
         self._alarm_state = Gauge(

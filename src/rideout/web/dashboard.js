@@ -1,0 +1,114 @@
+// The ops dashboard: a live view of the failover loop, fed by server-sent events.
+const $ = (id) => document.getElementById(id);
+const SVG = "http://www.w3.org/2000/svg";
+const el = (tag, attrs = {}, ...children) => {
+  const node = tag === "svg" ? document.createElementNS(SVG, tag) : document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const child of children) node.append(child);
+  return node;
+};
+
+let settings = { local: false, admin_token: null, regions: [] };
+
+function regionCard(name) {
+  const card = el("div", { class: "card region-card", id: `region-${name}` },
+    el("h3", {}, name, el("span", { class: "pill", id: `alarm-${name}` }, "—"), el("span", { class: "pill", id: `role-${name}` }, "")),
+    el("svg", { class: "strip", id: `strip-${name}`, viewBox: "0 0 600 64", preserveAspectRatio: "none" }),
+    el("div", { class: "alarm-reason", id: `reason-${name}` }),
+    el("div", { class: "kv" }, el("span", {}, "health check"), el("b", { id: `health-${name}` }, "—")),
+    el("div", { class: "kv" }, el("span", {}, "connected clients"), el("b", { id: `clients-${name}` }, "—")),
+    el("div", { class: "kv" }, el("span", {}, "redis"), el("b", { id: `redis-${name}` }, "—")),
+  );
+  if (settings.local) {
+    const chaos = el("div", { class: "chaos" });
+    for (const [op, label, kind] of [["kill", "kill", "danger"], ["freeze", "freeze", "danger"], ["throttle", "throttle", "danger"],
+                                      ["kill-redis", "kill redis", "danger"], ["restore", "restore", "mend"]]) {
+      const button = el("button", { class: kind, "data-op": op, "data-region": name }, label);
+      button.onclick = () => chaosAction(op, name, button);
+      chaos.append(button);
+    }
+    card.append(chaos);
+  }
+  return card;
+}
+
+async function chaosAction(op, region, button) {
+  button.disabled = true;
+  try {
+    const response = await fetch("/v1/chaos", {
+      method: "POST",
+      headers: { authorization: `Bearer ${settings.admin_token}`, "content-type": "application/json" },
+      body: JSON.stringify({ op, region }),
+    });
+    const body = await response.json();
+    addEvent({ at: Date.now() / 1000, kind: "chaos", message: body.message || body.error });
+  } finally {
+    button.disabled = false;
+  }
+}
+
+function strip(name, points, now, window = 60) {
+  // Canary datapoints as bars: green 1, red 0, nothing where the canary was silent.
+  const svg = $(`strip-${name}`);
+  const bars = points.map(([t, v]) => {
+    const x = ((t - (now - window)) / window) * 600;
+    return `<rect x="${x.toFixed(1)}" y="${v >= 1 ? 14 : 30}" width="4" height="${v >= 1 ? 36 : 20}" rx="1" fill="${v >= 1 ? "#3ecf8e" : "#f04438"}"/>`;
+  });
+  svg.innerHTML = `<line x1="0" y1="50" x2="600" y2="50" stroke="#2a3042"/>${bars.join("")}`;
+}
+
+const seen = new Set();
+function addEvent(event) {
+  const key = `${event.at}-${event.kind}-${event.message}`;
+  if (seen.has(key)) return;
+  seen.add(key);
+  const when = new Date(event.at * 1000).toLocaleTimeString();
+  $("events").prepend(el("li", {}, `${when}  ${event.kind}: ${event.message}`));
+}
+
+function render(view) {
+  const failover = view.failover;
+  const dns = view.dns;
+  $("dns").textContent = `DNS → ${dns.region}`;
+  $("dns-name").textContent = dns.name;
+  $("dns-addresses").textContent = dns.addresses.join(", ");
+  $("dns-ttl").textContent = `${dns.ttl} s`;
+  $("dns-reason").textContent = dns.reason;
+  $("dns-server").textContent = dns.server;
+  $("writer").textContent = failover.writer;
+  $("epoch").textContent = failover.epoch;
+  $("replication").textContent = failover.replication;
+  $("lag").textContent = failover.lag_bytes == null ? "—" : `${failover.lag_bytes} B${failover.lag_seconds == null ? "" : `, ${failover.lag_seconds} s`}`;
+  $("moves").textContent = `${failover.failovers} / ${failover.failbacks}`;
+  $("lost").textContent = failover.lost_writes;
+  for (const [name, alarm] of Object.entries(view.alarms)) {
+    if (!$(`region-${name}`)) $("regions").append(regionCard(name));
+    $(`alarm-${name}`).className = `pill ${alarm.state}`;
+    $(`alarm-${name}`).textContent = alarm.state;
+    $(`reason-${name}`).textContent = alarm.reason;
+    $(`role-${name}`).className = `pill ${failover.writer === name ? "writer" : dns.region === name ? "serving" : ""}`;
+    $(`role-${name}`).textContent = failover.writer === name ? "writer" : "";
+    $(`health-${name}`).textContent = view.health_checks[name] ? "healthy" : "UNHEALTHY";
+    const clients = view.clients[name];
+    $(`clients-${name}`).textContent = clients == null ? "no answer" : clients;
+    const redis = failover.redis[name];
+    $(`redis-${name}`).textContent = !redis ? "—" : !redis.reachable ? "unreachable"
+      : `${redis.role}${redis.role === "replica" ? ` (link ${redis.link})` : ""}`;
+    strip(name, view.canary[name] || [], view.now);
+  }
+  for (const event of failover.events) addEvent(event);
+}
+
+async function main() {
+  settings = await (await fetch("/v1/dashboard")).json();
+  const source = new EventSource("/v1/stream");
+  source.addEventListener("summary", (e) => {
+    $("feed").className = "status connected";
+    $("feed").textContent = "live";
+    render(JSON.parse(e.data));
+  });
+  source.onerror = () => { $("feed").className = "status reconnecting"; $("feed").textContent = "reconnecting…"; };
+  window.dashboard = { source };
+}
+
+main();
