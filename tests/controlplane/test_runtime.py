@@ -31,6 +31,23 @@ def report(plane: ControlPlane, clock: Clock, region: str, healthy: bool = True)
     )
 
 
+async def healthy_for(plane: ControlPlane, clock: Clock, periods: int = 12) -> None:
+    """Both regions report healthy for `periods` periods (enough for the alarms to be OK)."""
+    for _ in range(periods):
+        clock.now += plane.period
+        report(plane, clock, P)
+        report(plane, clock, S)
+        await plane.evaluate()
+
+
+async def started_writer(config: Config) -> None:
+    writer = probe_client(config.primary.redis.address, config.primary.redis.port)
+    try:
+        await ensure_epoch(writer)
+    finally:
+        await writer.aclose()
+
+
 def a_records(plane: ControlPlane) -> list[str]:
     return [r.value for r in plane.resolve(plane.config.app_domain, "A").answers]
 
@@ -72,20 +89,14 @@ async def test_silence_fails_over_and_dns_follows_the_writer(
     clock = Clock()
     period = config.timing.canary_interval
     async with running_redis_pair(config):
-        writer = probe_client(config.primary.redis.address, config.primary.redis.port)
-        await ensure_epoch(writer)
-        await writer.aclose()
+        await started_writer(config)
         plane = ControlPlane(config, clock=clock)
         try:
             # Start-up: no data yet, nothing is evaluated, DNS answers the primary.
             await plane.evaluate()
             assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
             assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
-            for _ in range(12):
-                clock.now += period
-                report(plane, clock, P)
-                report(plane, clock, S)
-                await plane.evaluate()
+            await healthy_for(plane, clock)
             assert {a.state for a in plane.alarms.values()} == {"OK"}
             # The primary region goes silent: its canary died with it.
             moved_after = None
@@ -119,15 +130,9 @@ async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
     clock = Clock()
     period = config.timing.canary_interval
     async with running_redis_pair(config):
-        writer = probe_client(config.primary.redis.address, config.primary.redis.port)
-        await ensure_epoch(writer)
-        await writer.aclose()
+        await started_writer(config)
         first = ControlPlane(config, clock=clock)
-        for _ in range(12):
-            clock.now += period
-            report(first, clock, P)
-            report(first, clock, S)
-            await first.evaluate()
+        await healthy_for(first, clock)
         await first.stop()  # saves its state
         assert first.state_file.exists()
 

@@ -1,14 +1,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import pytest
+import pytest_asyncio
 import redis.asyncio as aioredis
 
 from rideout.config import Config
 from rideout.failover.controller import ControllerState, FailoverController, decide
 from rideout.store import keys
+from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch, replication_status
 from tests.conftest import running_redis_pair
 
@@ -46,15 +49,17 @@ def test_state_round_trip() -> None:
     assert ControllerState.from_dict(state.to_dict()).to_dict() == state.to_dict()
 
 
-async def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await predicate():  # type: ignore[misc]
-            await asyncio.sleep(0.05)
+@dataclass
+class Pair:
+    config: Config
+    primary: EmbeddedRedis
+    p: aioredis.Redis
+    s: aioredis.Redis
 
 
-async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(
-    make_config: Callable[..., Config],
-) -> None:
+@pytest_asyncio.fixture
+async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
+    """A running primary/replica and a client to each (decoded responses)."""
     config = make_config()
     async with running_redis_pair(config) as (primary, _):
         p = aioredis.Redis(
@@ -65,167 +70,139 @@ async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(
             port=config.secondary.redis.port,
             decode_responses=True,
         )
-        events: list[str] = []
-        controller = FailoverController(
-            config, on_change=lambda st: events.append(st.events[-1].kind)
-        )
         try:
             await ensure_epoch(p)
-            await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})
-            await p.wait(1, 2000)
-            assert (await controller.tick({P: True, S: True})).move == "none"
-            assert (controller.writer, controller.epoch) == (P, 1)
-            assert controller.dns_health({P: True, S: True}) == {P: True, S: False}
-
-            # The primary takes one write the secondary never sees, then dies.
-            await s.replicaof("NO", "ONE")
-            await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})
-            await primary.stop()
-            decision = await controller.tick({P: False, S: True})
-            assert (decision.move, decision.urgent) == ("fail-over", True)
-            assert (controller.writer, controller.epoch) == (S, 2)
-            assert await s.get(keys.EPOCH) == "2"
-            assert controller.dns_health({P: False, S: True}) == {P: False, S: True}
-            assert (
-                "REPLICAOF NO ONE (us-east-1 unreachable)"
-                in controller.status()["events"][-1]["message"]
-            )
-
-            # It comes back from its AOF as a writer: demoted at once, its write counted.
-            await primary.start()
-            await controller.tick({P: False, S: True})
-            assert (await replication_status(p)).role == "replica"
-            assert controller.status()["lost_writes"] == 1
-            assert [e["kind"] for e in controller.status()["events"]] == [
-                "start",
-                "fail-over",
-                "demote",
-            ]
-
-            # Healthy again: a coordinated switchover, then a new epoch.
-            await wait_for(lambda: _linked(p))
-            await s.set("after-failover", "kept")  # acknowledged by the interim writer
-            decision = await controller.tick({P: True, S: True})
-            assert (decision.move, decision.urgent) == ("fail-back", False)
-            assert (controller.writer, controller.epoch) == (P, 3)
-            assert (await replication_status(p)).role == "master"
-            assert (await replication_status(s)).role == "replica"
-            assert await p.get("after-failover") == "kept"  # nothing acknowledged was lost
-            assert await p.get(keys.EPOCH) == "3"
-            assert "coordinated FAILOVER" in controller.status()["events"][-1]["message"]
-            assert events[-1] == "fail-back"
+            yield Pair(config, primary, p, s)
         finally:
-            await controller.close()
             await p.aclose()
             await s.aclose()
 
 
-async def test_a_reachable_writer_hands_over_without_losing_writes(
-    make_config: Callable[..., Config],
-) -> None:
+async def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
+    async with asyncio.timeout(timeout):
+        while not await predicate():  # type: ignore[misc]
+            await asyncio.sleep(0.05)
+
+
+async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(pair: Pair) -> None:
+    config, p, s, primary = pair.config, pair.p, pair.s, pair.primary
+    events: list[str] = []
+    controller = FailoverController(config, on_change=lambda st: events.append(st.events[-1].kind))
+    try:
+        await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})
+        await p.wait(1, 2000)
+        assert (await controller.tick({P: True, S: True})).move == "none"
+        assert (controller.writer, controller.epoch) == (P, 1)
+        assert controller.dns_health({P: True, S: True}) == {P: True, S: False}
+
+        # The primary takes one write the secondary never sees, then dies.
+        await s.replicaof("NO", "ONE")
+        await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})
+        await primary.stop()
+        decision = await controller.tick({P: False, S: True})
+        assert (decision.move, decision.urgent) == ("fail-over", True)
+        assert (controller.writer, controller.epoch) == (S, 2)
+        assert await s.get(keys.EPOCH) == "2"
+        assert controller.dns_health({P: False, S: True}) == {P: False, S: True}
+        assert (
+            "REPLICAOF NO ONE (us-east-1 unreachable)"
+            in controller.status()["events"][-1]["message"]
+        )
+
+        # It comes back from its AOF as a writer: demoted at once, its write counted.
+        await primary.start()
+        await controller.tick({P: False, S: True})
+        assert (await replication_status(p)).role == "replica"
+        assert controller.status()["lost_writes"] == 1
+        assert [e["kind"] for e in controller.status()["events"]] == [
+            "start",
+            "fail-over",
+            "demote",
+        ]
+
+        # Healthy again: a coordinated switchover, then a new epoch.
+        await wait_for(lambda: _linked(p))
+        await s.set("after-failover", "kept")  # acknowledged by the interim writer
+        decision = await controller.tick({P: True, S: True})
+        assert (decision.move, decision.urgent) == ("fail-back", False)
+        assert (controller.writer, controller.epoch) == (P, 3)
+        assert (await replication_status(p)).role == "master"
+        assert (await replication_status(s)).role == "replica"
+        assert await p.get("after-failover") == "kept"  # nothing acknowledged was lost
+        assert await p.get(keys.EPOCH) == "3"
+        assert "coordinated FAILOVER" in controller.status()["events"][-1]["message"]
+        assert events[-1] == "fail-back"
+    finally:
+        await controller.close()
+
+
+async def test_a_reachable_writer_hands_over_without_losing_writes(pair: Pair) -> None:
     """Its region fails (say its app servers are throttled) but its Redis answers: the
     target is made to follow it, then a coordinated FAILOVER moves the writer."""
-    config = make_config()
-    async with running_redis_pair(config):
-        p = aioredis.Redis(
-            host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
-        )
-        s = aioredis.Redis(
-            host=config.secondary.redis.address,
-            port=config.secondary.redis.port,
-            decode_responses=True,
-        )
-        controller = FailoverController(config)
-        try:
-            await ensure_epoch(p)
-            await controller.tick({P: True, S: True})
-            await s.replicaof("NO", "ONE")  # detached, so a handover is not possible at once
-            await p.set("written-while-detached", "yes")
-            await controller.tick({P: False, S: True})
-            assert controller.writer == P  # waiting, and the target now follows the writer
-            assert "once its Redis has caught up" in controller.status()["events"][-2]["message"]
-            await wait_for(lambda: _linked(s))
-            await controller.tick({P: False, S: True})
-            assert (controller.writer, controller.epoch) == (S, 2), controller.status()["events"]
-            assert await s.get("written-while-detached") == "yes"
-            assert controller.status()["lost_writes"] == 0
-            assert "coordinated FAILOVER" in controller.status()["events"][-1]["message"]
-        finally:
-            await controller.close()
-            await p.aclose()
-            await s.aclose()
+    config, p, s = pair.config, pair.p, pair.s
+    controller = FailoverController(config)
+    try:
+        await controller.tick({P: True, S: True})
+        await s.replicaof("NO", "ONE")  # detached, so a handover is not possible at once
+        await p.set("written-while-detached", "yes")
+        await controller.tick({P: False, S: True})
+        assert controller.writer == P  # waiting, and the target now follows the writer
+        assert "once its Redis has caught up" in controller.status()["events"][-2]["message"]
+        await wait_for(lambda: _linked(s))
+        await controller.tick({P: False, S: True})
+        assert (controller.writer, controller.epoch) == (S, 2), controller.status()["events"]
+        assert await s.get("written-while-detached") == "yes"
+        assert controller.status()["lost_writes"] == 0
+        assert "coordinated FAILOVER" in controller.status()["events"][-1]["message"]
+    finally:
+        await controller.close()
 
 
-async def test_an_urgent_move_does_not_wait_forever(make_config: Callable[..., Config]) -> None:
-    config = make_config()
+async def test_an_urgent_move_does_not_wait_forever(pair: Pair) -> None:
     now = [1000.0]
-    async with running_redis_pair(config):
-        p = aioredis.Redis(
-            host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
-        )
-        s = aioredis.Redis(
-            host=config.secondary.redis.address,
-            port=config.secondary.redis.port,
-            decode_responses=True,
-        )
-        controller = FailoverController(config, clock=lambda: now[0])
-        try:
-            await ensure_epoch(p)
-            await controller.tick({P: True, S: True})
-            # The target follows the writer but can never link (it fails to authenticate).
-            await s.config_set("masterauth", "wrong")
-            await s.replicaof("NO", "ONE")
-            await s.replicaof(config.primary.redis.address, config.primary.redis.port)
-            await controller.tick({P: False, S: True})
-            assert controller.writer == P
-            now[0] += 4  # within the patience: still waiting
-            await controller.tick({P: False, S: True})
-            assert controller.writer == P
-            now[0] += 60
-            await controller.tick({P: False, S: True})
-            assert controller.writer == S
-            kinds = {e["kind"]: e["message"] for e in controller.status()["events"]}
-            assert "no handover within 5 s" in kinds["fail-over"]
-            assert "now a replica of us-west-2" in kinds["demote"]  # the old writer, reachable
-        finally:
-            await controller.close()
-            await p.aclose()
-            await s.aclose()
+    config, s = pair.config, pair.s
+    controller = FailoverController(config, clock=lambda: now[0])
+    try:
+        await controller.tick({P: True, S: True})
+        # The target follows the writer but can never link (it fails to authenticate).
+        await s.config_set("masterauth", "wrong")
+        await s.replicaof("NO", "ONE")
+        await s.replicaof(config.primary.redis.address, config.primary.redis.port)
+        await controller.tick({P: False, S: True})
+        assert controller.writer == P
+        now[0] += 4  # within the patience: still waiting
+        await controller.tick({P: False, S: True})
+        assert controller.writer == P
+        now[0] += 60
+        await controller.tick({P: False, S: True})
+        assert controller.writer == S
+        kinds = {e["kind"]: e["message"] for e in controller.status()["events"]}
+        assert "no handover within 5 s" in kinds["fail-over"]
+        assert "now a replica of us-west-2" in kinds["demote"]  # the old writer, reachable
+    finally:
+        await controller.close()
 
 
 async def _linked(client: aioredis.Redis) -> bool:
     return (await replication_status(client)).link == "up"
 
 
-async def test_a_writer_that_restarts_as_a_replica_is_promoted_again(
-    make_config: Callable[..., Config],
-) -> None:
-    config = make_config()
-    async with running_redis_pair(config):
-        p = aioredis.Redis(
-            host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
-        )
-        s = aioredis.Redis(
-            host=config.secondary.redis.address,
-            port=config.secondary.redis.port,
-            decode_responses=True,
-        )
-        controller = FailoverController(config, state=ControllerState(writer=S, epoch=5))
-        try:
-            # The secondary is the writer (state remembered across a restart), but its
-            # Redis came back with its configured role, a replica of the primary.
-            assert (await replication_status(s)).role == "replica"
-            await controller.tick({P: False, S: True})
-            assert (await replication_status(s)).role == "master"
-            assert await s.get(keys.EPOCH) == "5"
-            assert (await replication_status(p)).role == "replica"
-            kinds = [e["kind"] for e in controller.status()["events"]]
-            assert "promote" in kinds
-            assert "epoch" in kinds
-        finally:
-            await controller.close()
-            await p.aclose()
-            await s.aclose()
+async def test_a_writer_that_restarts_as_a_replica_is_promoted_again(pair: Pair) -> None:
+    config, p, s = pair.config, pair.p, pair.s
+    controller = FailoverController(config, state=ControllerState(writer=S, epoch=5))
+    try:
+        # The secondary is the writer (state remembered across a restart), but its
+        # Redis came back with its configured role, a replica of the primary.
+        assert (await replication_status(s)).role == "replica"
+        await controller.tick({P: False, S: True})
+        assert (await replication_status(s)).role == "master"
+        assert await s.get(keys.EPOCH) == "5"
+        assert (await replication_status(p)).role == "replica"
+        kinds = [e["kind"] for e in controller.status()["events"]]
+        assert "promote" in kinds
+        assert "epoch" in kinds
+    finally:
+        await controller.close()
 
 
 async def test_an_unreachable_target_is_an_error_event_not_a_crash(
