@@ -167,7 +167,13 @@ local cutoff = now - tonumber(ARGV[10])
 local by_age = nil
 if cutoff > 0 then
   local boundary = string.format('%d', cutoff) .. '-0'
-  local older = redis.call('XREVRANGE', KEYS[3], '(' .. boundary, '-', 'COUNT', 1)
+  -- Only search for the newest expired entry when the oldest one has expired: that
+  -- search walks the stream, and on most bids nothing is old enough to trim.
+  local oldest = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1)
+  local older = {}
+  if #oldest > 0 and cmp_id(oldest[1][1], boundary) < 0 then
+    older = redis.call('XREVRANGE', KEYS[3], '(' .. boundary, '-', 'COUNT', 1)
+  end
   if #older > 0 then
     by_age = boundary
     if cut == nil or cmp_id(cut, older[1][1]) < 0 then cut = older[1][1] end
