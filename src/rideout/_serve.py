@@ -3,12 +3,30 @@
 from __future__ import annotations
 
 import gc
+import logging
+import re
 import socket
 
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ["serve"]
+__all__ = ["RedactTokens", "serve"]
+
+_TOKEN = re.compile(r"((?:^|[?&])token=)[^&\s\"']+")
+
+
+class RedactTokens(logging.Filter):
+    """Remove bearer tokens from log lines (uvicorn logs each WebSocket path with its
+    query string, and browsers may pass ``?token=...``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str):
+            record.msg = _TOKEN.sub(r"\1[redacted]", record.msg)
+        if isinstance(record.args, tuple):
+            record.args = tuple(
+                _TOKEN.sub(r"\1[redacted]", a) if isinstance(a, str) else a for a in record.args
+            )
+        return True
 
 
 def serve(
@@ -42,6 +60,8 @@ def serve(
         timeout_graceful_shutdown=3,
         server_header=False,
     )
+    for name in ("uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).addFilter(RedactTokens())
     # Objects allocated during start-up live for the whole process: keep them out of
     # the collector's way (a full collection otherwise sets the fan-out tail).
     gc.freeze()

@@ -141,6 +141,9 @@ async def test_the_auction_through_up_with_two_workers_per_zone(
                     assert msg["type"] == "ack"
                 assert msg["state"]["bid"] == 42
                 assert msg["state"]["bidder"] == "alice"
+        # The token was in 24 URLs; it is in no log.
+        for log in (workdir / ".rideout" / "logs").glob("*.log"):
+            assert token not in log.read_text(), log.name
         up.proc.send_signal(signal.SIGTERM)
         assert up.wait_exit() == 0
         assert_all_gone(up.pids)
