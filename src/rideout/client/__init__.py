@@ -1,4 +1,8 @@
-"""Clients that ride out failures: the failover HTTP client and name resolution.
+"""Clients that ride out failures: the reconnecting WebSocket client, the failover HTTP
+client and name resolution.
+
+:mod:`rideout.client.ws` is the auction's WebSocket client (heartbeat, full-jitter
+reconnects, state restore, exactly-once bids);
 
 :mod:`rideout.client.http` is seed 001's REST client (domain plan, backoff schedule,
 retry triggers, idempotency keys); :mod:`rideout.client.resolve` resolves names
@@ -37,6 +41,12 @@ from rideout.client.resolve import (
     Resolver,
     SystemResolver,
 )
+from rideout.client.ws import (
+    AuctionClient,
+    ClientSettings,
+    GaveUpError,
+    QueueFull,
+)
 
 __all__ = [
     "DEFAULT_SCHEDULE",
@@ -44,14 +54,18 @@ __all__ = [
     "AllAttemptsFailed",
     "AsyncFailoverClient",
     "Attempt",
+    "AuctionClient",
     "CachingResolver",
     "ClientMetrics",
+    "ClientSettings",
     "DohResolver",
     "DomainPlan",
     "ErrorKind",
     "FailoverClient",
+    "GaveUpError",
     "GiveUpReason",
     "NameserverResolver",
+    "QueueFull",
     "ResolutionError",
     "ResolutionFailure",
     "Resolved",
