@@ -1,0 +1,124 @@
+"""The region-outage drill at scale: N = 1,000 and 5,000 clients, fast profile, the
+primary killed, once with full jitter and once with no jitter.
+
+    .venv/bin/python -m bench.drill [--clients 1000 5000] [--report-root DIR]
+
+Each run starts a deployment of its own on free ports (sync replication, replica_down
+``reject``) and spreads the clients over spawned worker processes (400 per process).
+Prints one table: time to alarm and DNS, per-client time to restored state
+(p50/p90/p99/max), share recovered, acknowledged bids lost and duplicated, and the peak
+reconnect rate reaching the secondary with and without jitter (their ratio is measured
+within one run). Client and servers share the machine's cores: the herd is smeared by
+CPU contention, so the ratio here is a floor of what separate client machines would see.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import socket
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from rideout.config import dump_toml, parse_config
+from rideout.drill import DrillOptions, run_region_outage, write_report
+
+ZONES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
+
+
+def free_port(*addresses: str, udp: bool = False) -> int:
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 40000)
+        try:
+            for address in addresses:
+                kinds = (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
+                for kind in kinds:
+                    with socket.socket(socket.AF_INET, kind) as sock:
+                        sock.bind((address, port))
+        except OSError:
+            continue
+        return port
+    raise RuntimeError(f"no free port on {addresses}")
+
+
+def write_config(directory: Path) -> Path:
+    redis_port = free_port("127.0.1.100", "127.0.2.100")
+    data: dict[str, Any] = {
+        "data_dir": str(directory / ".rideout"),
+        "app_port": free_port(*ZONES),
+        "profile": "fast",
+        "control_plane": {
+            "port": free_port("127.0.0.1"),
+            "dns_port": free_port("127.0.0.1", udp=True),
+        },
+        "failover": {"replication": "sync", "sync_timeout": 0.5, "replica_down": "reject"},
+        "regions": [
+            {"name": "us-east-1", "role": "primary",
+             "redis": {"address": "127.0.1.100", "port": redis_port},
+             "zones": [{"name": "use1-az1", "address": "127.0.1.1"},
+                       {"name": "use1-az2", "address": "127.0.1.2"}]},
+            {"name": "us-west-2", "role": "secondary",
+             "redis": {"address": "127.0.2.100", "port": redis_port},
+             "zones": [{"name": "usw2-az1", "address": "127.0.2.1"},
+                       {"name": "usw2-az2", "address": "127.0.2.2"}]},
+        ],
+    }  # fmt: skip
+    path = directory / "rideout.toml"
+    path.write_text(dump_toml(parse_config(data)))
+    return path
+
+
+def s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, nargs="+", default=[1000, 5000])
+    parser.add_argument("--report-root", type=Path, default=None)
+    args = parser.parse_args()
+    console = Console(highlight=False)
+    root = args.report_root or Path(tempfile.mkdtemp(prefix="rideout-bench-drill-"))
+    table = Table(
+        title="region outage drill, fast profile, kill, sync/reject", title_justify="left"
+    )
+    for column in ("N", "backoff", "alarm s", "DNS s", "p50 s", "p90 s", "p99 s", "max s",
+                   "recovered", "acked", "lost", "dup", "peak /100 ms", "no-jitter ÷ jitter"):  # fmt: skip
+        table.add_column(column, justify="right")
+    for n in args.clients:
+        workdir = root / f"n{n}"
+        workdir.mkdir(parents=True, exist_ok=True)
+        config = write_config(workdir)
+        options = DrillOptions(
+            clients=n, fault="kill", replication="sync", profile="fast", compare_jitter=True,
+            config_path=config, report_dir=workdir / "report", env={},
+        )  # fmt: skip
+        with console.status(f"N={n}") as status:
+            report = asyncio.run(
+                run_region_outage(options, lambda m, st=status, k=n: st.update(f"N={k}: {m}"))
+            )
+        write_report(report, workdir / "report")
+        ratio = (report.get("jitter_comparison") or {}).get("ratio")
+        for p in report["passes"]:
+            f = p["failover"]
+            r = f["time_to_restored"]
+            table.add_row(
+                str(n), p["backoff"], s(f["time_to_detect"]), s(f["time_to_dns"]),
+                s(r["p50"]), s(r["p90"]), s(r["p99"]), s(r["max"]),
+                f"{100 * f['recovered_share']:.1f}%", str(p["bids"]["acked"]),
+                str(p["bids"]["lost"]), str(p["bids"]["duplicates"]),
+                str(f["reconnects"]["peak_per_bucket"]),
+                "" if p["name"] == "full-jitter" or ratio is None else f"{ratio:.1f}×",
+            )  # fmt: skip
+        console.print(f"N={n}: report in {workdir / 'report'}")
+    console.print(table)
+
+
+if __name__ == "__main__":
+    main()

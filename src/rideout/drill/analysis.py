@@ -1,0 +1,250 @@
+"""Pure accounting for a drill: percentiles, time buckets, recovery, lost and duplicate bids.
+
+No I/O and no clock: every function takes the records a drill collected (see
+:mod:`rideout.drill.clients` for their shape) and returns plain data, so the numbers a
+game day reports are tested directly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+__all__ = [
+    "AckRecord",
+    "BidAccounting",
+    "HerdStats",
+    "RecoveryStats",
+    "StreamEntry",
+    "account_bids",
+    "bucket_counts",
+    "herd_stats",
+    "offset_key",
+    "parse_stream_entry",
+    "percentile",
+    "recovery_stats",
+    "summarize",
+]
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0-100) by linear interpolation; None for no values."""
+    if not 0 <= q <= 100:
+        raise ValueError(f"q must be within [0, 100], not {q!r}")
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return float(ordered[0])
+    rank = (len(ordered) - 1) * q / 100
+    low = math.floor(rank)
+    high = math.ceil(rank)
+    fraction = rank - low
+    return float(ordered[low] + (ordered[high] - ordered[low]) * fraction)
+
+
+def summarize(values: Sequence[float]) -> dict[str, float | int | None]:
+    """count, p50, p90, p99, max (seconds), for a report."""
+    return {
+        "count": len(values),
+        "p50": percentile(values, 50),
+        "p90": percentile(values, 90),
+        "p99": percentile(values, 99),
+        "max": float(max(values)) if values else None,
+    }
+
+
+def bucket_counts(
+    times: Iterable[float], start: float, end: float, width: float = 0.1
+) -> list[int]:
+    """How many of ``times`` fall in each ``width``-second bucket of ``[start, end)``."""
+    if width <= 0:
+        raise ValueError(f"width must be > 0, not {width!r}")
+    if end < start:
+        raise ValueError("end must not be before start")
+    n = max(1, math.ceil((end - start) / width - 1e-9))
+    counts = [0] * n
+    for t in times:
+        if start <= t < end:
+            index = min(n - 1, int((t - start) / width + 1e-9))
+            counts[index] += 1
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class HerdStats:
+    """Reconnect attempts reaching one region after a moment (the thundering herd)."""
+
+    total: int
+    peak_per_bucket: int
+    peak_per_second: float
+    """``peak_per_bucket`` scaled to a rate (bucket / width)."""
+    bucket: float
+    series: list[int] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def herd_stats(times: Iterable[float], start: float, end: float, width: float = 0.1) -> HerdStats:
+    """Bucket the attempt ``times`` of ``[start, end)``: the peak and the series."""
+    series = bucket_counts(times, start, end, width)
+    peak = max(series, default=0)
+    return HerdStats(sum(series), peak, peak / width, width, series)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStats:
+    """Per-client time from a moment (the fault) to its first state restored in the target region."""
+
+    clients: int
+    recovered: int
+    seconds: list[float]
+
+    @property
+    def share(self) -> float:
+        return self.recovered / self.clients if self.clients else 1.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "clients": self.clients,
+            "recovered": self.recovered,
+            "recovered_share": self.share,
+            "time_to_restored": summarize(self.seconds),
+        }
+
+
+def recovery_stats(
+    restores: Iterable[tuple[int, float, str]],
+    clients: Iterable[int],
+    since: float,
+    region: str,
+    timeout: float,
+) -> RecoveryStats:
+    """From ``(client, time, region)`` restores: each client's first restore in ``region``
+    after ``since`` and within ``timeout`` seconds of it."""
+    first: dict[int, float] = {}
+    for client, t, where in restores:
+        if where != region or t < since or t - since > timeout:
+            continue
+        if client not in first or t < first[client]:
+            first[client] = t
+    population = set(clients)
+    seconds = sorted(first[c] - since for c in first if c in population)
+    return RecoveryStats(len(population), len(seconds), seconds)
+
+
+# ------------------------------------------------------------------------- bids
+
+
+def offset_key(offset: str) -> tuple[int, int]:
+    """A stream entry id (``1700000000000-3``) as a sortable pair."""
+    millis, _, seq = offset.partition("-")
+    return int(millis), int(seq or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class AckRecord:
+    """An accepted bid as its client saw the ack."""
+
+    room: str
+    bidder: str
+    amount: int
+    offset: str | None = None
+    """The stream entry id the ack named (its position), when it had one."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEntry:
+    """One entry of a room's stream: who bid what."""
+
+    id: str
+    room: str
+    bidder: str | None
+    amount: int
+
+
+def parse_stream_entry(room: str, entry_id: str, fields: Mapping[str, str]) -> StreamEntry | None:
+    """A ``XRANGE`` entry (``state`` JSON with ``bid`` and ``bidder``); None if unreadable."""
+    try:
+        state = json.loads(fields["state"])
+        amount = state["bid"]
+        bidder = state.get("bidder")
+    except (KeyError, ValueError, TypeError, AttributeError):
+        return None
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        return None
+    return StreamEntry(entry_id, room, bidder if isinstance(bidder, str) else None, amount)
+
+
+@dataclass(frozen=True, slots=True)
+class BidAccounting:
+    """Acknowledged bids against what the final writer holds."""
+
+    acked: int
+    found: int
+    lost: list[AckRecord]
+    unverifiable: int
+    """Acked bids older than the first entry kept of their room (history trimmed)."""
+    duplicates: list[tuple[str, str | None, int, int]]
+    """``(room, bidder, amount, times)`` applied more than once."""
+    entries: int
+
+    def as_dict(self, examples: int = 20) -> dict[str, Any]:
+        return {
+            "acked": self.acked,
+            "found": self.found,
+            "lost": len(self.lost),
+            "unverifiable": self.unverifiable,
+            "duplicates": sum(times - 1 for *_, times in self.duplicates),
+            "stream_entries": self.entries,
+            "lost_examples": [asdict(a) for a in self.lost[:examples]],
+            "duplicate_examples": [list(d) for d in self.duplicates[:examples]],
+        }
+
+
+def account_bids(acks: Iterable[AckRecord], entries: Iterable[StreamEntry]) -> BidAccounting:
+    """Every accepted ack must be in its room's stream, once.
+
+    An ack whose offset is older than the first entry still kept for its room cannot be
+    checked (the room's history was trimmed to ``history_size``): counted apart, not lost.
+    """
+    applied: Counter[tuple[str, str | None, int]] = Counter()
+    first: dict[str, tuple[int, int]] = {}
+    count = 0
+    for entry in entries:
+        count += 1
+        applied[(entry.room, entry.bidder, entry.amount)] += 1
+        key = offset_key(entry.id)
+        if entry.room not in first or key < first[entry.room]:
+            first[entry.room] = key
+    acked = found = unverifiable = 0
+    lost: list[AckRecord] = []
+    seen: set[tuple[str, str, int]] = set()
+    for ack in acks:
+        ident = (ack.room, ack.bidder, ack.amount)
+        if ident in seen:  # the same bid acked twice (a resend answered again): one bid
+            continue
+        seen.add(ident)
+        acked += 1
+        if applied[ident] > 0:
+            found += 1
+            continue
+        oldest = first.get(ack.room)
+        if ack.offset is not None and oldest is not None and offset_key(ack.offset) < oldest:
+            unverifiable += 1
+            continue
+        lost.append(ack)
+    duplicates = sorted(
+        (
+            (room, bidder, amount, times)
+            for (room, bidder, amount), times in applied.items()
+            if times > 1
+        ),
+        key=lambda d: (d[0], d[1] or "", d[2]),
+    )
+    return BidAccounting(acked, found, lost, unverifiable, duplicates, count)

@@ -1,0 +1,315 @@
+"""The drill's clients: the library's own resilient :class:`~rideout.client.ws.AuctionClient`,
+many of them, bidding, with every event that matters recorded with a wall-clock time.
+
+A :class:`GroupSpec` describes a group of clients; :func:`run_group` runs one group in
+the current event loop, reporting record batches to a ``sink``. :class:`ClientFleet`
+runs groups either in this process (small N) or in spawned worker processes (large N,
+``clients_per_process`` each), whose records come back over a queue.
+
+Records are plain tuples (cheap to pickle), first the kind, the client index, the time:
+
+- ``("attempt", cid, t, region)``: a (re)connect attempt, by the region its DNS answer named
+- ``("connected", cid, t, region)`` / ``("disconnected", cid, t, region)``
+- ``("restored", cid, t, region)``: a room's state restored (``StateRestored``)
+- ``("ack", cid, t, room, amount, offset, region)``: an *accepted* bid
+- ``("rejected", cid, t, reason)``: a bid that ended unaccepted (``too_low``, ``unavailable``...)
+- ``("gaveup", cid, t)``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import multiprocessing
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from rideout.auth import SigningKey, TokenIssuer
+from rideout.backoff import FullJitter, NoJitter
+from rideout.client.resolve import CachingResolver, NameserverResolver, Resolved, Resolver
+from rideout.client.ws import (
+    Acked,
+    AuctionClient,
+    ClientSettings,
+    Connected,
+    Disconnected,
+    Event,
+    GaveUp,
+    QueueFull,
+    StateRestored,
+)
+from rideout.config import Config
+
+__all__ = ["ClientFleet", "GroupSpec", "Record", "run_group"]
+
+Record = tuple[Any, ...]
+Sink = Callable[[list[Record]], None]
+
+
+class _Flag(Protocol):
+    def is_set(self) -> bool: ...
+
+
+def region_of(config: Config) -> dict[str, str]:
+    """Zone address → region name."""
+    return {z.address: r.name for r in config.regions for z in r.zones}
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSpec:
+    """A group of drill clients (picklable: it crosses into worker processes)."""
+
+    config: Config
+    first: int
+    count: int
+    rooms: tuple[str, ...]
+    prefix: str
+    """Bidders are ``{prefix}-{client index}``."""
+    jitter: bool = True
+    bid_interval: float = 1.0
+    """Mean seconds between one client's bids."""
+    max_pending: int = 3
+    ramp: float = 2.0
+    """Seconds over which the group's clients are started."""
+    seed: int = 0
+
+    def room(self, cid: int) -> str:
+        return self.rooms[cid % len(self.rooms)]
+
+    def bidder(self, cid: int) -> str:
+        return f"{self.prefix}-{cid}"
+
+
+def client_settings(config: Config, jitter: bool) -> ClientSettings:
+    """The profile's settings, with full jitter or none as the backoff policy."""
+    t = config.timing
+    backoff = (
+        FullJitter(t.backoff_base, t.backoff_cap)
+        if jitter
+        else NoJitter(t.backoff_base, t.backoff_cap)
+    )
+    # A frozen region accepts TCP but never answers the handshake: bound the wait like
+    # the heartbeat bounds an open connection (the library default of 10 s is for seed).
+    open_timeout = min(10.0, max(2.0, 2 * t.heartbeat_timeout))
+    return ClientSettings.from_config(config, backoff=backoff, open_timeout=open_timeout)
+
+
+class _RecordingResolver:
+    """Records each resolution (one per connection attempt) by the region it answered."""
+
+    def __init__(self, inner: Resolver, cid: int, regions: dict[str, str], out: list[Record]):
+        self._inner = inner
+        self._cid = cid
+        self._regions = regions
+        self._out = out
+
+    async def resolve(self, name: str) -> Resolved:
+        answer = await self._inner.resolve(name)
+        region = self._regions.get(answer.addresses[0], "?") if answer.addresses else "?"
+        self._out.append(("attempt", self._cid, time.time(), region))
+        return answer
+
+
+async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
+    """Run ``spec``'s clients until ``stop`` is set; bid while ``bidding`` is set."""
+    config = spec.config
+    regions = region_of(config)
+    key = SigningKey.load_or_create(config.keys_dir)
+    a = config.auth
+    issuer = TokenIssuer(key, a.issuer, a.audience, max(a.token_ttl, 3600.0))
+    settings = client_settings(config, spec.jitter)
+    cp = config.control_plane
+    out: list[Record] = []
+    rng = random.Random(spec.seed)
+    clients: list[AuctionClient] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    def recorder(cid: int) -> Callable[[Event], None]:
+        def on_event(event: Event) -> None:
+            now = time.time()
+            if isinstance(event, Acked):
+                if event.accepted:
+                    offset = event.position.offset if event.position else None
+                    out.append(
+                        ("ack", cid, now, event.room, event.amount, offset, event.region or "?")
+                    )
+                else:
+                    out.append(("rejected", cid, now, event.reason or "?"))
+            elif isinstance(event, StateRestored):
+                out.append(("restored", cid, now, event.region))
+            elif isinstance(event, Connected):
+                out.append(("connected", cid, now, regions.get(event.address, "?")))
+            elif isinstance(event, Disconnected):
+                out.append(("disconnected", cid, now, regions.get(event.address, "?")))
+            elif isinstance(event, GaveUp):
+                out.append(("gaveup", cid, now))
+
+        return on_event
+
+    async def bidder(client: AuctionClient, cid: int) -> None:
+        room = spec.room(cid)
+        last = 0
+        local = random.Random(spec.seed * 1_000_003 + cid)
+        while True:
+            await asyncio.sleep(spec.bid_interval * local.uniform(0.5, 1.5))
+            if not bidding.is_set() or not client.ready or client.pending_bids >= spec.max_pending:
+                continue
+            known = client.rooms.get(room)
+            state = known.state if known is not None else None
+            current = state.get("bid") if isinstance(state, dict) else None
+            base = max(last, current if isinstance(current, int) else 0)
+            amount = base + local.randint(1, 5)
+            last = amount
+            with contextlib.suppress(QueueFull, ValueError):
+                await client.bid(room, amount)
+
+    async def flush() -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            if out:
+                batch = out[:]
+                del out[: len(batch)]
+                sink(batch)
+
+    flusher = asyncio.create_task(flush())
+    try:
+        for cid in range(spec.first, spec.first + spec.count):
+            sub = spec.bidder(cid)
+            token = issuer.issue(sub)
+            inner = CachingResolver(NameserverResolver(cp.address, cp.dns_port))
+            client = AuctionClient.from_config(
+                config,
+                token=token,
+                resolver=_RecordingResolver(inner, cid, regions, out),
+                settings=settings,
+                rooms=[spec.room(cid)],
+                rng=random.Random(rng.random()),
+                on_event=recorder(cid),
+            )
+            client.start()
+            clients.append(client)
+            tasks.append(asyncio.create_task(bidder(client, cid)))
+            if spec.count > 1:
+                await asyncio.sleep(spec.ramp / spec.count)
+        # `stop` is a threading or multiprocessing event (set from another process).
+        while not stop.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await asyncio.gather(*(c.stop() for c in clients), return_exceptions=True)
+        flusher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await flusher
+        if out:
+            sink(out[:])
+            out.clear()
+
+
+def _worker(spec: GroupSpec, results: Any, bidding: Any, stop: Any) -> None:
+    """A worker process: one group, records batched onto ``results``."""
+    logging.basicConfig(level=logging.ERROR)
+    logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
+
+    def sink(batch: list[Record]) -> None:
+        results.put(batch)
+
+    try:
+        asyncio.run(run_group(spec, sink, bidding, stop))
+    finally:
+        results.put(None)
+
+
+class ClientFleet:
+    """Many groups of clients, in this process or in spawned workers."""
+
+    def __init__(self, specs: Sequence[GroupSpec], *, processes: bool) -> None:
+        self.specs = list(specs)
+        self.processes = processes
+        self.records: list[Record] = []
+        self._lock = threading.Lock()
+        self._procs: list[multiprocessing.process.BaseProcess] = []
+        self._reader: threading.Thread | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        if processes:
+            ctx = multiprocessing.get_context("spawn")
+            self._queue: Any = ctx.Queue()
+            self.bidding: Any = ctx.Event()
+            self.stopping: Any = ctx.Event()
+            self._ctx = ctx
+        else:
+            self.bidding = threading.Event()
+            self.stopping = threading.Event()
+
+    @property
+    def clients(self) -> int:
+        return sum(s.count for s in self.specs)
+
+    def _add(self, batch: list[Record]) -> None:
+        with self._lock:
+            self.records.extend(batch)
+
+    def snapshot(self) -> list[Record]:
+        with self._lock:
+            return list(self.records)
+
+    def start(self) -> None:
+        if not self.processes:
+            for spec in self.specs:
+                self._tasks.append(
+                    asyncio.create_task(run_group(spec, self._add, self.bidding, self.stopping))
+                )
+            return
+        for spec in self.specs:
+            proc = self._ctx.Process(
+                target=_worker,
+                args=(spec, self._queue, self.bidding, self.stopping),
+                name=f"rideout-drill-clients-{spec.first}",
+                daemon=True,
+            )
+            proc.start()
+            self._procs.append(proc)
+        self._reader = threading.Thread(target=self._read, name="drill-records", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        ended = 0
+        while ended < len(self._procs):
+            try:
+                batch = self._queue.get(timeout=0.5)
+            except queue.Empty:
+                if not any(p.is_alive() for p in self._procs):
+                    break
+                continue
+            if batch is None:
+                ended += 1
+            else:
+                self._add(batch)
+
+    async def stop(self, timeout: float = 20.0) -> None:
+        """Stop every client (their records are collected) and every worker process."""
+        self.bidding.clear()
+        self.stopping.set()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            self._tasks.clear()
+        if self._procs:
+            deadline = time.monotonic() + timeout
+            for proc in self._procs:
+                await asyncio.to_thread(proc.join, max(0.1, deadline - time.monotonic()))
+            for proc in self._procs:
+                if proc.is_alive():
+                    proc.kill()
+                    await asyncio.to_thread(proc.join, 5)
+            if self._reader is not None:
+                await asyncio.to_thread(self._reader.join, 5)
+            self._queue.close()
+            self._queue.join_thread()
+            self._procs.clear()

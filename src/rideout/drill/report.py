@@ -1,0 +1,181 @@
+"""Render and write a drill's report: ``report.json``, ``report.md`` and ``timeline.png``.
+
+:func:`render_markdown` is pure (a report dict in, text out); :func:`write_report`
+writes the files; the PNG needs the ``drill`` extra (matplotlib) and is skipped, with
+a note in the report, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["default_report_dir", "fmt_seconds", "render_markdown", "summary_rows", "write_report"]
+
+
+def default_report_dir(data_dir: Path, now: float | None = None) -> Path:
+    """``DATA_DIR/drills/<timestamp>/``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    return data_dir / "drills" / stamp
+
+
+def fmt_seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
+    """One row per pass and phase: the headline numbers (shared by the CLI table and md)."""
+    rows: list[tuple[str, ...]] = []
+    for p in report.get("passes", []):
+        for phase in ("failover", "failback"):
+            d = p.get(phase)
+            if not d:
+                continue
+            rto = d["time_to_restored"]
+            herd = d["reconnects"]
+            bids = p["bids"]
+            rows.append(
+                (
+                    p["name"],
+                    f"{phase} {d['from']} → {d['to']}",
+                    fmt_seconds(d["time_to_detect"]),
+                    fmt_seconds(d["time_to_dns"]),
+                    fmt_seconds(rto["p50"]),
+                    fmt_seconds(rto["p90"]),
+                    fmt_seconds(rto["p99"]),
+                    fmt_seconds(rto["max"]),
+                    f"{d['recovered']}/{d['clients']} ({100 * d['recovered_share']:.1f}%)",
+                    f"{herd['peak_per_bucket']} ({herd['peak_per_second']:.0f}/s)",
+                    str(bids["acked"]) if phase == "failover" else "″",
+                    str(bids["lost"]) if phase == "failover" else "″",
+                    str(bids["duplicates"]) if phase == "failover" else "″",
+                )
+            )
+    return rows
+
+
+HEADERS = (
+    "pass",
+    "phase",
+    "detect (alarm)",
+    "DNS moved",
+    "restored p50",
+    "p90",
+    "p99",
+    "max",
+    "recovered",
+    "peak reconnects /100 ms",
+    "acked bids",
+    "lost",
+    "duplicates",
+)
+
+
+def render_markdown(report: dict[str, Any]) -> str:
+    """The report as Markdown."""
+    dep = report.get("deployment", {})
+    opts = report.get("options", {})
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(report.get("started_at", 0)))
+    lines = [
+        "# Drill: region outage",
+        "",
+        f"- started {when}; {opts.get('clients')} clients; fault `{opts.get('fault')}` of "
+        f"{dep.get('primary')}; {dep.get('replication')} replication "
+        f"(replica_down = {dep.get('replica_down')}); {dep.get('profile')} profile; "
+        + ("a deployment of its own" if dep.get("own_cluster") else "the running deployment"),
+        f"- result: **{'PASS' if report.get('ok') else 'FAIL'}**",
+        "",
+        "| " + " | ".join(HEADERS) + " |",
+        "|" + "---|" * len(HEADERS),
+    ]
+    lines += ["| " + " | ".join(row) + " |" for row in summary_rows(report)]
+    lines.append("")
+    for p in report.get("passes", []):
+        bids = p["bids"]
+        lines += [
+            f"## {p['name']} ({p['backoff']})",
+            "",
+            f"- {p['clients']} clients in {p['processes'] or 'this'} process(es), "
+            f"{p['rooms']} rooms, a bid every ~{p['bid_interval']:g} s per client; "
+            f"{p.get('ready_clients')} ready after {fmt_seconds(p.get('ready_after'))}",
+            f"- fault: {p.get('fault_message', '-')}",
+            f"- bids: {bids['acked']} acknowledged, {bids['found']} found in the final "
+            f"writer's ({p['final_writer']}) streams, **{bids['lost']} lost**, "
+            f"**{bids['duplicates']} duplicates**, {bids['unverifiable']} unverifiable "
+            f"(history trimmed); rejected: {bids.get('rejected') or {}}",
+            f"- clients that gave up: {p.get('gave_up', 0)}",
+        ]
+        for phase in ("failover", "failback"):
+            d = p.get(phase)
+            if not d:
+                continue
+            herd = d["reconnects"]
+            lines.append(
+                f"- {phase}: alarm after {fmt_seconds(d['time_to_detect'])}, writer moved after "
+                f"{fmt_seconds(d['time_to_writer'])}, DNS after {fmt_seconds(d['time_to_dns'])}; "
+                f"{herd['total']} reconnect attempts reached {d['to']}, peak "
+                f"{herd['peak_per_bucket']} per 100 ms"
+                + (
+                    " (the old region was drained: close 1012 reconnects at once, no backoff)"
+                    if phase == "failback"
+                    else ""
+                )
+            )
+        lines.append("")
+    cmp = report.get("jitter_comparison")
+    if cmp:
+        ratio = cmp["ratio"]
+        lines += [
+            "## Full jitter vs no jitter",
+            "",
+            "| backoff | peak reconnects per 100 ms at the secondary |",
+            "|---|---|",
+            f"| full jitter | {cmp['peak_full_jitter_per_100ms']} |",
+            f"| no jitter | {cmp['peak_no_jitter_per_100ms']} |",
+            "",
+            f"No jitter's peak is **{ratio:.1f}×** full jitter's."
+            if ratio is not None
+            else "No reconnects were seen with full jitter.",
+            "",
+        ]
+    if report.get("objectives"):
+        lines += ["## Objectives", "", "| objective | limit | measured | |", "|---|---|---|---|"]
+        for o in report["objectives"]:
+            value = o["value"]
+            shown = (
+                "-"
+                if value is None
+                else (f"{value:.2f}" if isinstance(value, float) else str(value))
+            )
+            lines.append(
+                f"| {o['name']} | {o['limit']} | {shown} | {'ok' if o['ok'] else '**FAILED**'} |"
+            )
+        lines.append("")
+    if report.get("timeline_png"):
+        lines += [f"![timeline]({report['timeline_png']})", ""]
+    elif report.get("timeline_note"):
+        lines += [f"_{report['timeline_note']}_", ""]
+    return "\n".join(lines)
+
+
+def write_report(report: dict[str, Any], directory: Path, *, png: bool = True) -> list[Path]:
+    """Write ``report.json``, ``report.md`` (and ``timeline.png``) into ``directory``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    if png:
+        try:
+            from rideout.drill.timeline import plot_timeline
+        except ImportError:  # pragma: no cover - the drill extra is not installed
+            report["timeline_note"] = "no timeline.png: install rideout[drill] (matplotlib)"
+        else:
+            path = directory / "timeline.png"
+            plot_timeline(report, path)
+            report["timeline_png"] = path.name
+            written.append(path)
+    json_path = directory / "report.json"
+    json_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    md_path = directory / "report.md"
+    md_path.write_text(render_markdown(report), encoding="utf-8")
+    return [json_path, md_path, *written]

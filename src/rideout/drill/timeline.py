@@ -1,0 +1,54 @@
+"""The drill's timeline as a PNG (matplotlib, Agg): connected clients per region, the
+primary's alarm, the DNS answer and acknowledged bids per second, one column per pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+__all__ = ["plot_timeline"]
+
+
+def plot_timeline(report: dict[str, Any], path: Path) -> None:
+    """Draw every pass of ``report`` into ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    passes = report.get("passes", [])
+    columns = max(1, len(passes))
+    fig, axes = plt.subplots(
+        3, columns, figsize=(7 * columns, 8), sharex="col", squeeze=False,
+        gridspec_kw={"height_ratios": [3, 1, 2]},
+    )  # fmt: skip
+    dep = report.get("deployment", {})
+    primary, secondary = dep.get("primary"), dep.get("secondary")
+    for col, p in enumerate(passes):
+        series = p.get("series", {})
+        start = series.get("start", 0.0)
+        top, mid, low = axes[0][col], axes[1][col], axes[2][col]
+        for region, counts in series.get("connected", {}).items():
+            top.plot(series["t"], counts, label=f"connected to {region}")
+        top.set_title(f"{p['name']}: {p['clients']} clients")
+        top.set_ylabel("clients")
+        for phase, colour in (("failover", "red"), ("failback", "green")):
+            d = p.get(phase)
+            if d:
+                for ax in (top, mid, low):
+                    ax.axvline(d["at"] - start, color=colour, linestyle="--", linewidth=1)
+        top.legend(loc="best", fontsize="small")
+        timeline = p.get("timeline", [])
+        ts = [row["t"] - start for row in timeline]
+        alarm = [1 if row["alarms"].get(primary) == "ALARM" else 0 for row in timeline]
+        dns = [1 if row["dns"] == secondary else 0 for row in timeline]
+        mid.step(ts, alarm, where="post", label=f"{primary} alarm (1 = ALARM)")
+        mid.step(ts, [d * 0.9 for d in dns], where="post", label=f"DNS → {secondary} (0.9)")
+        mid.set_ylim(-0.1, 1.2)
+        mid.legend(loc="best", fontsize="small")
+        low.plot(series.get("t", []), series.get("acks_per_second", []), color="purple")
+        low.set_ylabel("acked bids / s")
+        low.set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,78 @@
+"""The drill the way CI runs it: `rideout drill region-outage` in a subprocess, its own
+deployment in the fast profile, the primary killed under bidding clients.
+
+Sync replication with ``replica_down = "reject"``: a bid is acknowledged only once the
+other region holds it, so "zero acknowledged bids lost" is a guarantee, not luck. (With
+``degrade``, a bid acked while the replica lagged past ``sync_timeout`` just before the
+kill would exist only in the dead region.) While the primary is down, the new writer has
+no replica and refuses bids (``unavailable``): the clients retry, nothing is promised.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rideout.config import dump_toml, parse_config
+from tests.conftest import config_data
+
+pytestmark = pytest.mark.slow
+
+CLIENTS = int(os.environ.get("DRILL_E2E_CLIENTS", "200"))
+
+
+def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
+    config = parse_config(
+        config_data(
+            tmp_path / ".rideout",
+            failover={"replication": "sync", "sync_timeout": 0.5, "replica_down": "reject"},
+        )
+    )
+    (tmp_path / "rideout.toml").write_text(dump_toml(config))
+    report_dir = tmp_path / "report"
+    argv = [
+        sys.executable, "-m", "rideout", "drill", "region-outage",
+        "--clients", str(CLIENTS), "--fault", "kill", "--replication", "sync",
+        "--profile", "fast", "--max-rto", "30", "--max-lost", "0",
+        "--report", str(report_dir), "--config", "rideout.toml",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        argv,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    try:
+        output, _ = proc.communicate(timeout=85)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)  # the drill stops its deployment on the way out
+        output, _ = proc.communicate(timeout=20)
+        pytest.fail(f"the drill took too long:\n{output}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, output
+    assert (report_dir / "report.md").is_file()
+    report = json.loads((report_dir / "report.json").read_text())
+    assert report["ok"]
+    (run,) = report["passes"]
+    failover = run["failover"]
+    assert failover["recovered"] == failover["clients"] == CLIENTS
+    assert failover["recovered_share"] == 1.0
+    assert run["bids"]["acked"] > 0
+    assert run["bids"]["lost"] == 0
+    assert run["bids"]["duplicates"] == 0
+    assert run["final_writer"] == "us-west-2"
+    assert failover["time_to_dns"] is not None
+    assert failover["time_to_dns"] < 20
+    assert failover["time_to_restored"]["p99"] < 30
+    assert "Drill: region outage" in (report_dir / "report.md").read_text()
