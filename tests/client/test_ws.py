@@ -747,3 +747,16 @@ async def test_stop_leaves_nothing_running(
         assert not client.connected
         own = [t for t in asyncio.all_tasks() if t.get_name().startswith("rideout.client.ws")]
         assert own == []
+
+
+def test_the_opening_handshake_gets_at_most_the_heartbeat_timeout() -> None:
+    """A frozen server's kernel still completes the TCP handshake; the WebSocket one
+    then never finishes. Waiting for it longer than the heartbeat timeout helps nobody."""
+    from rideout.client.ws import DEFAULT_OPEN_TIMEOUT, ClientSettings
+    from rideout.config import PROFILES, Config
+
+    assert ClientSettings.from_config(Config(timing=PROFILES["fast"])).open_timeout == 2.0
+    assert (
+        ClientSettings.from_config(Config(timing=PROFILES["seed"])).open_timeout
+        == DEFAULT_OPEN_TIMEOUT
+    )

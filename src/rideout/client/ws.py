@@ -203,6 +203,9 @@ def _count(name: str, value: object, *, minimum: int = 1) -> int:
     return value
 
 
+DEFAULT_OPEN_TIMEOUT = 10.0  # seconds; from_config caps it at the heartbeat timeout
+
+
 @dataclass(frozen=True, slots=True)
 class ClientSettings:
     """How the client watches its connection and reconnects (immutable data).
@@ -236,7 +239,7 @@ class ClientSettings:
     """Delay before re-sending a bid answered ``unavailable`` (retry ``n``, 0-based)."""
     bid_retries: int = 8
     """How many times a bid answered ``unavailable`` is retried before it is rejected."""
-    open_timeout: float = 10.0
+    open_timeout: float = DEFAULT_OPEN_TIMEOUT
     """Seconds for TCP connect plus the WebSocket handshake, per address."""
     close_timeout: float = 2.0
     """Seconds to wait for the server's close frame when the client closes."""
@@ -283,13 +286,19 @@ class ClientSettings:
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> ClientSettings:
-        """Heartbeat and backoff from ``config.timing`` (seed or fast profile), then ``overrides``."""
+        """Heartbeat and backoff from ``config.timing`` (seed or fast profile), then ``overrides``.
+
+        The opening handshake gets at most the heartbeat timeout: a server that accepts
+        the TCP connection but never answers (a frozen process: the kernel still
+        completes the handshake) is as dead as a silent connection.
+        """
         timing = config.timing
         values: dict[str, Any] = {
             "heartbeat_interval": timing.heartbeat_interval,
             "heartbeat_timeout": timing.heartbeat_timeout,
             "heartbeat_failures": timing.heartbeat_failures,
             "backoff": FullJitter(timing.backoff_base, timing.backoff_cap),
+            "open_timeout": min(DEFAULT_OPEN_TIMEOUT, timing.heartbeat_timeout),
         }
         values.update(overrides)
         return cls(**values)

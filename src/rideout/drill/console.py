@@ -40,11 +40,14 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
         out.print(Text(f"error: {exc}", style="bold red"))
         return 2
     files = write_report(report, Path(directory))
+    # One column per pass and phase, one row per measurement: fits a terminal.
+    rows = summary_rows(report)
     table = Table(title="region outage drill", title_justify="left")
-    for header in HEADERS:
-        table.add_column(header, justify="left" if header in ("pass", "phase") else "right")
-    for row in summary_rows(report):
-        table.add_row(*row)
+    table.add_column("")
+    for row in rows:
+        table.add_column(f"{row[0]}\n{row[1]}", justify="right")
+    for i, header in enumerate(HEADERS[2:], start=2):
+        table.add_row(header, *(row[i] for row in rows))
     out.print(table)
     cmp = report.get("jitter_comparison")
     if cmp and cmp.get("ratio") is not None:

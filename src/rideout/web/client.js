@@ -182,6 +182,11 @@ export class AuctionClient extends EventTarget {
     this._lastMessage = Date.now();
     this._failures = 0;
     this._awaitingPong = 0;
+    // A server that accepts the connection but never answers (a frozen process) is as
+    // dead as a silent one: give the opening handshake the heartbeat timeout, no more.
+    this._later(this.options.heartbeatTimeout * 1000, () => {
+      if (ws === this._ws && ws.readyState === WebSocket.CONNECTING) this._abandon(ws, "open_timeout");
+    });
     ws.onopen = () => this._opened(ws, address);
     ws.onmessage = (event) => this._message(ws, event.data);
     ws.onclose = (event) => this._closed(ws, event.code, event.reason, event.code === 1006 ? "connection_lost" : "closed");
