@@ -22,8 +22,8 @@ def _phase(frm: str, to: str, p99: float) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def _report(p99: float = 5.0, lost: int = 0) -> dict[str, Any]:
-    bids = {"acked": 50, "found": 50 - lost, "lost": lost, "unverifiable": 0, "duplicates": 0,
+def _report(p99: float = 5.0, lost: int = 0, duplicates: int = 0) -> dict[str, Any]:
+    bids = {"acked": 50, "found": 50 - lost, "lost": lost, "unverifiable": 0, "duplicates": duplicates,
             "stream_entries": 50, "lost_examples": [], "duplicate_examples": [], "rejected": {}}  # fmt: skip
     passes = [
         {
@@ -107,9 +107,14 @@ def test_default_report_dir() -> None:
 def test_objectives() -> None:
     options = DrillOptions(clients=10, max_rto=4.0, max_lost=0)
     found = _objectives(options, _report(p99=5.0, lost=1)["passes"][:1])
-    assert [o["ok"] for o in found] == [False, False]
+    assert [o["ok"] for o in found] == [False, False, True]
     found = _objectives(options, _report(p99=3.0)["passes"][:1])
     assert all(o["ok"] for o in found)
+    # A bid applied twice fails the drill even with no objective asked for.
+    found = _objectives(DrillOptions(clients=10), _report(duplicates=2)["passes"][:1])
+    assert [(o["name"], o["ok"]) for o in found] == [
+        ("full-jitter: bids applied more than once", False)
+    ]
 
 
 def test_options_are_checked() -> None:

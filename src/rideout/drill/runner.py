@@ -473,6 +473,12 @@ def _objectives(options: DrillOptions, passes: list[dict[str, Any]]) -> list[dic
                 "name": f"{p['name']}: acknowledged bids lost",
                 "limit": options.max_lost, "value": lost, "ok": lost <= options.max_lost,
             })  # fmt: skip
+        # A bid applied twice is a correctness failure whatever the options say.
+        duplicates = p["bids"]["duplicates"]
+        found.append({
+            "name": f"{p['name']}: bids applied more than once",
+            "limit": 0, "value": duplicates, "ok": duplicates == 0,
+        })  # fmt: skip
     return found
 
 
