@@ -132,13 +132,17 @@ class Connection:
         if self._close is not None:
             return
         if len(self._queue) >= self._limit:
-            self.server.metrics.slow_consumers.inc()
-            self.close_soon(
-                CloseCode.OVERLOADED, overloaded_reason(self.server.config.timing.backoff_base)
-            )
+            self._fell_behind()
             return
         self._queue.append(text)
         self._wakeup.set()
+
+    def _fell_behind(self) -> None:
+        """A slow consumer: close with 1013 and a retry hint; it recovers by replay."""
+        self.server.metrics.slow_consumers.inc()
+        self.close_soon(
+            CloseCode.OVERLOADED, overloaded_reason(self.server.config.timing.backoff_base)
+        )
 
     def close_soon(self, code: int, reason: str) -> None:
         """Drop what is queued and close with `code` (1012 drain, 1013 overload, ...)."""
@@ -154,10 +158,7 @@ class Connection:
         pending = self._pending.get(room)
         if pending is not None:
             if len(pending) >= self._limit:
-                self.server.metrics.slow_consumers.inc()
-                self.close_soon(
-                    CloseCode.OVERLOADED, overloaded_reason(self.server.config.timing.backoff_base)
-                )
+                self._fell_behind()
                 return
             pending.append((key, text))
             return
