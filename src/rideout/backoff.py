@@ -114,12 +114,9 @@ def _uniform(rng: random.Random | None, low: float, high: float) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class FullJitter:
-    """Exponential backoff with full jitter: ``uniform(0, min(cap, base * 2**n))``.
-
-    Spreads reconnecting clients over the whole window, so a failover does not turn
-    into a thundering herd. Unbounded: bound the loop by attempts or a :class:`Deadline`.
-    """
+class _Exponential:
+    """What the exponential policies share: ``base`` and ``cap`` (seconds), validated,
+    and no bound on attempts of their own."""
 
     base: float
     cap: float
@@ -131,6 +128,15 @@ class FullJitter:
     def max_attempts(self) -> None:
         """No bound of its own."""
         return None
+
+
+@dataclass(frozen=True, slots=True)
+class FullJitter(_Exponential):
+    """Exponential backoff with full jitter: ``uniform(0, min(cap, base * 2**n))``.
+
+    Spreads reconnecting clients over the whole window, so a failover does not turn
+    into a thundering herd. Unbounded: bound the loop by attempts or a :class:`Deadline`.
+    """
 
     def delay(
         self,
@@ -143,19 +149,8 @@ class FullJitter:
 
 
 @dataclass(frozen=True, slots=True)
-class NoJitter:
+class NoJitter(_Exponential):
     """Plain exponential backoff, ``min(cap, base * 2**n)``: the herd drills compare with."""
-
-    base: float
-    cap: float
-
-    def __post_init__(self) -> None:
-        _check_base_cap(self, self.base, self.cap)
-
-    @property
-    def max_attempts(self) -> None:
-        """No bound of its own."""
-        return None
 
     def delay(
         self,
@@ -168,24 +163,13 @@ class NoJitter:
 
 
 @dataclass(frozen=True, slots=True)
-class DecorrelatedJitter:
+class DecorrelatedJitter(_Exponential):
     """Decorrelated jitter: ``min(cap, uniform(base, previous * 3))``.
 
     The first delay (``previous`` None) draws from ``[base, 3 * base]``. A
     ``previous`` below ``base`` counts as ``base``. ``attempt`` is only validated:
     the sequence depends on the previous delay, which :func:`delays` threads through.
     """
-
-    base: float
-    cap: float
-
-    def __post_init__(self) -> None:
-        _check_base_cap(self, self.base, self.cap)
-
-    @property
-    def max_attempts(self) -> None:
-        """No bound of its own."""
-        return None
 
     def delay(
         self,
