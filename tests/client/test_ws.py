@@ -4,10 +4,11 @@ against real app servers, real Redis and rideout's real DNS server."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -391,6 +392,19 @@ def refused(events: list[Event]) -> bool:
     return any(s.cause is Cause.CONNECT_FAILED for s in of_type(events, ReconnectScheduled))
 
 
+@contextlib.asynccontextmanager
+async def pointed_at_a_silent_server(config: Config) -> AsyncIterator[tuple[Deployment, Any, Any]]:
+    """A real deployment, and a DNS answer pointing at a server that accepts WebSockets
+    on the spare address and then never says a word."""
+    async with (
+        running_deployment(config) as d,
+        running_dns(config) as dns,
+        silent_server(SPARE, config.app_port) as silent,
+    ):
+        dns.answer(SPARE)
+        yield d, dns, silent
+
+
 def config_with_spare(make_config: Callable[..., Config]) -> Config:
     """Zones on a port that the tiny servers' (and the dead) address have free too."""
     return make_config(app_port=free_port(*ZONE_ADDRESSES, SPARE, DEAD))
@@ -450,12 +464,7 @@ async def test_heartbeat_timeout_reconnects_to_the_address_the_dns_now_answers(
     make_config: Callable[..., Config], events: list[Event]
 ) -> None:
     config = config_with_spare(make_config)
-    async with (
-        running_deployment(config) as d,
-        running_dns(config) as dns,
-        silent_server(SPARE, config.app_port) as silent,
-    ):
-        dns.answer(SPARE)
+    async with pointed_at_a_silent_server(config) as (d, dns, silent):
         settings = fast_settings(heartbeat_timeout=1.0)
         client = make_client(
             config, dns, events, d.token("alice"), rooms=["lot-2"], settings=settings
@@ -666,12 +675,7 @@ async def test_bids_in_flight_when_the_connection_dies_are_resent_with_their_ids
     make_config: Callable[..., Config], events: list[Event]
 ) -> None:
     config = config_with_spare(make_config)
-    async with (
-        running_deployment(config) as d,
-        running_dns(config) as dns,
-        silent_server(SPARE, config.app_port) as silent,
-    ):
-        dns.answer(SPARE)
+    async with pointed_at_a_silent_server(config) as (d, dns, silent):
         settings = fast_settings(heartbeat_timeout=1.0)
         client = make_client(config, dns, events, d.token("alice"), settings=settings)
         async with client:
