@@ -212,15 +212,18 @@ class ClientWorker(Child):
         await super().stop(timeout)
 
 
-def free_port(*addresses: str) -> int:
-    """A TCP port that is free on every one of `addresses` right now."""
+def free_port(*addresses: str, udp: bool = False) -> int:
+    """A port that is free on every one of `addresses` right now (TCP, and UDP too with
+    `udp`)."""
     rng = random.Random()
+    kinds = (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
     for _ in range(200):
         port = rng.randrange(20000, 32000)  # below the ephemeral range (32768-60999)
         try:
             for address in addresses:
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-                    sock.bind((address, port))
+                for kind in kinds:
+                    with socket.socket(socket.AF_INET, kind) as sock:
+                        sock.bind((address, port))
         except OSError:
             continue
         return port

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import random
-import socket
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -25,26 +23,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from bench._harness import free_port
 from rideout.config import dump_toml, parse_config
 from rideout.drill import DrillOptions, run_region_outage, write_report
 
 ZONES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
-
-
-def free_port(*addresses: str, udp: bool = False) -> int:
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, 40000)
-        try:
-            for address in addresses:
-                kinds = (socket.SOCK_STREAM, socket.SOCK_DGRAM) if udp else (socket.SOCK_STREAM,)
-                for kind in kinds:
-                    with socket.socket(socket.AF_INET, kind) as sock:
-                        sock.bind((address, port))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError(f"no free port on {addresses}")
 
 
 def write_config(directory: Path) -> Path:
