@@ -43,11 +43,11 @@ from pathlib import Path
 import uvicorn
 from rich.console import Console
 from rich.table import Table
-from starlette.applications import Starlette
 
 from bench._harness import percentile, rss_kib
 from bench.realtime import FANOUT_ZONE, REGION, Run, Settings
-from rideout.realtime.app import ZoneServer, create_app
+from rideout._serve import uvicorn_config
+from rideout.realtime.app import ZoneApp, ZoneServer, create_app
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 
@@ -127,16 +127,12 @@ def _report(
 
 
 @contextlib.asynccontextmanager
-async def in_process_server(run: Run) -> AsyncIterator[tuple[Starlette, str]]:
+async def in_process_server(run: Run) -> AsyncIterator[tuple[ZoneApp, str]]:
     """One zone's app server in this event loop, as ``rideout serve`` runs it."""
     app = create_app(run.config, REGION, FANOUT_ZONE[0])
     server = uvicorn.Server(
-        uvicorn.Config(
-            app, host=FANOUT_ZONE[1], port=run.config.app_port, lifespan="on",
-            http="httptools", ws="websockets-sansio", ws_per_message_deflate=False,
-            log_level="warning",
-        )
-    )  # fmt: skip
+        uvicorn_config(app, FANOUT_ZONE[1], run.config.app_port, log_level="warning")
+    )
     server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
     serving = asyncio.create_task(server.serve())
     try:
@@ -181,7 +177,7 @@ async def profile_memory(run: Run, url: str, conns: int) -> None:
     await run.close_all(workers)
 
 
-async def profile_fanout(run: Run, app: Starlette, url: str, conns: int, bids: int) -> None:
+async def profile_fanout(run: Run, app: ZoneApp, url: str, conns: int, bids: int) -> None:
     """CPU per delivered update, GC pauses during the fan-out, then a cProfile of it."""
     workers = run.clients
     zone: ZoneServer = app.state.zone

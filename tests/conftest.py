@@ -87,6 +87,7 @@ from collections.abc import AsyncIterator  # noqa: E402
 import uvicorn  # noqa: E402
 from starlette.types import ASGIApp  # noqa: E402
 
+from rideout._serve import uvicorn_config  # noqa: E402
 from rideout.store.embedded import EmbeddedRedis, RedisSpec  # noqa: E402
 
 
@@ -110,10 +111,7 @@ async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedi
 @contextlib.asynccontextmanager
 async def serving(app: ASGIApp, host: str, port: int) -> AsyncIterator[uvicorn.Server]:
     """`app` on a real socket, in this event loop, with its lifespan run."""
-    server = uvicorn.Server(
-        uvicorn.Config(app, host=host, port=port, lifespan="on", log_level="warning",
-                       ws="websockets-sansio", ws_per_message_deflate=False)
-    )  # fmt: skip
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level="warning"))
     server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     try:

@@ -371,15 +371,16 @@ def _text(data: object, max_size: int | None) -> str:
     raise ProtocolError(ErrorCode.BAD_REQUEST, "message must be text")
 
 
+# One decoder for every message (json.loads with hooks would build one per call).
+_STRICT_JSON = json.JSONDecoder(
+    parse_constant=_refuse_constant, parse_int=_parse_int, parse_float=_parse_float
+)
+
+
 def _load_object(text: str, what: str) -> dict[str, Any]:
     """Decode strict JSON (no NaN/Infinity, bounded numbers) that must be an object."""
     try:
-        value = json.loads(
-            text,
-            parse_constant=_refuse_constant,
-            parse_int=_parse_int,
-            parse_float=_parse_float,
-        )
+        value = _STRICT_JSON.decode(text)
     except _Invalid as exc:
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"message is not valid: {exc}") from None
     except json.JSONDecodeError as exc:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from rideout.auth import Claims
 from rideout.config import Config
 from rideout.protocol import CloseCode, parse_retry_hint
+from rideout.realtime import connection as connection_module
 from rideout.realtime.connection import Connection, TokenBucket
 from rideout.realtime.metrics import AppMetrics
 
@@ -28,27 +28,58 @@ def test_token_bucket_refills_at_its_rate() -> None:
 
 
 class StuckPeer:
-    """Stands in for a client that stopped reading. A real one on loopback only blocks
-    the server after megabytes have filled the socket buffers, which would make this
-    test slow; everything else here is the real Connection."""
+    """Stands in for the server's ASGI `send` to a client that stopped reading. A real
+    one on loopback only blocks the server after megabytes have filled the socket
+    buffers, which would make these tests slow; everything else is the real Connection."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, stuck: bool = True) -> None:
         self.sent: list[str] = []
         self.closed: tuple[int, str] | None = None
         self.unblock = asyncio.Event()
+        if not stuck:
+            self.unblock.set()
 
-    async def send_text(self, text: str) -> None:
-        self.sent.append(text)
+    async def __call__(self, message: dict[str, Any]) -> None:
+        if message["type"] == "websocket.send":
+            self.sent.append(message["text"])
+        else:
+            assert message["type"] == "websocket.close"
+            self.closed = (message["code"], message["reason"])
         await self.unblock.wait()
-
-    async def close(self, code: int, reason: str) -> None:
-        self.closed = (code, reason)
 
 
 def connection(config: Config, peer: StuckPeer) -> Connection:
-    server: Any = SimpleNamespace(config=config, metrics=AppMetrics("r", "z"))
-    claims = Claims(sub="alice", exp=2e9, iat=0, jti="j", raw={})
-    return Connection(peer, claims, server)  # type: ignore[arg-type]
+    server: Any = SimpleNamespace(
+        config=config, metrics=AppMetrics("r", "z"), connections=set(),
+        hub=SimpleNamespace(unsubscribe=lambda room, conn: None),
+    )  # fmt: skip
+    return Connection(peer, "alice", 2e9, server)
+
+
+class Client:
+    """The server's ASGI `receive` for a client that sends `messages`, then stays."""
+
+    def __init__(self) -> None:
+        self.inbox: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+
+    async def __call__(self) -> dict[str, Any]:
+        return await self.inbox.get()
+
+    def leave(self) -> None:
+        self.inbox.put_nowait({"type": "websocket.disconnect", "code": 1001})
+
+
+async def test_sends_finish_on_the_spot_when_the_transport_takes_them(
+    make_config: Callable[..., Config],
+) -> None:
+    peer = StuckPeer(stuck=False)
+    conn = connection(make_config(), peer)
+    conn._seen["lot"] = (0, 0)
+    for i in range(1, 4):
+        conn.deliver("lot", (i, 0), f"update {i}")
+    # No task switch needed: the updates are with the transport already.
+    assert peer.sent == ["update 1", "update 2", "update 3"]
+    assert conn._flusher is None
 
 
 async def test_a_consumer_that_falls_behind_is_closed_with_1013(
@@ -57,14 +88,15 @@ async def test_a_consumer_that_falls_behind_is_closed_with_1013(
     config = make_config(realtime={"send_queue": 4})
     peer = StuckPeer()
     conn = connection(config, peer)
-    writer = asyncio.create_task(conn._write())
     conn._seen["lot"] = (0, 0)
     for i in range(1, 20):
         conn.deliver("lot", (i, 0), f"update {i}")
         await asyncio.sleep(0)
+    assert conn._flusher is not None
     assert len(conn._queue) == 1  # everything dropped but the close
     peer.unblock.set()
-    await asyncio.wait_for(writer, 5)
+    await asyncio.wait_for(conn._flusher, 5)
+    assert conn._flusher is None
     assert peer.closed is not None
     code, reason = peer.closed
     assert code == CloseCode.OVERLOADED
@@ -76,10 +108,8 @@ async def test_a_consumer_that_falls_behind_is_closed_with_1013(
 async def test_updates_are_filtered_by_offset_and_held_while_state_is_read(
     make_config: Callable[..., Config],
 ) -> None:
-    peer = StuckPeer()
-    peer.unblock.set()
+    peer = StuckPeer(stuck=False)
     conn = connection(make_config(), peer)
-    writer = asyncio.create_task(conn._write())
     conn.deliver("lot", (5, 0), "not subscribed: dropped")
     conn._pending["lot"] = []
     conn.deliver("lot", (6, 0), "held")
@@ -89,9 +119,60 @@ async def test_updates_are_filtered_by_offset_and_held_while_state_is_read(
     conn.deliver("lot", (6, 0), "duplicate: dropped")
     conn.deliver("lot", (5, 9), "older: dropped")
     conn.deliver("lot", (7, 0), "new")
-    await asyncio.sleep(0.01)
     assert peer.sent == ["new"]
     conn.close_soon(CloseCode.DRAINING, "bye")
     conn.close_soon(CloseCode.OVERLOADED, "ignored: already closing")
-    await asyncio.wait_for(writer, 5)
     assert peer.closed == (CloseCode.DRAINING, "bye")
+    conn.deliver("lot", (8, 0), "after the close: dropped")
+    assert peer.sent == ["new"]
+
+
+async def test_a_close_queued_behind_a_stuck_send_gets_a_grace_period(
+    make_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(connection_module, "CLOSE_GRACE", 0.05)
+    peer, client = StuckPeer(), Client()
+    conn = connection(make_config(), peer)
+    serving = asyncio.create_task(conn.serve(client))
+    await asyncio.sleep(0)
+    conn._send("stuck")
+    flusher = conn._flusher
+    assert flusher is not None
+    conn.close_soon(CloseCode.DRAINING, "bye")
+    client.inbox.put_nowait({"type": "websocket.receive", "text": "ignored"})
+    await asyncio.wait_for(serving, 5)  # gave up on the stuck peer after the grace
+    assert flusher.cancelled()
+    assert peer.closed is None
+    assert conn.server.connections == set()
+
+
+async def test_a_client_that_leaves_stops_its_flusher_at_once(
+    make_config: Callable[..., Config],
+) -> None:
+    peer, client = StuckPeer(), Client()
+    conn = connection(make_config(), peer)
+    serving = asyncio.create_task(conn.serve(client))
+    await asyncio.sleep(0)
+    conn._send("stuck")
+    conn._send("queued")
+    flusher = conn._flusher
+    assert flusher is not None
+    assert list(conn._queue) == ["queued"]
+    client.leave()
+    await asyncio.wait_for(serving, 5)
+    assert flusher.cancelled()
+    assert conn._flusher is None
+    assert peer.sent == ["stuck"]
+
+
+async def test_a_send_to_a_client_that_is_gone_is_not_an_error(
+    make_config: Callable[..., Config],
+) -> None:
+    async def gone(message: dict[str, Any]) -> None:
+        raise OSError("client disconnected")  # what uvicorn's ClientDisconnected is
+
+    conn = connection(make_config(), StuckPeer())
+    conn._asgi_send = gone
+    conn._send("lost")
+    conn.close_soon(CloseCode.DRAINING, "not sent either")
+    assert conn._flusher is None

@@ -18,7 +18,7 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,14 +29,15 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route, WebSocketRoute
+from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import admin
-from rideout.realtime.connection import websocket_endpoint
+from rideout.realtime.connection import WebSocketEndpoint
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.realtime.hub import Hub
 from rideout.realtime.metrics import AppMetrics
@@ -47,7 +48,7 @@ from rideout.store.replication import read_epoch, replication_status
 if TYPE_CHECKING:
     from rideout.realtime.connection import Connection
 
-__all__ = ["ZoneServer", "auction_settings", "create_app"]
+__all__ = ["ZoneApp", "ZoneServer", "auction_settings", "create_app"]
 
 
 def auction_settings(config: Config) -> AuctionSettings:
@@ -178,9 +179,30 @@ async def jwks(request: Request) -> Response:
     return JSONResponse(server.jwks, headers={"Cache-Control": "max-age=300"})
 
 
+class ZoneApp:
+    """The app server's ASGI app: ``/ws`` goes straight to the WebSocket endpoint,
+    everything else to Starlette.
+
+    Every layer a connection passes through keeps a suspended frame (and the
+    middleware's closures) alive for the connection's whole life, about 2.5 KB with
+    Starlette's router and exception middleware, and each send would pass through them.
+    """
+
+    def __init__(self, web: Starlette) -> None:
+        self.web = web
+        self.state = web.state
+        self._ws = WebSocketEndpoint(web.state)
+
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain method returning the coroutine: no frame of its own stays behind.
+        if scope["type"] == "websocket" and scope["path"] == "/ws":
+            return self._ws(scope, receive, send)
+        return self.web(scope, receive, send)
+
+
 def create_app(
     config: Config, region_name: str, zone_name: str, *, signals: bool = False
-) -> Starlette:
+) -> ZoneApp:
     """The ASGI app for one zone; raises KeyError for an unknown region or zone.
 
     The signing key and admin token are read from (or, on first use, created in) the
@@ -241,9 +263,8 @@ def create_app(
             await follower.aclose()
             await client.aclose()
 
-    return Starlette(
+    web = Starlette(
         routes=[
-            WebSocketRoute("/ws", websocket_endpoint),
             Route("/health", health),
             Route("/metrics", metrics),
             Route("/.well-known/jwks.json", jwks),
@@ -254,3 +275,4 @@ def create_app(
         ],
         lifespan=lifespan,
     )
+    return ZoneApp(web)

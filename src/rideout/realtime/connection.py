@@ -1,27 +1,28 @@
 """One WebSocket connection: the ``$connect`` authorizer, routing on ``action``, and a
 bounded send queue.
 
-Everything a connection sends goes through its queue, so replies and room updates
-leave in the order they were produced. A consumer that lets the queue fill is closed
-with 1013 and a retry hint; it recovers what it missed with ``getState`` + ``since``.
-State lives in Redis, keyed by room and by the token's ``sub``: nothing here survives
-the connection, and nothing needs to.
+The endpoint is a plain ASGI app and a connection is one task: the one the server runs
+it in, reading. Sending never needs a task of its own: a send whose transport is not
+paused finishes on the spot (see :mod:`rideout._eager`), so replies and room updates
+leave in the order they were produced with no task switch. Only while the peer applies
+back-pressure does a flusher task exist, with a queue behind it; a consumer that lets
+that queue fill is closed with 1013 and a retry hint, and recovers what it missed with
+``getState`` + ``since``. State lives in Redis, keyed by room and by the token's
+``sub``: nothing here survives the connection, and nothing needs to.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import json
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from starlette.responses import JSONResponse
-from starlette.websockets import WebSocket, WebSocketDisconnect
-
-from rideout.auth import AuthError, Claims, extract_token
+from rideout._eager import Resumption, run_eagerly
+from rideout.auth import AuthError, extract_token
 from rideout.protocol import (
     MESSAGE_TOO_BIG,
     PONG,
@@ -44,11 +45,17 @@ from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 if TYPE_CHECKING:
     from rideout.realtime.app import ZoneServer
 
-__all__ = ["TokenBucket", "websocket_endpoint"]
+__all__ = ["Connection", "TokenBucket", "WebSocketEndpoint"]
 
 log = logging.getLogger("rideout.realtime")
 
-_SENTINEL = object()
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Receive = Callable[[], Awaitable[Message]]
+
+_CLOSE = object()  # queued after the last message when a close has to wait its turn
+_GONE = (1006, "")  # the client went away (never sent: 1006 is not a code to send)
+CLOSE_GRACE = 2.0  # seconds a queued close frame may take to leave before we hang up
 
 
 class TokenBucket:
@@ -76,50 +83,98 @@ class TokenBucket:
         return False
 
 
-async def websocket_endpoint(websocket: WebSocket) -> None:
-    """``GET /ws``: authorize before the upgrade, then serve the connection."""
-    server: ZoneServer = websocket.app.state.zone
+class WebSocketEndpoint:
+    """``GET /ws`` as an ASGI app: authorize before the upgrade, then serve.
+
+    `state` is where the app keeps its ZoneServer (``state.zone``, set at start-up).
+    """
+
+    def __init__(self, state: Any) -> None:
+        self._state = state
+
+    async def __call__(self, scope: Message, receive: Receive, send: Send) -> None:
+        if (await receive())["type"] != "websocket.connect":
+            return
+        # The handshake's objects (claims, headers) die with its frame; this one lives
+        # as long as the connection, so it keeps nothing but the Connection.
+        connection = await _handshake(self._state.zone, scope, send)
+        if connection is not None:
+            await connection.serve(receive)
+
+
+async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connection | None:
     if server.mode == "draining":
-        return await _deny(
-            websocket, server, 503, "draining", "this zone is draining; reconnect elsewhere"
+        await _deny(
+            scope, send, server, 503, "draining", "this zone is draining; reconnect elsewhere"
         )
-    origin = websocket.headers.get("origin")
+        return None
+    origin = _header(scope, b"origin")
     if origin is not None and not server.origin_allowed(origin):
-        return await _deny(
-            websocket, server, 403, "origin_not_allowed", f"origin {origin!r} is not allowed"
+        await _deny(
+            scope, send, server, 403, "origin_not_allowed", f"origin {origin!r} is not allowed"
         )
+        return None
     try:
-        bearer = extract_token(websocket.scope.get("query_string", b""), websocket.scope["headers"])
+        bearer = extract_token(scope.get("query_string", b""), scope["headers"])
         claims = server.verifier.verify(bearer.token)
     except AuthError as exc:
-        return await _deny(websocket, server, exc.status, exc.reason, exc.message)
-    await websocket.accept(subprotocol=bearer.subprotocol)
+        await _deny(scope, send, server, exc.status, exc.reason, exc.message)
+        return None
+    await send({"type": "websocket.accept", "subprotocol": bearer.subprotocol})
     server.metrics.handshakes.labels("accepted").inc()
-    await Connection(websocket, claims, server).serve()
+    return Connection(send, claims.sub, claims.exp, server)
+
+
+def _header(scope: Message, name: bytes) -> str | None:
+    for key, value in scope["headers"]:
+        if key.lower() == name:
+            return bytes(value).decode("latin-1")
+    return None
 
 
 async def _deny(
-    websocket: WebSocket, server: ZoneServer, status: int, reason: str, message: str
+    scope: Message, send: Send, server: ZoneServer, status: int, reason: str, message: str
 ) -> None:
+    """Refuse the upgrade with an HTTP response and a JSON reason (or, on a server
+    without the denial-response extension, a bare close: 403)."""
     server.metrics.handshakes.labels(reason).inc()
-    await websocket.send_denial_response(
-        JSONResponse({"error": reason, "message": message}, status_code=status)
+    if "websocket.http.response" not in scope.get("extensions", {}):
+        await send({"type": "websocket.close", "code": CloseCode.POLICY})
+        return
+    body = json.dumps({"error": reason, "message": message}).encode()
+    await send(
+        {
+            "type": "websocket.http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
     )
+    await send({"type": "websocket.http.response.body", "body": body})
 
 
 class Connection:
     """A connected, authenticated client (implements the hub's Subscriber)."""
 
-    def __init__(self, websocket: WebSocket, claims: Claims, server: ZoneServer) -> None:
-        self.websocket = websocket
-        self.claims = claims
-        self.sub = claims.sub
+    __slots__ = (
+        "_asgi_send", "_bucket", "_close", "_flusher", "_limit", "_pending", "_queue",
+        "_seen", "expires", "server", "sub",
+    )  # fmt: skip
+
+    def __init__(self, send: Send, sub: str, expires: float, server: ZoneServer) -> None:
+        self._asgi_send = send
+        self.sub = sub
+        self.expires = expires
         self.server = server
         realtime = server.config.realtime
         self._limit = realtime.send_queue
         self._bucket = TokenBucket(realtime.rate_limit, realtime.rate_burst)
-        self._queue: deque[str | object] = deque()
-        self._wakeup = asyncio.Event()
+        # Only while a send waits on back-pressure: the task finishing it, and what
+        # was produced meanwhile.
+        self._flusher: asyncio.Task[None] | None = None
+        self._queue: deque[str | object] | None = None
         self._close: tuple[int, str] | None = None
         # Per room: the newest offset this client has (None while its state is being read),
         # and the updates that arrived meanwhile.
@@ -131,11 +186,42 @@ class Connection:
     def _send(self, text: str) -> None:
         if self._close is not None:
             return
-        if len(self._queue) >= self._limit:
+        if self._queue is None:
+            self._start({"type": "websocket.send", "text": text})
+        elif len(self._queue) >= self._limit:
             self._fell_behind()
+        else:
+            self._queue.append(text)
+
+    def _start(self, message: Message) -> None:
+        """Send now; if the transport pushes back, a flusher finishes it and the queue."""
+        try:
+            rest = run_eagerly(self._asgi_send(message))
+        except OSError:  # the client is gone; the reader sees the disconnect
+            self._close = self._close or _GONE
             return
-        self._queue.append(text)
-        self._wakeup.set()
+        if rest is not None:
+            self._queue = deque()
+            self._flusher = asyncio.get_running_loop().create_task(self._flush(rest, self._queue))
+
+    async def _flush(self, first: Resumption, queue: deque[str | object]) -> None:
+        try:
+            await first
+            while queue:
+                item = queue.popleft()
+                if item is _CLOSE:
+                    assert self._close is not None
+                    code, reason = self._close
+                    await self._asgi_send(
+                        {"type": "websocket.close", "code": code, "reason": reason}
+                    )
+                    return
+                assert isinstance(item, str)
+                await self._asgi_send({"type": "websocket.send", "text": item})
+        except OSError:
+            self._close = self._close or _GONE
+        finally:
+            self._queue = self._flusher = None
 
     def _fell_behind(self) -> None:
         """A slow consumer: close with 1013 and a retry hint; it recovers by replay."""
@@ -149,12 +235,15 @@ class Connection:
         if self._close is not None:
             return
         self._close = (code, reason)
-        self._queue.clear()
-        self._queue.append(_SENTINEL)
-        self._wakeup.set()
+        self.server.metrics.closes.labels(str(code)).inc()
+        if self._queue is None:
+            self._start({"type": "websocket.close", "code": code, "reason": reason})
+        else:
+            self._queue.clear()
+            self._queue.append(_CLOSE)
 
     def deliver(self, room: str, key: OffsetKey, text: str) -> None:
-        """From the hub: queue an update unless this client already has it."""
+        """From the hub: send an update unless this client already has it."""
         pending = self._pending.get(room)
         if pending is not None:
             if len(pending) >= self._limit:
@@ -167,68 +256,36 @@ class Connection:
             self._seen[room] = key
             self._send(text)
 
-    async def _write(self) -> None:
-        while True:
-            while not self._queue:
-                self._wakeup.clear()
-                await self._wakeup.wait()
-            item = self._queue.popleft()
-            if item is _SENTINEL:
-                assert self._close is not None
-                code, reason = self._close
-                self.server.metrics.closes.labels(str(code)).inc()
-                with contextlib.suppress(RuntimeError, OSError):
-                    await self.websocket.close(code, reason)
-                return
-            assert isinstance(item, str)
-            await self.websocket.send_text(item)
-
     # ------------------------------------------------------------------ serving
 
-    async def serve(self) -> None:
+    async def serve(self, receive: Receive) -> None:
+        """Read and answer messages until the client leaves or the server closes."""
         server = self.server
         server.connections.add(self)
         server.metrics.connections.inc()
-        loop = asyncio.get_running_loop()
-        expiry = loop.call_later(
-            max(0.0, self.claims.exp - time.time()),
-            self.close_soon,
-            CloseCode.POLICY,
-            "token expired",
+        expiry = asyncio.get_running_loop().call_later(
+            max(0.0, self.expires - time.time()), self.close_soon, CloseCode.POLICY, "token expired"
         )
-        writer = asyncio.create_task(self._write())
-        reader = asyncio.create_task(self._read())
         try:
-            done, _ = await asyncio.wait({reader, writer}, return_when=asyncio.FIRST_COMPLETED)
-            if writer in done and self._close is not None:
-                # We closed: give the client a moment to answer the close frame.
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(reader), 2.0)
+            while self._close is None:
+                message = await receive()
+                if message["type"] != "websocket.receive":
+                    self._close = self._close or _GONE
+                    break
+                data = message.get("text")
+                await self.handle(data if data is not None else message.get("bytes") or b"")
+            if self._flusher is not None and self._close is not _GONE:
+                # We are closing behind queued sends: let the close frame leave, briefly.
+                await asyncio.wait({self._flusher}, timeout=CLOSE_GRACE)
         finally:
             expiry.cancel()
-            for task in (reader, writer):
-                task.cancel()
-            for task in (reader, writer):
-                with contextlib.suppress(
-                    asyncio.CancelledError, WebSocketDisconnect, RuntimeError, OSError
-                ):
-                    await task
+            if self._flusher is not None:
+                self._flusher.cancel()
+                await asyncio.wait({self._flusher})
             for room in list(self._seen) + list(self._pending):
                 server.hub.unsubscribe(room, self)
             server.connections.discard(self)
             server.metrics.connections.dec()
-
-    async def _read(self) -> None:
-        while True:
-            message = await self.websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                return
-            data = message.get("text")
-            if data is None:
-                data = message.get("bytes") or b""
-            await self.handle(data)
-            if self._close is not None:
-                return
 
     async def handle(self, data: str | bytes) -> None:
         """Answer one client message (never raises for bad input)."""
@@ -238,16 +295,16 @@ class Connection:
             msg = parse_client_message(data, max_size=server.config.realtime.max_message_size)
         except ProtocolError as exc:
             if exc.code == MESSAGE_TOO_BIG:
-                metrics.messages.labels("invalid", "too_big").inc()
+                metrics.count_message("invalid", "too_big")
                 self.close_soon(CloseCode.MESSAGE_TOO_BIG, "message too big")
             else:
-                metrics.messages.labels("invalid", "bad_request").inc()
+                metrics.count_message("invalid", "bad_request")
                 self._send(encode_error(ErrorCode.BAD_REQUEST, exc.message, exc.request_id))
             return
         action = _ACTIONS[type(msg)]
         request_id = msg.id if isinstance(msg, Bid) else None
         if not self._bucket.take():
-            metrics.messages.labels(action, "throttled").inc()
+            metrics.count_message(action, "throttled")
             rate = server.config.realtime.rate_limit
             self._send(
                 encode_error(
@@ -256,7 +313,7 @@ class Connection:
             )
             return
         if server.mode == "degraded":
-            metrics.messages.labels(action, "unavailable").inc()
+            metrics.count_message(action, "unavailable")
             self._send(
                 encode_error(ErrorCode.UNAVAILABLE, "this zone's backend is degraded", request_id)
             )
@@ -293,7 +350,7 @@ class Connection:
                     ErrorCode.UNAVAILABLE, "the state store is unavailable; retry", request_id
                 )
             )
-        metrics.messages.labels(action, outcome).inc()
+        metrics.count_message(action, outcome)
 
     async def _get_state(self, msg: GetState) -> str:
         room = msg.room
