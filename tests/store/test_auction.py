@@ -354,8 +354,7 @@ async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
     store = AuctionStore(client, AuctionSettings(), REGION)
     try:
         results = await asyncio.gather(
-            *(store.bid(fresh(), "alice", 1, f"r{i}", epoch=1) for i in range(3)),
-            return_exceptions=True,
+            *(store.get_state(fresh(), "alice") for i in range(3)), return_exceptions=True
         )
     finally:
         await client.aclose()
@@ -363,6 +362,24 @@ async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
     assert errors
     assert all(isinstance(e, StoreUnavailable) for e in errors)
     assert "every connection of the pool" in str(errors[0])
+
+
+async def test_concurrent_bids_share_one_pipeline(pair: Pair) -> None:
+    """50 bids at once on a pool of one connection: one at a time would exhaust it."""
+    p = pair.config.primary.redis
+    client = aioredis.Redis(host=p.address, port=p.port, max_connections=1, decode_responses=True)
+    store, room = AuctionStore(client, AuctionSettings(), REGION), fresh()
+    try:
+        results = await asyncio.gather(
+            *(store.bid(room, f"u{i}", 10 + i, f"r{i}", epoch=1) for i in range(50))
+        )
+        state = await store.get_state(room, "u49")
+    finally:
+        await store.close()
+        await client.aclose()
+    assert all(r.accepted for r in results)  # in the order they were made: each beat the last
+    assert state.state["bid"] == 59
+    assert state.state["bids"] == 50
 
 
 async def test_scripts_survive_script_flush(pair: Pair) -> None:

@@ -260,6 +260,7 @@ def create_app(
             await hub.stop()
             await epoch.stop()
             await control_plane.aclose()
+            await store.close()
             await follower.aclose()
             await client.aclose()
 

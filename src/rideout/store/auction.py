@@ -75,6 +75,7 @@ from redis.typing import KeyT, StreamIdT
 
 from rideout.protocol import MAX_AMOUNT, MAX_EPOCH, Position, is_valid_offset
 from rideout.store import keys, scripts
+from rideout.store.pipelining import ScriptPipeliner
 
 __all__ = [
     "START",
@@ -443,7 +444,7 @@ class AuctionStore:
         self.settings = settings
         self.region = _check_text("region", region)
         self._server = _describe(client, region)
-        self._bid_script = client.register_script(scripts.BID)
+        self._bids = ScriptPipeliner(client, client.register_script(scripts.BID))
         self._state_script = client.register_script(scripts.GET_STATE)
 
     @contextmanager
@@ -482,12 +483,13 @@ class AuctionStore:
         wait_replicas: int = 0,
         wait_timeout: float = 0.5,
     ) -> BidResult:
-        """Place ``sub``'s bid of ``amount`` in ``room``: one atomic script, one round trip.
+        """Place ``sub``'s bid of ``amount`` in ``room``: one atomic script, pipelined with
+        the other bids made in the same event-loop iteration (:mod:`.pipelining`).
 
         ``epoch`` is the epoch the calling server believes its writer has; when the
         server's epoch differs the bid is refused with ``stale_epoch`` and nothing
         changes. With ``wait_replicas``, ``WAIT wait_replicas timeout`` follows the
-        script on the same connection (a pipeline, still one round trip) and
+        script on the same connection (one per pipeline, after all its scripts) and
         :attr:`BidResult.replicas` says how many replicas had the write in time. Raises
         :class:`NotWriter` on a replica, :class:`StoreUnavailable` when the server
         cannot be reached.
@@ -521,18 +523,15 @@ class AuctionStore:
                 str(_millis(s.ack_ttl)),
             ],
         )
-        replicas: int | None = None
+        wait = (wait_replicas, _millis(wait_timeout)) if wait_replicas else None
         with self._errors(f"bid in room {room!r}"):
-            if wait_replicas:
-                async with self.client.pipeline(transaction=False) as pipe:
-                    await self._bid_script(keys=script_keys, args=script_args, client=pipe)
-                    pipe.execute_command("WAIT", wait_replicas, _millis(wait_timeout))
-                    reply, acked = await pipe.execute()
-                replicas = int(acked)
-            else:
-                reply = await self._bid_script(keys=script_keys, args=script_args)
+            reply, replicas = await self._bids.call(script_keys, script_args, wait=wait)
         result = _bid_result(reply, f"bid in room {room!r}")
         return result if replicas is None else replace(result, replicas=replicas)
+
+    async def close(self) -> None:
+        """Wait for the bids already sent to Redis (call before closing the client)."""
+        await self._bids.close()
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
         """The room's state, ``sub``'s session, the current position and, given

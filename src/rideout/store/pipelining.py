@@ -1,0 +1,141 @@
+"""Automatic pipelining: the script calls made in one event-loop iteration go to Redis
+as one pipeline.
+
+Hundreds of connections bidding at once each await one script's reply. Sent one by
+one, every call pays redis-py's whole per-command path (a pooled connection, a write,
+a read) and a round trip; batched, those costs are paid once per batch, as a pipelined
+client pays them. The calls of one pipeline run in the order they were made (pipelines
+run side by side on their own connections), and every caller gets its own reply or
+error. A batch with ``WAIT`` ends with a single
+``WAIT``: it covers every write before it on that connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import NoScriptError
+
+__all__ = ["ScriptPipeliner"]
+
+_Arg = str | int | bytes
+
+
+@dataclass(slots=True)
+class _Call:
+    keys: Sequence[_Arg]
+    args: Sequence[_Arg]
+    future: asyncio.Future[Any]
+
+
+@dataclass(slots=True)
+class _Batch:
+    wait: tuple[int, int] | None  # WAIT numreplicas timeout-ms after the scripts
+    calls: list[_Call] = field(default_factory=list)
+    waited: asyncio.Future[int] | None = None
+
+
+class ScriptPipeliner:
+    """Runs one Lua script for many concurrent callers, a pipeline per loop iteration.
+
+    `max_batch` bounds how many calls share one pipeline (a larger burst is split).
+    """
+
+    def __init__(self, client: aioredis.Redis, script: AsyncScript, *, max_batch: int = 256):
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, not {max_batch!r}")
+        self._client = client
+        self._script = script
+        self._max_batch = max_batch
+        self._open: dict[tuple[int, int] | None, _Batch] = {}
+        self._running: set[asyncio.Task[None]] = set()
+
+    async def call(
+        self, keys: Sequence[_Arg], args: Sequence[_Arg], *, wait: tuple[int, int] | None = None
+    ) -> tuple[Any, int | None]:
+        """The script's reply for `keys` and `args`, and with ``wait=(replicas,
+        timeout_ms)`` how many replicas acknowledged it (``WAIT``) — else None.
+
+        Raises what redis-py raises for this call (a failed batch fails every call in it).
+        """
+        loop = asyncio.get_running_loop()
+        batch = self._open.get(wait)
+        if batch is None:
+            batch = self._open[wait] = _Batch(wait)
+            if wait is not None:
+                batch.waited = loop.create_future()
+            loop.call_soon(self._launch, batch)
+        call = _Call(keys, args, loop.create_future())
+        batch.calls.append(call)
+        if len(batch.calls) >= self._max_batch:
+            del self._open[wait]  # full: the next call opens another
+        reply = await call.future
+        if batch.waited is None:
+            return reply, None
+        return reply, await asyncio.shield(batch.waited)
+
+    def _launch(self, batch: _Batch) -> None:
+        if self._open.get(batch.wait) is batch:
+            del self._open[batch.wait]
+        task = asyncio.get_running_loop().create_task(self._run(batch))
+        self._running.add(task)
+        task.add_done_callback(self._running.discard)
+
+    async def close(self) -> None:
+        """Wait for batches already sent (callers get their replies)."""
+        if self._running:
+            await asyncio.wait(set(self._running))
+
+    async def _run(self, batch: _Batch) -> None:
+        calls = batch.calls
+        try:
+            replies, acked = await self._execute(calls, batch.wait)
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:
+                # The script cache was flushed (a restart, a failover): load the script
+                # and run the calls it refused; they did not run, so this is safe.
+                await self._client.script_load(self._script.script)
+                again, acked = await self._execute([calls[i] for i in missing], batch.wait)
+                for i, reply in zip(missing, again, strict=True):
+                    replies[i] = reply
+        except BaseException as exc:
+            for future in [call.future for call in calls] + [batch.waited]:
+                _settle(future, exc)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        for call, reply in zip(calls, replies, strict=True):
+            _settle(call.future, reply)
+        _settle(batch.waited, acked if isinstance(acked, Exception) else int(acked or 0))
+
+    async def _execute(
+        self, calls: list[_Call], wait: tuple[int, int] | None
+    ) -> tuple[list[Any], Any]:
+        """One pipeline: the calls' replies (exceptions in place) and WAIT's reply."""
+        sha = self._script.sha
+        async with self._client.pipeline(transaction=False) as pipe:
+            for call in calls:
+                pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+            if wait is not None:
+                pipe.execute_command("WAIT", *wait)
+            replies = list(await pipe.execute(raise_on_error=False))
+        acked = replies.pop() if wait is not None else None
+        return replies, acked
+
+
+def _settle(future: asyncio.Future[Any] | None, outcome: Any) -> None:
+    """Resolve `future` with `outcome` (an exception is raised to its awaiter)."""
+    if future is None or future.done():  # no WAIT, or its caller was cancelled
+        return
+    if isinstance(outcome, asyncio.CancelledError):
+        future.cancel()
+    elif isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+        future.exception()  # marked retrieved: a caller whose call failed never reads it
+    else:
+        future.set_result(outcome)

@@ -1,0 +1,138 @@
+"""Automatic pipelining of script calls, against a real Redis primary and replica."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+
+from rideout.config import parse_config
+from rideout.store.client import state_client
+from rideout.store.pipelining import ScriptPipeliner
+from tests.conftest import config_data, free_port, running_redis_pair
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+# Appends ARGV[1] to a list and returns the list's length; fails on purpose for "boom".
+SCRIPT = """
+if ARGV[1] == 'boom' then return redis.error_reply('ERR boom') end
+return redis.call('RPUSH', KEYS[1], ARGV[1])
+"""
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def redis_pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[aioredis.Redis]:
+    data_dir: Path = tmp_path_factory.mktemp("pipelining") / ".rideout"
+    config = parse_config(config_data(data_dir))
+    async with running_redis_pair(config):
+        p = config.primary.redis
+        client = state_client(p.address, p.port)
+        try:
+            yield client
+        finally:
+            await client.aclose()
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def client(redis_pair: aioredis.Redis) -> aioredis.Redis:
+    await redis_pair.flushall()
+    await redis_pair.script_flush()
+    return redis_pair
+
+
+def pipeliner(client: aioredis.Redis, **kw: int) -> ScriptPipeliner:
+    return ScriptPipeliner(client, client.register_script(SCRIPT), **kw)
+
+
+async def test_calls_in_one_loop_iteration_run_in_order_in_one_pipeline(
+    client: aioredis.Redis,
+) -> None:
+    runner = pipeliner(client)
+    await runner.call(["warm-up"], ["loads the script"])
+    replies = await asyncio.gather(*(runner.call(["list"], [str(i)]) for i in range(40)))
+    assert replies == [(i + 1, None) for i in range(40)]
+    assert await client.lrange("list", 0, -1) == [str(i) for i in range(40)]
+    await runner.close()
+
+
+async def test_an_error_reaches_only_its_own_caller(client: aioredis.Redis) -> None:
+    runner = pipeliner(client)
+    results = await asyncio.gather(
+        runner.call(["list"], ["a"]), runner.call(["list"], ["boom"]), runner.call(["list"], ["b"]),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert results[0] == (1, None)
+    assert isinstance(results[1], ResponseError)
+    assert "boom" in str(results[1])
+    assert results[2] == (2, None)
+
+
+async def test_a_flushed_script_cache_is_reloaded_and_the_calls_run_once(
+    client: aioredis.Redis,
+) -> None:
+    runner = pipeliner(client)
+    assert await runner.call(["list"], ["first"]) == (1, None)
+    await client.script_flush()
+    replies = await asyncio.gather(*(runner.call(["list"], [str(i)]) for i in range(5)))
+    assert replies == [(i + 2, None) for i in range(5)]
+    assert await client.llen("list") == 6  # nothing ran twice
+
+
+async def test_a_burst_larger_than_a_batch_is_split(client: aioredis.Redis) -> None:
+    runner = pipeliner(client, max_batch=4)
+    await client.config_resetstat()
+    replies = await asyncio.gather(*(runner.call(["list"], [str(i)]) for i in range(10)))
+    # Three pipelines on their own connections: order holds within each, not across.
+    assert sorted(r for r, _ in replies) == list(range(1, 11))
+    stats = await client.info("commandstats")
+    assert stats["cmdstat_evalsha"]["calls"] >= 10
+    with pytest.raises(ValueError, match="max_batch"):
+        pipeliner(client, max_batch=0)
+
+
+async def test_one_wait_covers_the_batch_and_every_caller_gets_its_count(
+    client: aioredis.Redis,
+) -> None:
+    runner = pipeliner(client)
+    await runner.call(["list"], ["loads the script"])
+    await client.config_resetstat()
+    replies = await asyncio.gather(
+        *(runner.call(["list"], [str(i)], wait=(1, 2000)) for i in range(10))
+    )
+    assert [acked for _, acked in replies] == [1] * 10
+    calls = await client.info("commandstats")
+    assert calls["cmdstat_wait"]["calls"] == 1
+    assert calls["cmdstat_evalsha"]["calls"] == 10
+
+
+async def test_a_cancelled_caller_does_not_disturb_the_others(client: aioredis.Redis) -> None:
+    runner = pipeliner(client)
+    first = asyncio.create_task(runner.call(["list"], ["cancelled"]))
+    second = asyncio.create_task(runner.call(["list"], ["kept"]))
+    await asyncio.sleep(0)  # both joined the batch
+    first.cancel()
+    assert await second == (2, None)  # the cancelled call had been sent already
+    assert first.cancelled()
+    await runner.close()
+
+
+async def test_an_unreachable_server_fails_every_call_of_the_batch() -> None:
+    port = free_port()
+    client = aioredis.Redis(
+        host="127.0.0.1", port=port, socket_connect_timeout=0.5, decode_responses=True
+    )
+    runner = pipeliner(client)
+    try:
+        results = await asyncio.gather(
+            *(runner.call(["list"], [str(i)], wait=(1, 100)) for i in range(3)),
+            return_exceptions=True,
+        )
+    finally:
+        await client.aclose()
+    assert all(isinstance(r, RedisConnectionError) for r in results)
