@@ -19,6 +19,8 @@ def _phase(frm: str, to: str, p99: float) -> dict[str, Any]:
         "time_to_restored": {"count": 10, "p50": 3.0, "p90": 4.0, "p99": p99, "max": p99},
         "reconnects": {"total": 30, "peak_per_bucket": 4, "peak_per_second": 40.0,
                        "bucket": 0.1, "series": [1, 4, 2]},
+        "accepted": {"total": 10, "peak_per_bucket": 3, "peak_per_second": 30.0,
+                     "bucket": 0.1, "series": [3, 3, 3, 1]},
     }  # fmt: skip
 
 
@@ -68,7 +70,8 @@ def _report(p99: float = 5.0, lost: int = 0, duplicates: int = 0) -> dict[str, A
                        "replica_down": "reject", "profile": "fast", "own_cluster": True},
         "passes": passes,
         "jitter_comparison": {"peak_full_jitter_per_100ms": 4, "peak_no_jitter_per_100ms": 40,
-                              "ratio": 10.0},
+                              "ratio": 10.0, "accepted_peak_full_jitter_per_100ms": 3,
+                              "accepted_peak_no_jitter_per_100ms": 9, "accepted_ratio": 3.0},
         "objectives": [{"name": "lost", "limit": 0, "value": lost, "ok": lost == 0}],
     }  # fmt: skip
 
@@ -82,7 +85,22 @@ def test_summary_rows_and_markdown() -> None:
     assert "# Drill: region outage" in text
     assert "**PASS**" in text
     assert "**10.0×**" in text
+    assert "| ratio | **10.0×** | 3.0× |" in text
+    assert "west accepted 10 connections, peak 3 per 100 ms" in text
     assert "**0 lost**" in text
+
+
+def test_markdown_of_a_report_without_accepted_counts() -> None:
+    """Reports written before the accepted-connections herd was measured still render."""
+    report = _report()
+    for p in report["passes"]:
+        del p["failover"]["accepted"]
+    for key in ("accepted_peak_full_jitter_per_100ms", "accepted_peak_no_jitter_per_100ms",
+                "accepted_ratio"):  # fmt: skip
+        del report["jitter_comparison"][key]
+    text = render_markdown(report)
+    assert "| ratio | **10.0×** | - |" in text
+    assert "accepted" not in text.split("## Full jitter")[0]
 
 
 def test_markdown_shows_failure() -> None:

@@ -8,7 +8,8 @@ runs groups either in this process (small N) or in spawned worker processes (lar
 
 Records are plain tuples (cheap to pickle), first the kind, the client index, the time:
 
-- ``("attempt", cid, t, region)``: a (re)connect attempt, by the region its DNS answer named
+- ``("attempt", cid, t, region)``: a (re)connect attempt started at ``t`` (its backoff
+  over, before the name is resolved), by the region the DNS answer then named
 - ``("connected", cid, t, region)`` / ``("disconnected", cid, t, region)``
 - ``("restored", cid, t, region)``: a room's state restored (``StateRestored``)
 - ``("ack", cid, t, room, amount, offset, region)``: an *accepted* bid
@@ -101,7 +102,12 @@ def client_settings(config: Config, jitter: bool) -> ClientSettings:
 
 
 class _RecordingResolver:
-    """Records each resolution (one per connection attempt) by the region it answered."""
+    """Records each resolution (one per connection attempt) by the region it answered.
+
+    The time is when the resolution *started*: the moment the attempt began. Taken after
+    the answer, it would include the DNS server's queue, which on one machine spreads a
+    herd of simultaneous attempts over however long one server takes to answer them all.
+    """
 
     def __init__(self, inner: Resolver, cid: int, regions: dict[str, str], out: list[Record]):
         self._inner = inner
@@ -110,9 +116,10 @@ class _RecordingResolver:
         self._out = out
 
     async def resolve(self, name: str) -> Resolved:
+        started = time.time()
         answer = await self._inner.resolve(name)
         region = self._regions.get(answer.addresses[0], "?") if answer.addresses else "?"
-        self._out.append(("attempt", self._cid, time.time(), region))
+        self._out.append(("attempt", self._cid, started, region))
         return answer
 
 

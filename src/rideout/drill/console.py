@@ -52,10 +52,16 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
     cmp = report.get("jitter_comparison")
     if cmp and cmp.get("ratio") is not None:
         out.print(
-            f"peak reconnects per 100 ms at the secondary: full jitter "
+            f"peak reconnect attempts started toward the secondary per 100 ms: full jitter "
             f"{cmp['peak_full_jitter_per_100ms']}, no jitter {cmp['peak_no_jitter_per_100ms']} "
             f"([bold]{cmp['ratio']:.1f}×[/])"
         )
+        if cmp.get("accepted_ratio") is not None:
+            out.print(
+                f"peak connections the secondary accepted per 100 ms: full jitter "
+                f"{cmp['accepted_peak_full_jitter_per_100ms']}, no jitter "
+                f"{cmp['accepted_peak_no_jitter_per_100ms']} ({cmp['accepted_ratio']:.1f}×)"
+            )
     for objective in report["objectives"]:
         style = "green" if objective["ok"] else "bold red"
         verdict = "ok" if objective["ok"] else "FAILED"

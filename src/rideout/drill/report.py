@@ -115,8 +115,14 @@ def render_markdown(report: dict[str, Any]) -> str:
             lines.append(
                 f"- {phase}: alarm after {fmt_seconds(d['time_to_detect'])}, writer moved after "
                 f"{fmt_seconds(d['time_to_writer'])}, DNS after {fmt_seconds(d['time_to_dns'])}; "
-                f"{herd['total']} reconnect attempts reached {d['to']}, peak "
-                f"{herd['peak_per_bucket']} per 100 ms"
+                f"{herd['total']} reconnect attempts went to {d['to']}, peak "
+                f"{herd['peak_per_bucket']} started per 100 ms"
+                + (
+                    f"; {d['to']} accepted {d['accepted']['total']} connections, peak "
+                    f"{d['accepted']['peak_per_bucket']} per 100 ms"
+                    if "accepted" in d
+                    else ""
+                )
                 + (
                     " (the old region was drained: close 1012 reconnects at once, no backoff)"
                     if phase == "failback"
@@ -126,16 +132,24 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines.append("")
     cmp = report.get("jitter_comparison")
     if cmp:
-        ratio = cmp["ratio"]
+        ratio, accepted = cmp["ratio"], cmp.get("accepted_ratio")
+
+        def times(r: float | None) -> str:
+            return "-" if r is None else f"{r:.1f}×"
+
         lines += [
             "## Full jitter vs no jitter",
             "",
-            "| backoff | peak reconnects per 100 ms at the secondary |",
-            "|---|---|",
-            f"| full jitter | {cmp['peak_full_jitter_per_100ms']} |",
-            f"| no jitter | {cmp['peak_no_jitter_per_100ms']} |",
+            "| backoff | reconnect attempts started toward the secondary, peak per 100 ms "
+            "| connections the secondary accepted, peak per 100 ms |",
+            "|---|---|---|",
+            f"| full jitter | {cmp['peak_full_jitter_per_100ms']} "
+            f"| {cmp.get('accepted_peak_full_jitter_per_100ms', '-')} |",
+            f"| no jitter | {cmp['peak_no_jitter_per_100ms']} "
+            f"| {cmp.get('accepted_peak_no_jitter_per_100ms', '-')} |",
+            f"| ratio | **{times(ratio)}** | {times(accepted)} |",
             "",
-            f"No jitter's peak is **{ratio:.1f}×** full jitter's."
+            f"No jitter's peak of attempts is **{ratio:.1f}×** full jitter's."
             if ratio is not None
             else "No reconnects were seen with full jitter.",
             "",
