@@ -7,9 +7,11 @@ Each run starts a deployment of its own on free ports (sync replication, replica
 ``reject``) and spreads the clients over spawned worker processes (400 per process).
 Prints one table: time to alarm and DNS, per-client time to restored state
 (p50/p90/p99/max), share recovered, acknowledged bids lost and duplicated, and the peak
-reconnect rate reaching the secondary with and without jitter (their ratio is measured
-within one run). Client and servers share the machine's cores: the herd is smeared by
-CPU contention, so the ratio here is a floor of what separate client machines would see.
+per 100 ms of reconnects toward the secondary as scheduled by the backoff policy, as
+started by the clients and as accepted by the secondary, with and without jitter (their
+ratios are measured within one run). Clients and servers share the machine's cores: the
+started and accepted herds are smeared by CPU contention, so their ratios here are a
+floor of what separate client machines would see.
 """
 
 from __future__ import annotations
@@ -61,18 +63,24 @@ def s(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
+def ratio(row: dict[str, Any], value: float | None) -> str:
+    """No jitter's peak over full jitter's, shown on the no-jitter row."""
+    return "" if row["name"] == "full-jitter" or value is None else f"{value:.1f}×"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--clients", type=int, nargs="+", default=[1000, 5000])
     parser.add_argument("--report-root", type=Path, default=None)
     args = parser.parse_args()
-    console = Console(highlight=False)
+    console = Console(highlight=False, width=max(160, Console().width))
     root = args.report_root or Path(tempfile.mkdtemp(prefix="rideout-bench-drill-"))
     table = Table(
         title="region outage drill, fast profile, kill, sync/reject", title_justify="left"
     )
     for column in ("N", "backoff", "alarm s", "DNS s", "p50 s", "p90 s", "p99 s", "max s",
-                   "recovered", "acked", "lost", "dup", "peak /100 ms", "no-jitter ÷ jitter"):  # fmt: skip
+                   "recovered", "acked", "lost", "dup",
+                   "reconnects /100 ms: scheduled", "÷", "started", "÷", "accepted", "÷"):  # fmt: skip
         table.add_column(column, justify="right")
     for n in args.clients:
         workdir = root / f"n{n}"
@@ -87,7 +95,7 @@ def main() -> None:
                 run_region_outage(options, lambda m, st=status, k=n: st.update(f"N={k}: {m}"))
             )
         write_report(report, workdir / "report")
-        ratio = (report.get("jitter_comparison") or {}).get("ratio")
+        cmp = report.get("jitter_comparison") or {}
         for p in report["passes"]:
             f = p["failover"]
             r = f["time_to_restored"]
@@ -96,8 +104,9 @@ def main() -> None:
                 s(r["p50"]), s(r["p90"]), s(r["p99"]), s(r["max"]),
                 f"{100 * f['recovered_share']:.1f}%", str(p["bids"]["acked"]),
                 str(p["bids"]["lost"]), str(p["bids"]["duplicates"]),
-                str(f["reconnects"]["peak_per_bucket"]),
-                "" if p["name"] == "full-jitter" or ratio is None else f"{ratio:.1f}×",
+                str(f["scheduled"]["peak_per_bucket"]), ratio(p, cmp.get("scheduled_ratio")),
+                str(f["reconnects"]["peak_per_bucket"]), ratio(p, cmp.get("ratio")),
+                str(f["accepted"]["peak_per_bucket"]), ratio(p, cmp.get("accepted_ratio")),
             )  # fmt: skip
         console.print(f"N={n}: report in {workdir / 'report'}")
     console.print(table)

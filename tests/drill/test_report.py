@@ -21,6 +21,8 @@ def _phase(frm: str, to: str, p99: float) -> dict[str, Any]:
                        "bucket": 0.1, "series": [1, 4, 2]},
         "accepted": {"total": 10, "peak_per_bucket": 3, "peak_per_second": 30.0,
                      "bucket": 0.1, "series": [3, 3, 3, 1]},
+        "scheduled": {"total": 30, "peak_per_bucket": 5, "peak_per_second": 50.0,
+                      "bucket": 0.1, "series": [5, 0, 2]},
     }  # fmt: skip
 
 
@@ -71,7 +73,9 @@ def _report(p99: float = 5.0, lost: int = 0, duplicates: int = 0) -> dict[str, A
         "passes": passes,
         "jitter_comparison": {"peak_full_jitter_per_100ms": 4, "peak_no_jitter_per_100ms": 40,
                               "ratio": 10.0, "accepted_peak_full_jitter_per_100ms": 3,
-                              "accepted_peak_no_jitter_per_100ms": 9, "accepted_ratio": 3.0},
+                              "accepted_peak_no_jitter_per_100ms": 9, "accepted_ratio": 3.0,
+                              "scheduled_peak_full_jitter_per_100ms": 5,
+                              "scheduled_peak_no_jitter_per_100ms": 60, "scheduled_ratio": 12.0},
         "objectives": [{"name": "lost", "limit": 0, "value": lost, "ok": lost == 0}],
     }  # fmt: skip
 
@@ -85,7 +89,9 @@ def test_summary_rows_and_markdown() -> None:
     assert "# Drill: region outage" in text
     assert "**PASS**" in text
     assert "**10.0×**" in text
-    assert "| ratio | **10.0×** | 3.0× |" in text
+    assert "| scheduled (due) | 5 | 60 | 12.0× |" in text
+    assert "| started | 4 | 40 | 10.0× |" in text
+    assert "| accepted by the secondary | 3 | 9 | 3.0× |" in text
     assert "west accepted 10 connections, peak 3 per 100 ms" in text
     assert "**0 lost**" in text
 
@@ -95,11 +101,12 @@ def test_markdown_of_a_report_without_accepted_counts() -> None:
     report = _report()
     for p in report["passes"]:
         del p["failover"]["accepted"]
-    for key in ("accepted_peak_full_jitter_per_100ms", "accepted_peak_no_jitter_per_100ms",
-                "accepted_ratio"):  # fmt: skip
-        del report["jitter_comparison"][key]
+    for key in list(report["jitter_comparison"]):
+        if key.startswith(("accepted_", "scheduled_")):
+            del report["jitter_comparison"][key]
     text = render_markdown(report)
-    assert "| ratio | **10.0×** | - |" in text
+    assert "| started | 4 | 40 | 10.0× |" in text
+    assert "| accepted by the secondary | - | - | - |" in text
     assert "accepted" not in text.split("## Full jitter")[0]
 
 

@@ -8,8 +8,10 @@ runs groups either in this process (small N) or in spawned worker processes (lar
 
 Records are plain tuples (cheap to pickle), first the kind, the client index, the time:
 
-- ``("attempt", cid, t, region)``: a (re)connect attempt started at ``t`` (its backoff
-  over, before the name is resolved), by the region the DNS answer then named
+- ``("attempt", cid, t, region, due)``: a (re)connect attempt started at ``t`` (its
+  backoff over, before the name is resolved), by the region the DNS answer then named;
+  ``due`` is when its backoff was to end (the time the policy chose: ``t`` minus the
+  client process's own lag)
 - ``("connected", cid, t, region)`` / ``("disconnected", cid, t, region)``
 - ``("restored", cid, t, region)``: a room's state restored (``StateRestored``)
 - ``("ack", cid, t, room, amount, offset, region)``: an *accepted* bid
@@ -43,6 +45,7 @@ from rideout.client.ws import (
     Event,
     GaveUp,
     QueueFull,
+    ReconnectScheduled,
     StateRestored,
 )
 from rideout.config import Config
@@ -109,17 +112,26 @@ class _RecordingResolver:
     herd of simultaneous attempts over however long one server takes to answer them all.
     """
 
-    def __init__(self, inner: Resolver, cid: int, regions: dict[str, str], out: list[Record]):
+    def __init__(
+        self,
+        inner: Resolver,
+        cid: int,
+        regions: dict[str, str],
+        out: list[Record],
+        due: dict[int, float],
+    ):
         self._inner = inner
         self._cid = cid
         self._regions = regions
         self._out = out
+        self._due = due
 
     async def resolve(self, name: str) -> Resolved:
         started = time.time()
+        due = self._due.pop(self._cid, started)  # no backoff before it: due now
         answer = await self._inner.resolve(name)
         region = self._regions.get(answer.addresses[0], "?") if answer.addresses else "?"
-        self._out.append(("attempt", self._cid, started, region))
+        self._out.append(("attempt", self._cid, started, region, due))
         return answer
 
 
@@ -136,6 +148,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
     rng = random.Random(spec.seed)
     clients: list[AuctionClient] = []
     tasks: list[asyncio.Task[None]] = []
+    due: dict[int, float] = {}  # client → when its pending reconnect's backoff ends
 
     def recorder(cid: int) -> Callable[[Event], None]:
         def on_event(event: Event) -> None:
@@ -154,6 +167,8 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
                 out.append(("connected", cid, now, regions.get(event.address, "?")))
             elif isinstance(event, Disconnected):
                 out.append(("disconnected", cid, now, regions.get(event.address, "?")))
+            elif isinstance(event, ReconnectScheduled):
+                due[cid] = now + event.delay
             elif isinstance(event, GaveUp):
                 out.append(("gaveup", cid, now))
 
@@ -193,7 +208,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             client = AuctionClient.from_config(
                 config,
                 token=token,
-                resolver=_RecordingResolver(inner, cid, regions, out),
+                resolver=_RecordingResolver(inner, cid, regions, out, due),
                 settings=settings,
                 rooms=[spec.room(cid)],
                 rng=random.Random(rng.random()),

@@ -51,16 +51,15 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
     out.print(table)
     cmp = report.get("jitter_comparison")
     if cmp and cmp.get("ratio") is not None:
-        out.print(
-            f"peak reconnect attempts started toward the secondary per 100 ms: full jitter "
-            f"{cmp['peak_full_jitter_per_100ms']}, no jitter {cmp['peak_no_jitter_per_100ms']} "
-            f"([bold]{cmp['ratio']:.1f}×[/])"
-        )
-        if cmp.get("accepted_ratio") is not None:
+        for label, prefix in (("scheduled", "scheduled_"), ("started", ""),
+                              ("accepted by the secondary", "accepted_")):  # fmt: skip
+            ratio = cmp.get(f"{prefix}ratio")
+            if ratio is None:
+                continue
             out.print(
-                f"peak connections the secondary accepted per 100 ms: full jitter "
-                f"{cmp['accepted_peak_full_jitter_per_100ms']}, no jitter "
-                f"{cmp['accepted_peak_no_jitter_per_100ms']} ({cmp['accepted_ratio']:.1f}×)"
+                f"reconnects {label}, peak per 100 ms: full jitter "
+                f"{cmp[f'{prefix}peak_full_jitter_per_100ms']}, no jitter "
+                f"{cmp[f'{prefix}peak_no_jitter_per_100ms']} ([bold]{ratio:.1f}×[/])"
             )
     for objective in report["objectives"]:
         style = "green" if objective["ok"] else "bold red"
