@@ -12,7 +12,7 @@ import pytest
 from rideout.config import Config
 from rideout.protocol import CloseCode, parse_retry_hint
 from rideout.realtime import connection as connection_module
-from rideout.realtime.connection import Connection, TokenBucket
+from rideout.realtime.connection import Connection, TokenBucket, WebSocketEndpoint
 from rideout.realtime.metrics import AppMetrics
 
 
@@ -176,3 +176,61 @@ async def test_a_send_to_a_client_that_is_gone_is_not_an_error(
     conn._send("lost")
     conn.close_soon(CloseCode.DRAINING, "not sent either")
     assert conn._flusher is None
+
+
+async def test_a_send_that_fails_after_waiting_ends_the_flusher_quietly(
+    make_config: Callable[..., Config],
+) -> None:
+    gate = asyncio.Event()
+
+    async def breaks_when_unblocked(message: dict[str, Any]) -> None:
+        await gate.wait()
+        raise OSError("client disconnected")
+
+    conn = connection(make_config(), StuckPeer())
+    conn._asgi_send = breaks_when_unblocked
+    conn._send("waits, then fails")
+    conn._send("queued behind it")
+    flusher = conn._flusher
+    assert flusher is not None
+    gate.set()
+    await asyncio.wait_for(flusher, 5)
+    assert conn._flusher is None
+    assert conn._queue is None
+    conn._send("after: dropped, not raised")
+    assert conn._flusher is None
+
+
+class Sent(list[dict[str, Any]]):
+    async def __call__(self, message: dict[str, Any]) -> None:
+        self.append(message)
+
+
+def endpoint_state(config: Config) -> SimpleNamespace:
+    zone = SimpleNamespace(
+        mode="draining", config=config, metrics=AppMetrics("r", "z"),
+        origin_allowed=lambda origin: True,
+    )  # fmt: skip
+    return SimpleNamespace(zone=zone)
+
+
+async def test_a_denial_without_the_http_response_extension_is_a_close(
+    make_config: Callable[..., Config],
+) -> None:
+    """Servers without ASGI's websocket.http.response extension can only refuse with a
+    close (the client sees 403); uvicorn has it, so the other tests see the JSON body."""
+    sent, client = Sent(), Client()
+    client.inbox.put_nowait({"type": "websocket.connect"})
+    scope = {"type": "websocket", "path": "/ws", "headers": [], "extensions": {}}
+    await WebSocketEndpoint(endpoint_state(make_config()))(scope, client, sent)
+    assert sent == [{"type": "websocket.close", "code": CloseCode.POLICY}]
+
+
+async def test_a_connection_that_never_asked_to_connect_gets_nothing(
+    make_config: Callable[..., Config],
+) -> None:
+    sent, client = Sent(), Client()
+    client.leave()
+    scope = {"type": "websocket", "path": "/ws", "headers": []}
+    await WebSocketEndpoint(endpoint_state(make_config()))(scope, client, sent)
+    assert sent == []
