@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rideout.drill.analysis import (
     AckRecord,
@@ -14,6 +17,7 @@ from rideout.drill.analysis import (
     herd_stats,
     offset_key,
     parse_stream_entry,
+    peak_in_window,
     percentile,
     recovery_stats,
     summarize,
@@ -49,10 +53,32 @@ def test_bucket_counts_in_100ms() -> None:
 
 
 def test_herd_peak_and_rate() -> None:
-    herd = herd_stats([0.01, 0.02, 0.03, 0.5], 0.0, 1.0)
-    assert (herd.total, herd.peak_per_bucket) == (4, 3)
+    herd = herd_stats([0.01, 0.02, 0.03, 0.5, 1.5], 0.0, 1.0)
+    assert (herd.total, herd.peak_per_bucket, herd.peak_in_window) == (4, 3, 3)
     assert herd.peak_per_second == pytest.approx(30.0)
     assert len(herd.series) == 10
+
+
+def test_a_burst_across_a_bucket_edge_counts_whole_in_the_window_peak() -> None:
+    burst = [0.06, 0.07, 0.08, 0.11, 0.12, 0.13]  # 60 ms wide, split 3 + 3 by the 0.1 edge
+    herd = herd_stats(burst, 0.0, 1.0)
+    assert herd.peak_per_bucket == 3
+    assert herd.peak_in_window == 6
+    assert peak_in_window([0.0, 0.1, 0.2]) == 1  # the span is half-open: [t, t + 0.1)
+    assert peak_in_window([]) == 0
+    with pytest.raises(ValueError, match="width"):
+        peak_in_window([1.0], 0)
+
+
+@given(st.lists(st.floats(0, 9.99, allow_nan=False), max_size=200))
+def test_the_window_peak_is_at_least_the_fullest_bucket_and_at_most_two(
+    times: list[float],
+) -> None:
+    series = bucket_counts(times, 0.0, 10.0)
+    peak = peak_in_window(times)
+    buckets = max(series, default=0)
+    assert buckets <= peak
+    assert peak <= max((a + b for a, b in itertools.pairwise(series)), default=buckets)
 
 
 def test_recovery_counts_first_restore_in_target_after_fault() -> None:

@@ -92,7 +92,7 @@ def test_summary_rows_and_markdown() -> None:
     assert "| scheduled (due) | 5 | 60 | 12.0× |" in text
     assert "| started | 4 | 40 | 10.0× |" in text
     assert "| accepted by the secondary | 3 | 9 | 3.0× |" in text
-    assert "west accepted 10 connections, peak 3 per 100 ms" in text
+    assert "west accepted 10 connections, peak 3 within 100 ms" in text
     assert "**0 lost**" in text
 
 

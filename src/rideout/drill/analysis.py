@@ -25,6 +25,7 @@ __all__ = [
     "herd_stats",
     "offset_key",
     "parse_stream_entry",
+    "peak_in_window",
     "percentile",
     "recovery_stats",
     "summarize",
@@ -75,6 +76,23 @@ def bucket_counts(
     return counts
 
 
+def peak_in_window(times: Iterable[float], width: float = 0.1) -> int:
+    """The most of ``times`` that fall within any ``width``-second span.
+
+    Unlike the fullest fixed bucket, this does not depend on where a burst falls
+    relative to bucket edges (a burst split across two buckets counts whole).
+    """
+    if width <= 0:
+        raise ValueError(f"width must be > 0, not {width!r}")
+    ordered = sorted(times)
+    peak = start = 0
+    for end, t in enumerate(ordered):
+        while t - ordered[start] >= width:
+            start += 1
+        peak = max(peak, end - start + 1)
+    return peak
+
+
 @dataclass(frozen=True, slots=True)
 class HerdStats:
     """Reconnect attempts reaching one region after a moment (the thundering herd)."""
@@ -85,16 +103,19 @@ class HerdStats:
     """``peak_per_bucket`` scaled to a rate (bucket / width)."""
     bucket: float
     series: list[int] = field(default_factory=list)
+    peak_in_window: int = 0
+    """The most within any ``bucket``-wide span (:func:`peak_in_window`)."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def herd_stats(times: Iterable[float], start: float, end: float, width: float = 0.1) -> HerdStats:
-    """Bucket the attempt ``times`` of ``[start, end)``: the peak and the series."""
-    series = bucket_counts(times, start, end, width)
+    """Bucket the attempt ``times`` of ``[start, end)``: the peaks and the series."""
+    inside = [t for t in times if start <= t < end]
+    series = bucket_counts(inside, start, end, width)
     peak = max(series, default=0)
-    return HerdStats(sum(series), peak, peak / width, width, series)
+    return HerdStats(sum(series), peak, peak / width, width, series, peak_in_window(inside, width))
 
 
 @dataclass(frozen=True, slots=True)

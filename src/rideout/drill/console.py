@@ -57,7 +57,7 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
             if ratio is None:
                 continue
             out.print(
-                f"reconnects {label}, peak per 100 ms: full jitter "
+                f"reconnects {label}, most within 100 ms: full jitter "
                 f"{cmp[f'{prefix}peak_full_jitter_per_100ms']}, no jitter "
                 f"{cmp[f'{prefix}peak_no_jitter_per_100ms']} ([bold]{ratio:.1f}×[/])"
             )
