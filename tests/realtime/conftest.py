@@ -76,6 +76,9 @@ async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
         writer = probe_client(primary.redis.address, primary.redis.port)
         try:
             await ensure_epoch(writer)
+            # The replica region's server reads the epoch from its own Redis when no
+            # control plane answers: let the replica have it before any server starts.
+            assert await writer.wait(1, 5000) == 1
         finally:
             await writer.aclose()
         for name, region, zone, port in plan:
