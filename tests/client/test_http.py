@@ -12,6 +12,7 @@ import asyncio
 import dataclasses
 import email.utils
 import logging
+import math
 import pickle
 import time
 import uuid
@@ -156,6 +157,16 @@ def test_parse_retry_after() -> None:
     assert parse_retry_after(date, now=now) == pytest.approx(42)
     past = email.utils.formatdate(now - 42, usegmt=True)
     assert parse_retry_after(past, now=now) == 0.0
+    # A hostile server's absurd value is "forever" (then capped by max_retry_after),
+    # not an OverflowError or int()'s digit limit escaping from the client.
+    assert parse_retry_after("9" * 400) == math.inf
+    assert parse_retry_after("9" * 5000) == math.inf
+
+
+@given(st.text(max_size=60))
+def test_parse_retry_after_never_raises(value: str) -> None:
+    seconds = parse_retry_after(value, now=1_700_000_000.0)
+    assert seconds is None or seconds >= 0
 
 
 # ======================================================================= domain plan
@@ -270,6 +281,17 @@ def test_state_returns_the_first_non_retryable_response(clock: FakeClock) -> Non
     assert len(state.attempts) == 2
 
 
+def test_state_keeps_the_attempt_of_a_first_time_success(clock: FakeClock) -> None:
+    # Without an on_attempt hook, a success's Attempt is built only when asked for.
+    state: RetryState[str] = RetryState(RetryPolicy(), TARGETS, "GET", "/x", clock=clock)
+    actions, final = drive(state, [200], clock, durations=[0.25])
+    assert actions == [Send(0, "http://a", "http://a/x", 10.0, False)]
+    assert final == Done("response 200")
+    assert state.attempts == (Attempt("http://a", 0, 1000.0, 0.25, 200),)
+    assert state.attempts[0] is state.attempts[0]
+    assert state.remaining() == 59.75
+
+
 def test_state_never_passes_the_deadline(clock: FakeClock) -> None:
     # Attempts that each hang for their whole timeout (4 s): 0-4, sleep 1, 5-9,
     # sleep 3, 12-15 (only 3 s left), then the 6 s sleep would pass 15 s: give up.
@@ -317,9 +339,18 @@ def test_state_budget(clock: FakeClock) -> None:
     assert isinstance(final.error, RetryBudgetExhausted)
     assert len(final.error.attempts) == 3
     assert budget.available == 0
-    state = RetryState(RetryPolicy(), TARGETS, "GET", "/x", clock=clock, budget=RetryBudget())
+    refunded = RetryBudget()
+    state = RetryState(RetryPolicy(), TARGETS, "GET", "/x", clock=clock, budget=refunded)
     _, final = drive(state, [ErrorKind.READ_TIMEOUT, 200], clock)
     assert final == Done("response 200")
+    assert refunded.available == 500 - 10 + 1  # a timeout's retry, then a success's refund
+    state = RetryState(RetryPolicy(), TARGETS, "GET", "/x", clock=clock, budget=refunded)
+    drive(state, [404], clock)
+    assert refunded.available == 492  # a 4xx is a success for the budget too
+    full = RetryBudget(capacity=10)
+    state = RetryState(RetryPolicy(), TARGETS, "GET", "/x", clock=clock, budget=full)
+    drive(state, [200], clock)
+    assert full.available == full.capacity == 10
 
 
 def test_state_misuse_is_refused(clock: FakeClock) -> None:
@@ -480,6 +511,29 @@ async def test_success_needs_one_attempt(make_client: MakeClient, domains: Domai
     assert domains.counts() == [1, 0, 0, 0]
     assert domains[0].seen[0].path == "/v1/items"
     assert [a.outcome for a in seen] == [200]
+
+
+async def test_success_with_every_observer_but_a_hook(
+    make_client: MakeClient, domains: Domains
+) -> None:
+    # The benchmark's client: metrics, a budget and an alarm, no on_attempt hook.
+    registry = CollectorRegistry()
+    budget = RetryBudget()
+    alarm = RetryRateAlarm(lambda _: None, min_requests=1)
+    client = make_client(metrics=ClientMetrics(registry), budget=budget, alarm=alarm)
+    for _ in range(3):
+        assert (await client.get("/v1/items")).status_code == 200
+    primary = domains.urls[0]
+    assert (
+        registry.get_sample_value(
+            "rideout_http_client_attempts_total", {"domain": primary, "outcome": "200"}
+        )
+        == 3
+    )
+    assert registry.get_sample_value("rideout_http_client_requests_total", {"outcome": "ok"}) == 3
+    assert budget.available == budget.capacity
+    assert alarm.rate() == 0.0
+    assert not alarm.firing
 
 
 async def test_default_schedule_domains_and_delays(

@@ -61,15 +61,15 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from enum import StrEnum
+from dataclasses import dataclass
+from enum import Enum, StrEnum
 from types import MappingProxyType
-from typing import Any, Generic, TypeAlias, TypeVar
+from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, cast
 
 import httpx
 from prometheus_client import CollectorRegistry, Counter
 
-from rideout.backoff import Deadline, FixedSchedule, RetryBudget
+from rideout.backoff import FixedSchedule, RetryBudget
 from rideout.client.resolve import ResolutionError, Resolver
 
 __all__ = [
@@ -378,10 +378,10 @@ def parse_retry_after(value: str | None, now: float | None = None) -> float | No
         return None
     text = value.strip()
     if text.isdigit() and text.isascii():
-        return float(int(text))
+        return float(text)  # inf for an absurdly long value (int() would refuse it)
     try:
         when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
+    except (TypeError, ValueError, IndexError, OverflowError):
         return None
     current = time.time() if now is None else now
     return max(0.0, when.timestamp() - current)
@@ -541,27 +541,34 @@ class ClientMetrics:
             ["outcome"],
             registry=r,
         )
-        # labels() takes a lock and builds a key on every call: keep the children.
-        self._children: dict[tuple[str, ...], Any] = {}
-
-    def _child(self, counter: Counter, *labels: str) -> Any:
-        key = (str(id(counter)), *labels)
-        child = self._children.get(key)
-        if child is None:
-            child = self._children[key] = counter.labels(*labels)
-        return child
+        # labels() takes a lock and builds a key on every call: keep the children, one
+        # dict per counter keyed by the label values.
+        self._attempt_children: dict[tuple[str, str], Any] = {}
+        self._retry_children: dict[tuple[str, str], Any] = {}
+        self._request_children: dict[str, Any] = {}
 
     def count_attempt(self, domain: str, outcome: Outcome) -> None:
         """Count one attempt."""
-        self._child(self.attempts, domain, str(outcome)).inc()
+        key = (domain, str(outcome))
+        child = self._attempt_children.get(key)
+        if child is None:
+            child = self._attempt_children[key] = self.attempts.labels(*key)
+        child.inc()
 
     def count_retry(self, domain: str, cause: str) -> None:
         """Count one retry after a failed attempt on ``domain``."""
-        self._child(self.retries, domain, cause).inc()
+        key = (domain, cause)
+        child = self._retry_children.get(key)
+        if child is None:
+            child = self._retry_children[key] = self.retries.labels(*key)
+        child.inc()
 
     def count_request(self, outcome: str) -> None:
         """Count one request's final outcome."""
-        self._child(self.requests, outcome).inc()
+        child = self._request_children.get(outcome)
+        if child is None:
+            child = self._request_children[outcome] = self.requests.labels(outcome)
+        child.inc()
 
 
 @dataclass(frozen=True, slots=True)
@@ -642,24 +649,29 @@ class RetryRateAlarm:
             self._retries -= retries
 
     def _record(self, requests: int, retries: int) -> None:
+        # Called on every request: locals and one prune test keep the common case short.
+        event: RetryRateAlert | None = None
         with self._lock:
-            current = self._slice()
-            self._prune(current)
-            if self._slices and self._slices[-1][0] == current:
-                self._slices[-1][1] += requests
-                self._slices[-1][2] += retries
+            current = math.floor(self._clock() / self._width)
+            slices = self._slices
+            if slices and slices[0][0] <= current - self._buckets:
+                self._prune(current)
+            if slices and slices[-1][0] == current:
+                last = slices[-1]
+                last[1] += requests
+                last[2] += retries
             else:
-                self._slices.append([current, requests, retries])
-            self._requests += requests
-            self._retries += retries
-            rate = self._retries / self._requests if self._requests else 0.0
-            event: RetryRateAlert | None = None
-            if not self._firing and self._requests >= self.min_requests and rate >= self.threshold:
+                slices.append([current, requests, retries])
+            total = self._requests = self._requests + requests
+            retried = self._retries = self._retries + retries
+            rate = retried / total if total else 0.0
+            if self._firing:
+                if rate < self.threshold:
+                    self._firing = False
+                    event = RetryRateAlert(False, rate, retried, total, self.window)
+            elif total >= self.min_requests and rate >= self.threshold:
                 self._firing = True
-                event = RetryRateAlert(True, rate, self._retries, self._requests, self.window)
-            elif self._firing and rate < self.threshold:
-                self._firing = False
-                event = RetryRateAlert(False, rate, self._retries, self._requests, self.window)
+                event = RetryRateAlert(True, rate, retried, total, self.window)
         if event is not None:
             hook = self._on_alert if event.firing else self._on_clear
             if hook is not None:
@@ -679,16 +691,6 @@ class _Observers:
     metrics: ClientMetrics | None = None
     on_attempt: Callable[[Attempt], None] | None = None
     alarm: RetryRateAlarm | None = None
-
-    def request(self) -> None:
-        if self.alarm is not None:
-            self.alarm.record_request()
-
-    def attempt(self, attempt: Attempt) -> None:
-        if self.metrics is not None:
-            self.metrics.count_attempt(attempt.domain, attempt.outcome)
-        if self.on_attempt is not None:
-            _call_hook(self.on_attempt, attempt)
 
     def retry(self, method: str, path: str, failed: Attempt, domain: str, delay: float) -> None:
         cause = str(failed.outcome)
@@ -769,6 +771,75 @@ class GiveUp:
 Action: TypeAlias = Send | Sleep | Done[R] | GiveUp
 
 
+_AttemptFields: TypeAlias = tuple[str, int, float, float, Outcome, str, str | None]
+"""An :class:`Attempt`'s fields, in order: kept as they are until something asks."""
+
+
+class _Setup:
+    """What every request of one client shares: the policy's numbers, checked once."""
+
+    __slots__ = (
+        "alarm",
+        "attempt_timeout",
+        "budget",
+        "clock",
+        "delays",
+        "max_attempts",
+        "metrics",
+        "observers",
+        "on_attempt",
+        "policy",
+        "targets",
+        "tight_below",
+        "total_timeout",
+        "wall_clock",
+    )
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        targets: Sequence[str],
+        clock: Callable[[], float],
+        wall_clock: Callable[[], float],
+        budget: RetryBudget | None,
+        observers: _Observers | None,
+    ) -> None:
+        self.max_attempts = policy.max_attempts
+        if len(targets) < self.max_attempts:
+            raise ValueError(f"need a domain for each of {self.max_attempts} attempts")
+        self.policy = policy
+        self.targets = tuple(targets)
+        self.delays = policy.schedule.delays
+        self.attempt_timeout = policy.attempt_timeout
+        self.total_timeout = policy.total_timeout
+        # With less time left than this, the phases (each bounded by the timeout) could
+        # together pass the deadline: see Send.tight.
+        self.tight_below = _PHASES * policy.attempt_timeout
+        self.clock = clock
+        self.wall_clock = wall_clock
+        self.budget = budget
+        self.observers = observers = observers if observers is not None else _Observers()
+        self.metrics = observers.metrics
+        self.on_attempt = observers.on_attempt
+        self.alarm = observers.alarm
+
+
+class _Step(Enum):
+    """The drivers' private protocol: what :class:`RetryState` answers besides an action."""
+
+    DUE = "an attempt is due now; its parameters are on the state"
+    DONE = "the response just reported is the request's result"
+
+
+# Module constants: an enum member is slow to look up on its class.
+_DUE: Final = _Step.DUE
+_DONE: Final = _Step.DONE
+
+_Due: TypeAlias = Sleep | GiveUp | Literal[_Step.DUE]
+_Next: TypeAlias = _Due | Literal[_Step.DONE]
+"""What RetryState's private methods answer the drivers: no Send or Done to build."""
+
+
 class RetryState(Generic[R]):
     """The failover loop's decisions for one request, with no I/O (sans-I/O).
 
@@ -787,6 +858,26 @@ class RetryState(Generic[R]):
     The response type ``R`` is whatever the driver passes to :meth:`finished`.
     """
 
+    # The clients drive the same decisions through _open, _due and _close, which answer
+    # _DUE / _DONE instead of building a Send and a Done (frozen dataclasses are slow to
+    # build); start, slept and finished wrap them.
+
+    # Where a request starts; set on the instance only when they change, so a request
+    # that succeeds first time writes few attributes.
+    _next = 0
+    _in_flight = False
+    _path_checked = False  # True when the driver has checked the path (see _join)
+    # The attempt in flight (valid while _in_flight): a Send's fields.
+    _number = 0
+    _domain = ""
+    _url = ""
+    _timeout = 0.0
+    _tight = False
+    _started = 0.0
+    _pending: _AttemptFields | None = None
+    _last_response: Any = None
+    _over = False
+
     def __init__(
         self,
         policy: RetryPolicy,
@@ -800,44 +891,46 @@ class RetryState(Generic[R]):
         budget: RetryBudget | None = None,
         observers: _Observers | None = None,
     ) -> None:
-        if len(targets) < policy.max_attempts:
-            raise ValueError(f"need a domain for each of {policy.max_attempts} attempts")
-        self.policy = policy
-        self.method = method.upper()
+        setup = _Setup(policy, targets, clock, wall_clock, budget, observers)
+        self._begin(setup, method.upper(), path, headers)
+
+    def _begin(self, setup: _Setup, method: str, path: str, headers: _HeadersIn | None) -> None:
+        self.policy = setup.policy
+        self.method = method
         self.path = path
         self.headers = headers
-        self._targets = tuple(targets)
-        self._clock = clock
-        self._wall_clock = wall_clock
-        self._budget = budget
-        self._observers = observers if observers is not None else _Observers()
-        self._deadline = Deadline(policy.total_timeout, clock)
+        self._setup = setup
+        # The deadline starts now (rideout.backoff.Deadline's arithmetic, inlined).
+        self._expires_at = setup.clock() + setup.total_timeout
         self._attempts: list[Attempt] = []
-        self._next = 0
-        self._current: Send | None = None
-        self._started = 0.0
-        self._last_response: Any = None
-        self._over = False
 
     @property
     def attempts(self) -> tuple[Attempt, ...]:
         """The attempts so far."""
-        return tuple(self._attempts)
+        return tuple(self._all_attempts())
+
+    def _all_attempts(self) -> list[Attempt]:
+        pending = self._pending
+        if pending is not None:
+            self._pending = None
+            self._attempts.append(Attempt(*pending))
+        return self._attempts
 
     def remaining(self) -> float:
         """Seconds left before the deadline."""
-        return self._deadline.remaining()
+        return max(0.0, self._expires_at - self._setup.clock())
+
+    def _allows(self, delay: float) -> bool:
+        """True only if, after sleeping ``delay`` seconds, some time would be left."""
+        return delay < self.remaining()
 
     def start(self) -> Action[R]:
         """The first action of the request."""
-        if self._next or self._over or self._current is not None:
-            raise RuntimeError("RetryState.start() called twice")
-        self._observers.request()
-        return self._wait_then_send(self.policy.schedule.delays[0])
+        return self._action(self._open())
 
     def slept(self) -> Action[R]:
         """The action after a :class:`Sleep`."""
-        return self._send()
+        return self._action(self._due())
 
     def finished(
         self,
@@ -849,90 +942,135 @@ class RetryState(Generic[R]):
         address: str | None = None,
     ) -> Action[R]:
         """Record the outcome of the current :class:`Send`; the next action."""
-        send = self._current
-        if send is None:
+        step = self._close(outcome, error, response, response_headers, address)
+        if step is _DONE:
+            return Done(cast(R, response))
+        return self._action(step)
+
+    def _action(self, step: _Due) -> Action[R]:
+        if step is _DUE:
+            return Send(self._number, self._domain, self._url, self._timeout, self._tight)
+        return step
+
+    def _open(self) -> _Due:
+        """:meth:`start`'s decision: usually _DUE (attempt 0 at once)."""
+        if self._next or self._over or self._in_flight:
+            raise RuntimeError("RetryState.start() called twice")
+        setup = self._setup
+        if setup.alarm is not None:
+            setup.alarm.record_request()
+        return self._wait_then_send(setup.delays[0])
+
+    def _close(
+        self,
+        outcome: Outcome,
+        error: str,
+        response: R | None,
+        response_headers: _HeadersIn | None,
+        address: str | None,
+    ) -> _Next:
+        """:meth:`finished`'s decision: _DONE when ``response`` is the result."""
+        if not self._in_flight:
             raise RuntimeError("RetryState.finished() without a Send in progress")
-        self._current = None
-        attempt = Attempt(
-            domain=send.domain,
-            number=send.number,
-            started=self._started,
-            elapsed=max(0.0, self._clock() - self._started),
-            outcome=outcome,
-            error=error,
-            address=address,
+        self._in_flight = False
+        setup = self._setup
+        started = self._started
+        domain = self._domain
+        fields: _AttemptFields = (
+            domain,
+            self._number,
+            started,
+            max(0.0, setup.clock() - started),
+            outcome,
+            error,
+            address,
         )
-        self._attempts.append(attempt)
-        self._observers.attempt(attempt)
+        hook = setup.on_attempt
+        if hook is None:
+            self._pending = fields  # the Attempt is built if something needs it
+        else:
+            self._attempts.append(Attempt(*fields))
+        if setup.metrics is not None:
+            setup.metrics.count_attempt(domain, outcome)
+        if hook is not None:
+            _call_hook(hook, self._attempts[-1])
         if response is not None:
             self._last_response = response
-        if not is_retryable(self.method, outcome, self.headers, self.policy, response_headers):
+        policy = setup.policy
+        if not is_retryable(self.method, outcome, self.headers, policy, response_headers):
             if isinstance(outcome, int) and response is not None:
-                if self._budget is not None and outcome < 500:
+                budget = setup.budget
+                # A refund to a full bucket changes nothing, so the lock is skipped then:
+                # reading the count is atomic, and the refund may as well have come first.
+                if budget is not None and outcome < 500 and budget.available < budget.capacity:
                     with _BUDGET_LOCK:
-                        self._budget.record_success()
+                        budget.record_success()
                 self._over = True
-                self._observers.final(
-                    "ok" if outcome < 400 else "client_error" if outcome < 500 else "server_error"
-                )
-                return Done(response)
+                metrics = setup.metrics
+                if metrics is not None:
+                    error_kind = "client_error" if outcome < 500 else "server_error"
+                    metrics.count_request("ok" if outcome < 400 else error_kind)
+                return _DONE
             return self._give_up(GiveUpReason.NOT_RETRYABLE)
-        if self._next >= self.policy.max_attempts:
+        if self._next >= setup.max_attempts:
             return self._give_up(GiveUpReason.ATTEMPTS)
-        delay = self.policy.schedule.delay(self._next)
+        delay = policy.schedule.delay(self._next)
         if (
             isinstance(outcome, int)
-            and self.policy.respect_retry_after
-            and outcome in self.policy.retry_after_statuses
+            and policy.respect_retry_after
+            and outcome in policy.retry_after_statuses
         ):
             asked = parse_retry_after(
-                _header(response_headers, "retry-after"), now=self._wall_clock()
+                _header(response_headers, "retry-after"), now=setup.wall_clock()
             )
             if asked is not None:
-                delay = max(delay, min(asked, self.policy.max_retry_after))
-        if not self._deadline.allows(delay):
+                delay = max(delay, min(asked, policy.max_retry_after))
+        if not self._allows(delay):
             return self._give_up(GiveUpReason.DEADLINE)
-        if self._budget is not None:
+        if setup.budget is not None:
             with _BUDGET_LOCK:
-                paid = self._budget.try_acquire(is_timeout=outcome in _TIMEOUTS)
+                paid = setup.budget.try_acquire(is_timeout=outcome in _TIMEOUTS)
             if not paid:
                 return self._give_up(GiveUpReason.BUDGET)
-        self._observers.retry(self.method, self.path, attempt, self._targets[self._next], delay)
+        failed = self._all_attempts()[-1]
+        setup.observers.retry(self.method, self.path, failed, setup.targets[self._next], delay)
         return self._wait_then_send(delay)
 
-    def _wait_then_send(self, delay: float) -> Action[R]:
+    def _wait_then_send(self, delay: float) -> _Due:
         if delay > 0:
-            if not self._deadline.allows(delay):
+            if not self._allows(delay):
                 return self._give_up(GiveUpReason.DEADLINE)
             return Sleep(delay)
-        return self._send()
+        return self._due()
 
-    def _send(self) -> Action[R]:
-        if self._over or self._current is not None or self._next >= self.policy.max_attempts:
+    def _due(self) -> _Due:
+        """Make the next attempt the one in flight (_DUE), or give up at the deadline."""
+        setup = self._setup
+        number = self._next
+        if self._over or self._in_flight or number >= setup.max_attempts:
             raise RuntimeError("RetryState: no attempt is due")
-        remaining = self._deadline.remaining()
+        now = setup.clock()
+        remaining = self._expires_at - now
         if remaining <= 0:
             return self._give_up(GiveUpReason.DEADLINE)
-        number = self._next
-        self._next += 1
-        domain = self._targets[number]
-        timeout = self.policy.attempt_timeout
-        send = Send(
-            number,
-            domain,
-            _join(domain, self.path),
-            min(timeout, remaining),
-            remaining < _PHASES * timeout,
-        )
-        self._current = send
-        self._started = self._clock()
-        return send
+        self._next = number + 1
+        domain = setup.targets[number]
+        timeout = setup.attempt_timeout
+        self._number = number
+        self._domain = domain
+        self._url = domain + self.path if self._path_checked else _join(domain, self.path)
+        self._timeout = min(timeout, remaining)
+        self._tight = remaining < setup.tight_below
+        self._in_flight = True
+        self._started = now
+        return _DUE
 
     def _give_up(self, reason: GiveUpReason) -> GiveUp:
         self._over = True
-        self._observers.final(reason.value)
+        self._setup.observers.final(reason.value)
         cls = RetryBudgetExhausted if reason is GiveUpReason.BUDGET else AllAttemptsFailed
-        return GiveUp(cls(self.method, self.path, reason, self._attempts, self._last_response))
+        error = cls(self.method, self.path, reason, self._all_attempts(), self._last_response)
+        return GiveUp(error)
 
 
 # ------------------------------------------------------------------------- drivers
@@ -986,16 +1124,42 @@ def _message(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-@dataclass(slots=True)
-class _Prepared:
-    method: str
-    path: str
-    headers: httpx.Headers | None
-    params: Any
-    content: bytes | str | None
-    data: Mapping[str, Any] | None
-    json: Any
-    extensions: dict[str, Any] = field(default_factory=dict)
+class _Request(RetryState[httpx.Response]):
+    """A client's request: its decisions (a :class:`RetryState`) and what each attempt sends.
+
+    Built per request, so cheaply: the client checked the setup once and the path in
+    :meth:`_ClientBase._prepare`.
+    """
+
+    _path_checked = True
+
+    def __init__(
+        self,
+        setup: _Setup,
+        method: str,
+        path: str,
+        headers: httpx.Headers | None,
+        params: Any,
+        content: bytes | str | None,
+        data: Mapping[str, Any] | None,
+        json: Any,
+    ) -> None:
+        self._begin(setup, method, path, headers)
+        self.params = params
+        self.content = content
+        self.data = data
+        self.json = json
+
+    def _responded(self, response: httpx.Response, address: str | None) -> httpx.Response | _Due:
+        """Record the attempt's response: the response itself when it is the result."""
+        step = self._close(response.status_code, "", response, response.headers, address)
+        return response if step is _DONE else step
+
+    def _failed(self, outcome: Outcome, error: str, address: str | None) -> _Due:
+        """Record the attempt's failure (no response): the next step."""
+        step = self._close(outcome, error, None, None, address)
+        assert step is not _DONE  # only a response is ever the result
+        return step
 
 
 class _ClientBase:
@@ -1025,9 +1189,10 @@ class _ClientBase:
         self.metrics = metrics
         self.domains = plan.for_geo(geo)
         self._targets = plan.targets(geo, policy.max_attempts)
-        self._observers = _Observers(metrics, on_attempt, alarm)
         self._clock = clock
-        self._wall_clock = wall_clock
+        observers = _Observers(metrics, on_attempt, alarm)
+        self._setup = _Setup(policy, self._targets, clock, wall_clock, budget, observers)
+        self._auto_key_methods = policy.key_methods if policy.idempotency_keys else frozenset()
 
     def _prepare(
         self,
@@ -1040,10 +1205,11 @@ class _ClientBase:
         data: Mapping[str, Any] | None,
         json: Any,
         idempotency_key: str | None,
-    ) -> _Prepared:
+    ) -> _Request:
+        """The request, not started."""
         verb = method.upper()
         _join("", path)  # validate the path before anything is sent
-        auto_key = self.policy.idempotency_keys and verb in self.policy.key_methods
+        auto_key = verb in self._auto_key_methods
         merged: httpx.Headers | None = None
         if headers is not None or idempotency_key is not None or auto_key:
             merged = httpx.Headers(headers)
@@ -1051,43 +1217,31 @@ class _ClientBase:
                 merged[IDEMPOTENCY_KEY_HEADER] = idempotency_key
             elif auto_key and IDEMPOTENCY_KEY_HEADER not in merged:
                 merged[IDEMPOTENCY_KEY_HEADER] = str(uuid.uuid4())
-        return _Prepared(verb, path, merged, params, content, data, json)
-
-    def _state(self, prepared: _Prepared) -> RetryState[httpx.Response]:
-        return RetryState(
-            self.policy,
-            self._targets,
-            prepared.method,
-            prepared.path,
-            prepared.headers,
-            clock=self._clock,
-            wall_clock=self._wall_clock,
-            budget=self.budget,
-            observers=self._observers,
-        )
+        return _Request(self._setup, verb, path, merged, params, content, data, json)
 
     @staticmethod
     def _build(
         client: httpx.Client | httpx.AsyncClient,
-        prepared: _Prepared,
+        request: _Request,
         url: str,
-        timeouts: dict[str, float],
         extensions: dict[str, Any],
         host_header: str | None = None,
     ) -> httpx.Request:
-        headers = prepared.headers
+        """The attempt's request; ``extensions`` holds its ``timeout`` (see :func:`_timeouts`)."""
+        headers = request.headers
         if host_header is not None:
-            headers = headers.copy() if headers is not None else httpx.Headers()
-            headers["Host"] = host_header
+            with_host = headers.copy() if isinstance(headers, httpx.Headers) else httpx.Headers()
+            with_host["Host"] = host_header
+            headers = with_host
         return client.build_request(
-            prepared.method,
+            request.method,
             url,
-            params=prepared.params,
+            params=request.params,
             headers=headers,
-            content=prepared.content,
-            data=prepared.data,
-            json=prepared.json,
-            extensions={"timeout": timeouts, **extensions},
+            content=request.content,
+            data=request.data,
+            json=request.json,
+            extensions=extensions,
         )
 
 
@@ -1175,36 +1329,36 @@ class FailoverClient(_ClientBase):
         idempotency_key: str | None = None,
     ) -> httpx.Response:
         """Send ``method path`` through the domain plan; see the class docstring."""
-        prepared = self._prepare(
+        state = self._prepare(
             method, path, params=params, headers=headers, content=content, data=data,
             json=json, idempotency_key=idempotency_key,
         )  # fmt: skip
-        state = self._state(prepared)
-        action = state.start()
+        step = state._open()
         while True:
-            if isinstance(action, Send):
-                action = self._attempt(state, prepared, action)
-            elif isinstance(action, Sleep):
-                self._sleep(action.seconds)
-                action = state.slept()
-            elif isinstance(action, Done):
-                return action.response
+            if step is _DUE:
+                result = self._attempt(state)
+                if isinstance(result, httpx.Response):
+                    return result
+                step = result
+            elif isinstance(step, Sleep):
+                self._sleep(step.seconds)
+                step = state._due()
             else:
-                raise action.error
+                raise step.error
 
-    def _attempt(
-        self, state: RetryState[httpx.Response], prepared: _Prepared, send: Send
-    ) -> Action[httpx.Response]:
-        timeouts = _timeouts(send.timeout)
-        extensions = {"trace": self._tightener(timeouts, send.timeout)} if send.tight else {}
+    def _attempt(self, state: _Request) -> httpx.Response | _Due:
+        """Send the attempt in flight: the response if it is the result, else the next step."""
+        seconds = state._timeout
+        timeouts = _timeouts(seconds)
+        extensions: dict[str, Any] = {"timeout": timeouts}
+        if state._tight:
+            extensions["trace"] = self._tightener(timeouts, seconds)
         try:
-            request = self._build(self._client, prepared, send.url, timeouts, extensions)
+            request = self._build(self._client, state, state._url, extensions)
             response = self._client.send(request)
         except httpx.HTTPError as exc:
-            return state.finished(classify(exc), error=_message(exc))
-        return state.finished(
-            response.status_code, response=response, response_headers=response.headers
-        )
+            return state._failed(classify(exc), _message(exc), None)
+        return state._responded(response, None)
 
     def _tightener(self, timeouts: dict[str, float], seconds: float) -> Callable[[str, Any], None]:
         """An httpcore trace hook that caps each phase's timeout by the time left.
@@ -1332,69 +1486,60 @@ class AsyncFailoverClient(_ClientBase):
         idempotency_key: str | None = None,
     ) -> httpx.Response:
         """Send ``method path`` through the domain plan; see :class:`FailoverClient`."""
-        prepared = self._prepare(
+        state = self._prepare(
             method, path, params=params, headers=headers, content=content, data=data,
             json=json, idempotency_key=idempotency_key,
         )  # fmt: skip
-        state = self._state(prepared)
-        action = state.start()
+        step = state._open()
         while True:
-            if isinstance(action, Send):
-                action = await self._attempt(state, prepared, action)
-            elif isinstance(action, Sleep):
-                await self._sleep(action.seconds)
-                action = state.slept()
-            elif isinstance(action, Done):
-                return action.response
+            if step is _DUE:
+                result = await self._attempt(state)
+                if isinstance(result, httpx.Response):
+                    return result
+                step = result
+            elif isinstance(step, Sleep):
+                await self._sleep(step.seconds)
+                step = state._due()
             else:
-                raise action.error
+                raise step.error
 
-    async def _attempt(
-        self, state: RetryState[httpx.Response], prepared: _Prepared, send: Send
-    ) -> Action[httpx.Response]:
+    async def _attempt(self, state: _Request) -> httpx.Response | _Due:
+        """Send the attempt in flight: the response if it is the result, else the next step."""
+        seconds = state._timeout
         address: str | None = None
         resolving = self.resolver is not None
         try:
-            async with asyncio.timeout(send.timeout):
-                url, host_header, extensions, address = await self._target(send)
+            async with asyncio.timeout(seconds):
+                url, host_header, extensions, address = await self._target(state)
                 resolving = False
-                request = self._build(
-                    self._client, prepared, url, _timeouts(send.timeout), extensions, host_header
-                )
+                extensions["timeout"] = _timeouts(seconds)
+                request = self._build(self._client, state, url, extensions, host_header)
                 response = await self._client.send(request)
         except ResolutionError as exc:
-            return state.finished(ErrorKind.DNS_ERROR, error=str(exc), address=address)
+            return state._failed(ErrorKind.DNS_ERROR, str(exc), address)
         except httpx.HTTPError as exc:
-            return state.finished(classify(exc), error=_message(exc), address=address)
+            return state._failed(classify(exc), _message(exc), address)
         except TimeoutError:
             if resolving:
-                return state.finished(
-                    ErrorKind.DNS_ERROR,
-                    error=f"name resolution took over {send.timeout:.3g} s",
-                )
-            return state.finished(
-                ErrorKind.TIMEOUT,
-                error=f"no complete response within {send.timeout:.3g} s",
-                address=address,
-            )
-        return state.finished(
-            response.status_code,
-            response=response,
-            response_headers=response.headers,
-            address=address,
-        )
+                error = f"name resolution took over {seconds:.3g} s"
+                return state._failed(ErrorKind.DNS_ERROR, error, None)
+            error = f"no complete response within {seconds:.3g} s"
+            return state._failed(ErrorKind.TIMEOUT, error, address)
+        return state._responded(response, address)
 
-    async def _target(self, send: Send) -> tuple[str, str | None, dict[str, Any], str | None]:
+    async def _target(
+        self, state: RetryState[httpx.Response]
+    ) -> tuple[str, str | None, dict[str, Any], str | None]:
         """The URL to connect to, the Host header, extensions and the address used."""
         if self.resolver is None:
-            return send.url, None, {}, None
-        url = httpx.URL(send.url)
+            return state._url, None, {}, None
+        url = httpx.URL(state._url)
         host = url.host
         if _is_ip(host):
-            return send.url, None, {}, None
+            return state._url, None, {}, None
         resolved = await self.resolver.resolve(host)
         # Repeated attempts on one domain walk through its addresses.
-        repeats = sum(1 for d in self._targets[: send.number] if d == send.domain)
+        repeats = sum(1 for d in self._targets[: state._number] if d == state._domain)
         address = resolved.addresses[repeats % len(resolved.addresses)]
         host_header = host if url.port is None else f"{host}:{url.port}"
         extensions = {"sni_hostname": host} if url.scheme == "https" else {}
