@@ -17,7 +17,7 @@ import pytest
 from dnslib import QTYPE, RCODE, RR, A, DNSRecord
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tests.conftest import free_port, serving
@@ -186,11 +186,13 @@ ALL_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
 @dataclass(frozen=True)
 class Act:
-    """What a domain does with one request: wait ``hang`` seconds, then answer ``status``."""
+    """What a domain does with one request: wait ``hang`` seconds, then answer ``status``
+    (with ``trickle``, the body a byte at a time, ``trickle`` seconds apart)."""
 
     status: int = 200
     headers: tuple[tuple[str, str], ...] = ()
     hang: float = 0.0
+    trickle: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -215,9 +217,11 @@ class Domain:
     def next_act(self) -> Act:
         return self.script.pop(0) if self.script else self.default
 
-    def always(self, status: int = 200, *headers: tuple[str, str], hang: float = 0.0) -> None:
+    def always(
+        self, status: int = 200, *headers: tuple[str, str], hang: float = 0.0, trickle: float = 0.0
+    ) -> None:
         self.script.clear()
-        self.default = Act(status, tuple(headers), hang)
+        self.default = Act(status, tuple(headers), hang, trickle)
 
     def then(self, *acts: Act) -> None:
         self.script.extend(acts)
@@ -232,6 +236,13 @@ def domain_app(domain: Domain) -> Starlette:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(domain.release.wait(), act.hang)
         payload = json.dumps({"domain": domain.name, "count": len(domain.seen)})
+        if act.trickle:
+            return StreamingResponse(
+                _trickle(payload.encode(), act.trickle),
+                status_code=act.status,
+                headers={**dict(act.headers), "content-length": str(len(payload))},
+                media_type="application/json",
+            )
         return Response(
             payload,
             status_code=act.status,
@@ -240,6 +251,12 @@ def domain_app(domain: Domain) -> Starlette:
         )
 
     return Starlette(routes=[Route("/{path:path}", handle, methods=ALL_METHODS)])
+
+
+async def _trickle(body: bytes, interval: float) -> AsyncIterator[bytes]:
+    for i in range(len(body)):
+        yield body[i : i + 1]
+        await asyncio.sleep(interval)
 
 
 DOMAIN_ADDRESSES = ("127.0.5.1", "127.0.5.2", "127.0.5.3", "127.0.5.4")
@@ -260,9 +277,11 @@ class Domains:
     def urls(self) -> tuple[str, ...]:
         return tuple(d.url for d in self.items)
 
-    def all(self, status: int = 200, *headers: tuple[str, str], hang: float = 0.0) -> None:
+    def all(
+        self, status: int = 200, *headers: tuple[str, str], hang: float = 0.0, trickle: float = 0.0
+    ) -> None:
         for domain in self.items:
-            domain.always(status, *headers, hang=hang)
+            domain.always(status, *headers, hang=hang, trickle=trickle)
 
     def counts(self) -> list[int]:
         return [len(d.seen) for d in self.items]

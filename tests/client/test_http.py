@@ -47,7 +47,7 @@ from rideout.client import (
     is_retryable,
     parse_retry_after,
 )
-from rideout.client.http import Done, GiveUp, Send, Sleep, classify
+from rideout.client.http import Done, GiveUp, Send, Sleep, _DeadlineBackend, classify
 from tests.client.conftest import Act, DnsServer, Domains, FakeClock
 from tests.conftest import free_port
 
@@ -644,6 +644,39 @@ async def test_deadline_is_never_overrun_in_real_time(
     # 0-0.2, 0.25-0.45, then 0.05 s are left: the last attempt gets only those.
     assert 2 <= len(info.value.attempts) <= 3
     assert all(a.elapsed <= 0.2 + 0.1 for a in info.value.attempts)
+
+
+async def test_a_response_trickling_in_is_cut_at_the_attempt_timeout(
+    make_client: MakeClient, domains: Domains
+) -> None:
+    """A server that sends its body a byte every 0.1 s: every read is well inside the
+    read timeout, yet the response would take ~3 s. Each attempt ends at its timeout
+    and the request at its deadline (the sync client caps each socket operation by the
+    attempt's end; the async one cancels the attempt)."""
+    domains.all(200, trickle=0.1)
+    total = 1.5
+    policy = RetryPolicy(
+        schedule=FixedSchedule((0, 0.05, 0.05)), attempt_timeout=0.5, total_timeout=total
+    )
+    client = make_client(policy=policy)
+    started = time.monotonic()
+    with pytest.raises(AllAttemptsFailed) as info:
+        await client.get("/drip")
+    elapsed = time.monotonic() - started
+    assert elapsed <= total + 0.3, elapsed
+    attempts = info.value.attempts
+    assert len(attempts) >= 2
+    for attempt in attempts:
+        assert attempt.outcome in (ErrorKind.READ_TIMEOUT, ErrorKind.TIMEOUT), attempt
+        assert attempt.elapsed <= 0.5 + 0.2, attempt
+
+
+def test_the_sync_client_reads_through_the_deadline_backend() -> None:
+    """The sync client's deadline rests on an attribute of httpx's connection pool (httpx
+    takes no network backend): this fails if a new httpx moves it."""
+    with FailoverClient(DomainPlan({"test": ("http://127.0.0.1:1",)}), "test") as client:
+        pool = client._client._transport._pool  # type: ignore[attr-defined]
+        assert isinstance(pool._network_backend, _DeadlineBackend)
 
 
 async def test_deadline_with_injected_clock(

@@ -33,10 +33,12 @@ How the pieces divide the work, following urllib3's ``Retry`` and stamina:
   are thin drivers around it; the clock and the sleep are injectable.
 - The loop is bounded by the schedule's length and by ``total_timeout``, which is
   never overrun: a sleep that would pass the deadline is not taken, and each
-  attempt's timeout is ``min(attempt_timeout, time left)``. The async client cancels
-  an attempt at the deadline; the sync client cannot interrupt a blocking read, so it
-  caps every phase of the attempt (pool, connect, send, headers, body) by the time
-  left when that phase starts.
+  attempt's timeout is ``min(attempt_timeout, time left)`` and bounds the whole
+  attempt. The async client cancels an attempt at its end; the sync client cannot
+  interrupt a blocking read, so it caps every connect, read and write by the time left
+  of the attempt (:class:`_DeadlineBackend`, under httpx's default transport; with a
+  caller's own client or transport it can only cap each phase by the time left when
+  the phase starts).
 - An optional shared :class:`~rideout.backoff.RetryBudget` makes a fleet fail fast
   (:class:`RetryBudgetExhausted`) instead of multiplying an outage's load.
 - Every retry is logged (logger ``rideout.client.http``), every attempt reaches the
@@ -56,6 +58,7 @@ import ipaddress
 import logging
 import math
 import socket
+import ssl
 import threading
 import time
 import uuid
@@ -66,6 +69,7 @@ from enum import Enum, StrEnum
 from types import MappingProxyType
 from typing import Any, Final, Generic, Literal, TypeAlias, TypeVar, cast
 
+import httpcore
 import httpx
 from prometheus_client import CollectorRegistry, Counter
 
@@ -297,8 +301,9 @@ class RetryPolicy:
     """What the failover client retries, when, and for how long. Immutable.
 
     ``schedule``: the delay before each attempt; its length bounds the attempts.
-    ``attempt_timeout``: each attempt's timeout (connect, write, read and pool each),
-    never more than the time left of ``total_timeout``, the per-request deadline.
+    ``attempt_timeout``: the most one attempt may take (connecting, sending and the
+    whole response), never more than the time left of ``total_timeout``, the
+    per-request deadline.
     ``retry_statuses`` are retried; 429 only when it carries ``Retry-After``.
     ``retry_methods`` are retried after any retryable failure; ``key_methods`` only
     when the request carries an ``Idempotency-Key`` (``idempotency_keys=True`` adds a
@@ -1252,6 +1257,104 @@ def _timeouts(seconds: float) -> dict[str, float]:
 _MIN_PHASE = 0.001  # a phase timeout of 0 would make the socket non-blocking
 
 
+class _Deadlines(threading.local):
+    """The attempt in flight on this thread: when it must be over (``time.monotonic``)."""
+
+    at: float | None = None
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    """A connection whose every read and write stops at the attempt's deadline."""
+
+    def __init__(self, stream: httpcore.NetworkStream, deadlines: _Deadlines) -> None:
+        self._stream = stream
+        self._deadlines = deadlines
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._stream.read(max_bytes, _capped(self._deadlines, timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._stream.write(buffer, _capped(self._deadlines, timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._stream.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _capped(self._deadlines, timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(
+            self._stream.start_tls(ssl_context, server_hostname, timeout), self._deadlines
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._stream.get_extra_info(info)
+
+
+class _DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with every connect, read and write capped by the
+    deadline of the attempt in flight on the calling thread.
+
+    httpx bounds each phase (connect, write, read) by its timeout and each socket
+    operation within a phase anew, so a server that trickles a response a byte at a
+    time, just inside the read timeout, could hold a blocking client past any deadline;
+    capped here, the read that would pass the deadline times out instead.
+    """
+
+    def __init__(self, inner: httpcore.NetworkBackend, deadlines: _Deadlines) -> None:
+        self._inner = inner
+        self._deadlines = deadlines
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _capped(self._deadlines, timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _DeadlineStream(stream, self._deadlines)
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = _capped(self._deadlines, timeout, httpcore.ConnectTimeout)
+        stream = self._inner.connect_unix_socket(path, timeout, socket_options)
+        return _DeadlineStream(stream, self._deadlines)
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _capped(deadlines: _Deadlines, timeout: float | None, error: type[Exception]) -> float | None:
+    at = deadlines.at
+    if at is None:
+        return timeout
+    left = at - time.monotonic()
+    if left <= 0:
+        raise error("the attempt's deadline has passed")
+    return left if timeout is None or left < timeout else timeout
+
+
+def _deadline_transport(trust_env: bool, deadlines: _Deadlines) -> httpx.HTTPTransport:
+    """httpx's default transport on a :class:`_DeadlineBackend`.
+
+    httpx does not take a network backend, so this sets the one attribute of its
+    connection pool that holds it; a test fails if a new httpx moves it.
+    """
+    transport = httpx.HTTPTransport(trust_env=trust_env)
+    pool = getattr(transport, "_pool", None)
+    inner = getattr(pool, "_network_backend", None)
+    if isinstance(inner, httpcore.NetworkBackend):
+        pool._network_backend = _DeadlineBackend(inner, deadlines)  # type: ignore[union-attr]
+    return transport
+
+
 class FailoverClient(_ClientBase):
     """Synchronous failover client on ``httpx.Client``.
 
@@ -1293,6 +1396,9 @@ class FailoverClient(_ClientBase):
             wall_clock=wall_clock,
         )
         self._owns_client = client is None
+        self._deadlines = _Deadlines()
+        if client is None and transport is None:
+            transport = _deadline_transport(trust_env, self._deadlines)
         self._client = (
             client
             if client is not None
@@ -1353,11 +1459,14 @@ class FailoverClient(_ClientBase):
         extensions: dict[str, Any] = {"timeout": timeouts}
         if state._tight:
             extensions["trace"] = self._tightener(timeouts, seconds)
+        self._deadlines.at = time.monotonic() + seconds
         try:
             request = self._build(self._client, state, state._url, extensions)
             response = self._client.send(request)
         except httpx.HTTPError as exc:
             return state._failed(classify(exc), _message(exc), None)
+        finally:
+            self._deadlines.at = None
         return state._responded(response, None)
 
     def _tightener(self, timeouts: dict[str, float], seconds: float) -> Callable[[str, Any], None]:
