@@ -121,7 +121,7 @@ async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(
         ]
 
         # Healthy again: a coordinated switchover, then a new epoch.
-        await wait_for(lambda: _linked(p))
+        await wait_for(lambda: _in_sync(p, s))
         await s.set("after-failover", "kept")  # acknowledged by the interim writer
         decision = await controller.tick({P: True, S: True})
         assert (decision.move, decision.urgent) == ("fail-back", False)
@@ -148,7 +148,7 @@ async def test_a_reachable_writer_hands_over_without_losing_writes(pair: Pair) -
         await controller.tick({P: False, S: True})
         assert controller.writer == P  # waiting, and the target now follows the writer
         assert "once its Redis has caught up" in controller.status()["events"][-2]["message"]
-        await wait_for(lambda: _linked(s))
+        await wait_for(lambda: _in_sync(s, p))
         await controller.tick({P: False, S: True})
         assert (controller.writer, controller.epoch) == (S, 2), controller.status()["events"]
         assert await s.get("written-while-detached") == "yes"
@@ -185,6 +185,18 @@ async def test_an_urgent_move_does_not_wait_forever(pair: Pair) -> None:
 
 async def _linked(client: aioredis.Redis) -> bool:
     return (await replication_status(client)).link == "up"
+
+
+async def _in_sync(replica: aioredis.Redis, writer: aioredis.Redis) -> bool:
+    """The replica's link is up *and* the writer counts it online: FAILOVER TO refuses a
+    replica the writer does not see online yet, which can lag the replica's own view."""
+    if not await _linked(replica):
+        return False
+    info = await writer.info("replication")
+    return any(
+        key.startswith("slave") and isinstance(value, dict) and value.get("state") == "online"
+        for key, value in info.items()
+    )
 
 
 async def test_a_writer_that_restarts_as_a_replica_is_promoted_again(pair: Pair) -> None:
