@@ -29,11 +29,13 @@ async def test_roles_links_and_epoch(make_config: Callable[..., Config]) -> None
             master = await replication_status(writer)
             assert (master.reachable, master.role, master.link) == (True, "master", "n/a")
             assert master.connected_replicas == 1
+            assert master.replica_online  # WAIT returned: the writer counts it online
             assert (master.offset or 0) > 0
             replica = await replication_status(reader)
             assert (replica.role, replica.link) == ("replica", "up")
             assert replica.master == f"{p.address}:{p.port}"
             assert replica.to_dict()["role"] == "replica"
+            assert not replica.replica_online  # a replica has no replica of its own
 
             await writer.set(keys.EPOCH, "garbage")
             with pytest.raises(ValueError, match="not an integer"):

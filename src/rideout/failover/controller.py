@@ -263,10 +263,13 @@ class FailoverController:
             )
         target = self.config.region(new).redis
         source = self.config.region(old).redis
+        # Both sides must agree the target follows the writer: the writer's view of its
+        # replica lags the replica's own, and FAILOVER TO refuses a replica not online.
         linked = (
             new_view.role == "replica"
             and new_view.link == "up"
             and new_view.master == f"{source.address}:{source.port}"
+            and (old_view.replica_online or not old_view.reachable)
         )
         now = self._clock()
         waited = now - self._waiting_since if self._waiting_since is not None else 0.0

@@ -48,6 +48,7 @@ class ReplicationStatus:
     replica_lag: float | None = None  # a writer's: seconds since its replica last acked
     replica_offset: int | None = None  # a writer's: the offset its replica acknowledged
     failover_state: str | None = None  # master_failover_state while FAILOVER runs
+    replica_online: bool = False  # a writer's: it counts its replica online (FAILOVER TO needs it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -85,6 +86,7 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
         if isinstance(replica, dict) and "lag" in replica
         else None,
         replica_offset=_int(replica.get("offset")) if isinstance(replica, dict) else None,
+        replica_online=isinstance(replica, dict) and replica.get("state") == "online",
         failover_state=str(info.get("master_failover_state"))
         if "master_failover_state" in info
         else None,
