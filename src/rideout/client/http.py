@@ -1619,8 +1619,11 @@ class AsyncFailoverClient(_ClientBase):
         resolving = self.resolver is not None
         try:
             async with asyncio.timeout(seconds):
-                url, host_header, extensions, address = await self._target(state)
-                resolving = False
+                if resolving:
+                    url, host_header, extensions, address = await self._target(state)
+                    resolving = False
+                else:  # no resolver: no coroutine to call (this is the hot path)
+                    url, host_header, extensions = state._url, None, {}
                 extensions["timeout"] = _timeouts(seconds)
                 request = self._build(self._client, state, url, extensions, host_header)
                 response = await self._client.send(request)
@@ -1639,9 +1642,9 @@ class AsyncFailoverClient(_ClientBase):
     async def _target(
         self, state: RetryState[httpx.Response]
     ) -> tuple[str, str | None, dict[str, Any], str | None]:
-        """The URL to connect to, the Host header, extensions and the address used."""
-        if self.resolver is None:
-            return state._url, None, {}, None
+        """The URL to connect to, the Host header, extensions and the address used
+        (called only with a resolver)."""
+        assert self.resolver is not None
         url = httpx.URL(state._url)
         host = url.host
         if _is_ip(host):
