@@ -73,6 +73,7 @@ import httpcore
 import httpx
 from prometheus_client import CollectorRegistry, Counter
 
+from rideout._metrics import LabelCache
 from rideout.backoff import FixedSchedule, RetryBudget
 from rideout.client.resolve import ResolutionError, Resolver
 
@@ -546,34 +547,21 @@ class ClientMetrics:
             ["outcome"],
             registry=r,
         )
-        # labels() takes a lock and builds a key on every call: keep the children, one
-        # dict per counter keyed by the label values.
-        self._attempt_children: dict[tuple[str, str], Any] = {}
-        self._retry_children: dict[tuple[str, str], Any] = {}
-        self._request_children: dict[str, Any] = {}
+        self._attempts = LabelCache(self.attempts)
+        self._retries = LabelCache(self.retries)
+        self._requests = LabelCache(self.requests)
 
     def count_attempt(self, domain: str, outcome: Outcome) -> None:
         """Count one attempt."""
-        key = (domain, str(outcome))
-        child = self._attempt_children.get(key)
-        if child is None:
-            child = self._attempt_children[key] = self.attempts.labels(*key)
-        child.inc()
+        self._attempts(domain, str(outcome)).inc()
 
     def count_retry(self, domain: str, cause: str) -> None:
         """Count one retry after a failed attempt on ``domain``."""
-        key = (domain, cause)
-        child = self._retry_children.get(key)
-        if child is None:
-            child = self._retry_children[key] = self.retries.labels(*key)
-        child.inc()
+        self._retries(domain, cause).inc()
 
     def count_request(self, outcome: str) -> None:
         """Count one request's final outcome."""
-        child = self._request_children.get(outcome)
-        if child is None:
-            child = self._request_children[outcome] = self.requests.labels(outcome)
-        child.inc()
+        self._requests(outcome).inc()
 
 
 @dataclass(frozen=True, slots=True)

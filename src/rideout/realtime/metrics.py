@@ -5,9 +5,9 @@ Names are stable: dashboards and alerts depend on them.
 
 from __future__ import annotations
 
-from typing import Any
-
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from rideout._metrics import LabelCache
 
 __all__ = ["AppMetrics"]
 
@@ -84,12 +84,8 @@ class AppMetrics:
         )
         for mode in ("serving", "degraded", "draining"):
             self.modes.labels(mode).set(1 if mode == "serving" else 0)
-        self._message_counts: dict[tuple[str, str], Any] = {}
+        self._messages = LabelCache(self.messages)
 
     def count_message(self, action: str, outcome: str) -> None:
-        """Count one received message; the labelled counters are cached, since
-        ``labels()`` costs a few microseconds and this runs for every message."""
-        counter = self._message_counts.get((action, outcome))
-        if counter is None:
-            counter = self._message_counts[action, outcome] = self.messages.labels(action, outcome)
-        counter.inc()
+        """Count one received message (this runs for every message)."""
+        self._messages(action, outcome).inc()
