@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -14,6 +15,7 @@ from rideout.drill.analysis import (
     StreamEntry,
     account_bids,
     bucket_counts,
+    compare_herds,
     herd_stats,
     offset_key,
     parse_stream_entry,
@@ -138,3 +140,17 @@ def test_account_bids_all_found() -> None:
     acks = [AckRecord("r", "a", i, f"{i}-0") for i in range(1, 50)]
     data = account_bids(acks, entries).as_dict()
     assert (data["acked"], data["lost"], data["duplicates"]) == (49, 0, 0)
+
+
+def test_compare_herds_gives_each_herds_peaks_and_ratio() -> None:
+    def phase(scheduled: int, started: int, accepted: int) -> dict[str, Any]:
+        return {
+            "scheduled": {"peak_in_window": scheduled},
+            "reconnects": {"peak_in_window": started},
+            "accepted": {"peak_in_window": accepted},
+        }
+
+    cmp = compare_herds(phase(10, 20, 0), phase(60, 80, 9))
+    assert (cmp["scheduled_peak_full_jitter_per_100ms"], cmp["scheduled_ratio"]) == (10, 6.0)
+    assert (cmp["peak_no_jitter_per_100ms"], cmp["ratio"]) == (80, 4.0)
+    assert cmp["accepted_ratio"] is None  # full jitter had none: no ratio

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 __all__ = [
+    "HERDS",
     "AckRecord",
     "BidAccounting",
     "HerdStats",
@@ -22,6 +23,7 @@ __all__ = [
     "StreamEntry",
     "account_bids",
     "bucket_counts",
+    "compare_herds",
     "herd_stats",
     "offset_key",
     "parse_stream_entry",
@@ -116,6 +118,27 @@ def herd_stats(times: Iterable[float], start: float, end: float, width: float = 
     series = bucket_counts(inside, start, end, width)
     peak = max(series, default=0)
     return HerdStats(sum(series), peak, peak / width, width, series, peak_in_window(inside, width))
+
+
+HERDS: tuple[tuple[str, str, str], ...] = (
+    ("scheduled", "scheduled_", "scheduled (due)"),
+    ("reconnects", "", "started"),
+    ("accepted", "accepted_", "accepted by the secondary"),
+)
+"""The three views of a reconnect herd in a drill phase: its key in the phase, its key
+prefix in a jitter comparison, and its label."""
+
+
+def compare_herds(full: Mapping[str, Any], none: Mapping[str, Any]) -> dict[str, Any]:
+    """Full jitter's and no jitter's failover phases, side by side: each herd's peak
+    within 100 ms and no jitter's over full jitter's (None when full jitter had none)."""
+    comparison: dict[str, Any] = {}
+    for key, prefix, _ in HERDS:
+        a, b = int(full[key]["peak_in_window"]), int(none[key]["peak_in_window"])
+        comparison[f"{prefix}peak_full_jitter_per_100ms"] = a
+        comparison[f"{prefix}peak_no_jitter_per_100ms"] = b
+        comparison[f"{prefix}ratio"] = b / a if a else None
+    return comparison
 
 
 @dataclass(frozen=True, slots=True)

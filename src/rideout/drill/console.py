@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from rideout.config import ConfigError, load_config
+from rideout.drill.analysis import HERDS
 from rideout.drill.report import HEADERS, default_report_dir, summary_rows, write_report
 from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
 
@@ -51,8 +52,7 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
     out.print(table)
     cmp = report.get("jitter_comparison")
     if cmp and cmp.get("ratio") is not None:
-        for label, prefix in (("scheduled", "scheduled_"), ("started", ""),
-                              ("accepted by the secondary", "accepted_")):  # fmt: skip
+        for _, prefix, label in HERDS:
             ratio = cmp.get(f"{prefix}ratio")
             if ratio is None:
                 continue

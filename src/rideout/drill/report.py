@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rideout.drill.analysis import HERDS
+
 __all__ = ["default_report_dir", "fmt_seconds", "render_markdown", "summary_rows", "write_report"]
 
 
@@ -143,26 +145,24 @@ def render_markdown(report: dict[str, Any]) -> str:
         def times(r: float | None) -> str:
             return "-" if r is None else f"{r:.1f}×"
 
-        def row(label: str, key: str, ratio_key: str) -> str:
+        def row(prefix: str, label: str) -> str:
             return (
-                f"| {label} | {cmp.get(key.format('full'), '-')} "
-                f"| {cmp.get(key.format('no'), '-')} | {times(cmp.get(ratio_key))} |"
+                f"| {label} | {cmp.get(f'{prefix}peak_full_jitter_per_100ms', '-')} "
+                f"| {cmp.get(f'{prefix}peak_no_jitter_per_100ms', '-')} "
+                f"| {times(cmp.get(f'{prefix}ratio'))} |"
             )
 
         lines += [
             "## Full jitter vs no jitter",
             "",
             "Reconnects toward the secondary after the fault, the most within any 100 ms: as "
-            "the backoff "
-            "policy scheduled them, as the clients started them, and as the secondary "
+            "the backoff policy scheduled them, as the clients started them, and as the secondary "
             "accepted them. Where clients and servers share a machine's cores, the last two "
             "are smeared by CPU contention.",
             "",
             "| reconnects | full jitter | no jitter | ratio |",
             "|---|---|---|---|",
-            row("scheduled (due)", "scheduled_peak_{}_jitter_per_100ms", "scheduled_ratio"),
-            row("started", "peak_{}_jitter_per_100ms", "ratio"),
-            row("accepted by the secondary", "accepted_peak_{}_jitter_per_100ms", "accepted_ratio"),
+            *(row(prefix, label) for _, prefix, label in HERDS),
             "",
             f"No jitter's peak of attempts started is **{ratio:.1f}×** full jitter's."
             if ratio is not None

@@ -35,6 +35,7 @@ from rideout.drill.analysis import (
     AckRecord,
     StreamEntry,
     account_bids,
+    compare_herds,
     herd_stats,
     parse_stream_entry,
     recovery_stats,
@@ -566,28 +567,10 @@ async def run_region_outage(
     report["finished_at"] = time.time()
     if options.compare_jitter and len(passes) == 2:
         full, none = (p["failover"] for p in passes)
-
-        def peak(phase: dict[str, Any], herd: str) -> int:
-            return int(phase[herd]["peak_in_window"])
-
-        report["jitter_comparison"] = {
-            "peak_full_jitter_per_100ms": peak(full, "reconnects"),
-            "peak_no_jitter_per_100ms": peak(none, "reconnects"),
-            "ratio": _ratio(peak(none, "reconnects"), peak(full, "reconnects")),
-            "scheduled_peak_full_jitter_per_100ms": peak(full, "scheduled"),
-            "scheduled_peak_no_jitter_per_100ms": peak(none, "scheduled"),
-            "scheduled_ratio": _ratio(peak(none, "scheduled"), peak(full, "scheduled")),
-            "accepted_peak_full_jitter_per_100ms": peak(full, "accepted"),
-            "accepted_peak_no_jitter_per_100ms": peak(none, "accepted"),
-            "accepted_ratio": _ratio(peak(none, "accepted"), peak(full, "accepted")),
-        }
+        report["jitter_comparison"] = compare_herds(full, none)
     report["objectives"] = _objectives(options, passes)
     report["ok"] = all(o["ok"] for o in report["objectives"])
     return report
-
-
-def _ratio(a: float, b: float) -> float | None:
-    return a / b if b else None
 
 
 def _deployment(config: Config, *, own_cluster: bool) -> dict[str, Any]:
