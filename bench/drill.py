@@ -28,6 +28,7 @@ from rich.table import Table
 from bench._harness import free_port
 from rideout.config import dump_toml, parse_config
 from rideout.drill import DrillOptions, run_region_outage, write_report
+from rideout.drill.analysis import HERDS
 
 ZONES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
 
@@ -105,9 +106,8 @@ def main() -> None:
                 s(r["p50"]), s(r["p90"]), s(r["p99"]), s(r["max"]),
                 f"{100 * f['recovered_share']:.1f}%", str(p["bids"]["acked"]),
                 str(p["bids"]["lost"]), str(p["bids"]["duplicates"]),
-                str(f["scheduled"]["peak_in_window"]), ratio(p, cmp.get("scheduled_ratio")),
-                str(f["reconnects"]["peak_in_window"]), ratio(p, cmp.get("ratio")),
-                str(f["accepted"]["peak_in_window"]), ratio(p, cmp.get("accepted_ratio")),
+                *(cell for key, prefix, _ in HERDS
+                  for cell in (str(f[key]["peak_in_window"]), ratio(p, cmp.get(f"{prefix}ratio")))),
             )  # fmt: skip
         console.print(f"N={n}: report in {workdir / 'report'}")
     console.print(table)
