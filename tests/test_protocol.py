@@ -41,6 +41,7 @@ from rideout.protocol import (
     is_valid_name,
     is_valid_offset,
     is_valid_request_id,
+    offset_key,
     overloaded_reason,
     parse_client_message,
     parse_retry_hint,
@@ -648,3 +649,8 @@ def test_parse_retry_hint(reason: str | None, hint: float | None) -> None:
 def test_parse_retry_hint_tolerates_garbage(reason: Any) -> None:
     hint = parse_retry_hint(reason)
     assert hint is None or (math.isfinite(hint) and hint >= 0)
+
+
+def test_offset_key_orders_numerically() -> None:
+    assert offset_key("10-2") > offset_key("9-10")
+    assert offset_key("7") == (7, 0)

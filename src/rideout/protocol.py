@@ -36,6 +36,7 @@ __all__ = [
     "ErrorMsg",
     "GetState",
     "Heartbeat",
+    "OffsetKey",
     "Pong",
     "Position",
     "ProtocolError",
@@ -51,6 +52,7 @@ __all__ = [
     "is_valid_name",
     "is_valid_offset",
     "is_valid_request_id",
+    "offset_key",
     "overloaded_reason",
     "parse_client_message",
     "parse_retry_hint",
@@ -150,6 +152,16 @@ class Position:
 
     epoch: int
     offset: str
+
+
+OffsetKey: TypeAlias = tuple[int, int]
+"""A stream entry id as a comparable pair of milliseconds and sequence number."""
+
+
+def offset_key(offset: str) -> OffsetKey:
+    """A stream entry id as a comparable pair (``"1700000000000-3"`` → (1700000000000, 3))."""
+    ms, _, seq = offset.partition("-")
+    return int(ms), int(seq or 0)
 
 
 @dataclass(frozen=True, slots=True)

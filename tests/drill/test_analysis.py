@@ -17,7 +17,6 @@ from rideout.drill.analysis import (
     bucket_counts,
     compare_herds,
     herd_stats,
-    offset_key,
     parse_stream_entry,
     peak_in_window,
     percentile,
@@ -105,11 +104,6 @@ def test_parse_stream_entry() -> None:
     assert parse_stream_entry("r", "5-0", {"state": "not json"}) is None
     assert parse_stream_entry("r", "5-0", {}) is None
     assert parse_stream_entry("r", "5-0", {"state": '{"bid": true}'}) is None
-
-
-def test_offset_key_orders_numerically() -> None:
-    assert offset_key("10-2") > offset_key("9-10")
-    assert offset_key("7") == (7, 0)
 
 
 def test_account_bids_lost_duplicates_unverifiable() -> None:

@@ -130,6 +130,7 @@ from rideout.protocol import (
     encode_client_message,
     is_valid_name,
     is_valid_request_id,
+    offset_key,
     parse_retry_hint,
     parse_server_message,
 )
@@ -508,18 +509,13 @@ class ClientStats:
 # --------------------------------------------------------------------- pure helpers
 
 
-def _offset_key(offset: str) -> tuple[int, int]:
-    millis, _, seq = offset.partition("-")
-    return int(millis), int(seq or 0)
-
-
 def is_newer(position: Position, than: Position | None) -> bool:
     """Whether ``position`` comes after ``than``: a later epoch, or the same and a later offset."""
     if than is None:
         return True
-    return (position.epoch, _offset_key(position.offset)) > (
+    return (position.epoch, offset_key(position.offset)) > (
         than.epoch,
-        _offset_key(than.offset),
+        offset_key(than.offset),
     )
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rideout.protocol import offset_key
+
 __all__ = [
     "HERDS",
     "AckRecord",
@@ -25,7 +27,6 @@ __all__ = [
     "bucket_counts",
     "compare_herds",
     "herd_stats",
-    "offset_key",
     "parse_stream_entry",
     "peak_in_window",
     "percentile",
@@ -183,12 +184,6 @@ def recovery_stats(
 
 
 # ------------------------------------------------------------------------- bids
-
-
-def offset_key(offset: str) -> tuple[int, int]:
-    """A stream entry id (``1700000000000-3``) as a sortable pair."""
-    millis, _, seq = offset.partition("-")
-    return int(millis), int(seq or 0)
 
 
 @dataclass(frozen=True, slots=True)

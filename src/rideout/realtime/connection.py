@@ -31,15 +31,16 @@ from rideout.protocol import (
     ErrorCode,
     GetState,
     Heartbeat,
+    OffsetKey,
     ProtocolError,
     Update,
     encode_ack,
     encode_error,
     encode_state,
+    offset_key,
     overloaded_reason,
     parse_client_message,
 )
-from rideout.realtime.hub import OffsetKey, offset_key
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 
 if TYPE_CHECKING:

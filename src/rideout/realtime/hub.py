@@ -17,22 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-from rideout.protocol import encode_update
+from rideout.protocol import OffsetKey, encode_update, offset_key
 from rideout.realtime.metrics import AppMetrics
 from rideout.store.auction import AuctionStore, StoreError
 from rideout.store.client import cancel_and_wait, check_cancelled
 
-__all__ = ["Hub", "Subscriber", "offset_key"]
+__all__ = ["Hub", "Subscriber"]
 
 log = logging.getLogger("rideout.realtime.hub")
-
-OffsetKey = tuple[int, int]
-
-
-def offset_key(offset: str) -> OffsetKey:
-    """A stream entry id as a comparable pair (``"1700000000000-3"`` → (1700000000000, 3))."""
-    ms, _, seq = offset.partition("-")
-    return int(ms), int(seq or 0)
 
 
 class Subscriber(Protocol):
