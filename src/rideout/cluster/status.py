@@ -8,22 +8,15 @@ from typing import Any
 
 import httpx
 
+from rideout import routes
 from rideout._process import pid_alive
 from rideout.cluster.runstate import RunState, read_lock_pid
 from rideout.config import Config
+from rideout.routes import control_plane_url, zone_url
 from rideout.store.client import probe_client
 from rideout.store.replication import read_epoch, replication_status
 
-__all__ = ["collect_status", "zone_url"]
-
-
-def zone_url(config: Config, address: str) -> str:
-    return f"http://{address}:{config.app_port}"
-
-
-def control_plane_url(config: Config) -> str:
-    cp = config.control_plane
-    return f"http://{cp.address}:{cp.port}"
+__all__ = ["collect_status"]
 
 
 async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
@@ -108,8 +101,8 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
     async with httpx.AsyncClient(timeout=1.5, trust_env=False) as client:
         cp_url = view["control_plane"]["url"]
         jobs: list[tuple[dict[str, Any], str, Any]] = [
-            (view["control_plane"], "health", _probe_http(client, cp_url + "/health")),
-            (view["control_plane"], "summary", _probe_http(client, cp_url + "/v1/summary")),
+            (view["control_plane"], "health", _probe_http(client, cp_url + routes.HEALTH)),
+            (view["control_plane"], "summary", _probe_http(client, cp_url + routes.SUMMARY)),
         ]
         for region_view, region in zip(view["regions"], config.regions, strict=True):
             jobs.append(
@@ -121,7 +114,7 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
             )
             for zone_view in region_view["zones"]:
                 jobs.append(
-                    (zone_view, "health", _probe_http(client, zone_view["url"] + "/health"))
+                    (zone_view, "health", _probe_http(client, zone_view["url"] + routes.HEALTH))
                 )
         results = await asyncio.gather(*(job for _, _, job in jobs))
         for (target, key, _), result in zip(jobs, results, strict=True):

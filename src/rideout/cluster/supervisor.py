@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from rideout import routes
 from rideout._process import LineSink, ManagedProcess
 from rideout.auth import SigningKey
 from rideout.auth.admin import load_or_create_admin_token
@@ -219,7 +220,7 @@ class LocalCluster:
         self._servers["control-plane"] = _Server(
             ProcessRecord("control-plane", "control-plane", 0, address=cp.address, port=cp.port),
             [*base, "control-plane", *config],
-            f"http://{cp.address}:{cp.port}/health",
+            routes.control_plane_url(self.config, routes.HEALTH),
         )
         for region in self.config.regions:
             for zone in region.zones:
@@ -229,7 +230,7 @@ class LocalCluster:
                         ProcessRecord(name, "app", 0, region=region.name, zone=zone.name,
                                       address=zone.address, port=self.config.app_port),
                         [*base, "serve", *config, "--region", region.name, "--zone", zone.name],
-                        f"http://{zone.address}:{self.config.app_port}/health",
+                        routes.zone_url(self.config, zone.address, routes.HEALTH),
                     )  # fmt: skip
             name = f"canary-{region.name}"
             self._servers[name] = _Server(

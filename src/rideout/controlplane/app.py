@@ -39,6 +39,7 @@ from starlette.responses import FileResponse, JSONResponse, Response, StreamingR
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from rideout import routes
 from rideout.auth.admin import check_admin_token, load_or_create_admin_token
 from rideout.cluster.chaos import ChaosError, send_command
 from rideout.cluster.status import collect_status
@@ -57,7 +58,7 @@ async def connected_clients(config: Config, http: httpx.AsyncClient) -> dict[str
 
     async def zone(address: str) -> int | None:
         try:
-            body = (await http.get(f"http://{address}:{config.app_port}/health")).json()
+            body = (await http.get(routes.zone_url(config, address, routes.HEALTH))).json()
             return int(body["connections"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None

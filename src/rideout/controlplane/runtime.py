@@ -28,6 +28,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from rideout import routes
 from rideout.config import Config
 from rideout.dns.records import (
     Answer,
@@ -299,7 +300,7 @@ class ControlPlane:
             "health_checks": {name: c.healthy for name, c in self.checks.items()},
             "dns": {
                 "server": f"{cp.address}:{cp.dns_port}",
-                "doh": f"http://{cp.address}:{cp.port}/resolve",
+                "doh": routes.control_plane_url(self.config, routes.RESOLVE),
                 "name": self.zone.app_domain,
                 "region": answer.region,
                 "addresses": list(answer.addresses),

@@ -26,6 +26,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 
+from rideout import routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.chaos import send_command
 from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
@@ -97,8 +98,7 @@ class _Plane:
     """Polls the control plane's ``/v1/summary`` and keeps the timeline."""
 
     def __init__(self, config: Config) -> None:
-        cp = config.control_plane
-        self.url = f"http://{cp.address}:{cp.port}/v1/summary"
+        self.url = routes.control_plane_url(config, routes.SUMMARY)
         self.http = httpx.AsyncClient(trust_env=False, timeout=2.0)
         self.timeline: list[dict[str, Any]] = []
         self.primary = config.primary.name
@@ -177,7 +177,7 @@ async def _set_zone_mode(config: Config, region: str, mode: str) -> None:
         for zone in config.region(region).zones:
             with contextlib.suppress(httpx.HTTPError):
                 await http.post(
-                    f"http://{zone.address}:{config.app_port}/admin/mode",
+                    routes.zone_url(config, zone.address, routes.ADMIN_MODE),
                     json={"mode": mode},
                     headers={"Authorization": f"Bearer {token}"},
                 )

@@ -24,6 +24,7 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
+from rideout import routes
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
 from rideout.protocol import PONG
@@ -111,8 +112,7 @@ class Canary:
         )
         self._token = ""
         self._token_expires = 0.0
-        cp = config.control_plane
-        self.ingest_url = f"http://{cp.address}:{cp.port}/v1/metrics"
+        self.ingest_url = routes.control_plane_url(config, routes.METRICS_INGEST)
 
     def _current_token(self) -> str:
         now = self._clock()

@@ -33,6 +33,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
+from rideout import routes
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
@@ -136,12 +137,12 @@ _DEMO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 async def browser_config(request: Request) -> Response:
     """What the auction page needs: the name to resolve, where, and the timings."""
     server: ZoneServer = request.app.state.zone
-    config, timing, cp = server.config, server.config.timing, server.config.control_plane
+    config, timing = server.config, server.config.timing
     return JSONResponse(
         {
             "app_domain": config.app_domain,
             "app_port": config.app_port,
-            "doh_url": f"http://{cp.address}:{cp.port}/resolve",
+            "doh_url": routes.control_plane_url(config, routes.RESOLVE),
             "heartbeat_interval": timing.heartbeat_interval,
             "heartbeat_timeout": timing.heartbeat_timeout,
             "heartbeat_failures": timing.heartbeat_failures,
@@ -228,10 +229,11 @@ def create_app(
         hub = Hub(
             AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
         )
-        cp = config.control_plane
         control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
         epoch = EpochTracker(
-            lambda: control_plane_epoch(control_plane, f"http://{cp.address}:{cp.port}/v1/writer"),
+            lambda: control_plane_epoch(
+                control_plane, routes.control_plane_url(config, routes.WRITER)
+            ),
             interval=config.timing.canary_interval,
             on_change=app_metrics.epoch.set,
             fallback=lambda: read_epoch(client),
