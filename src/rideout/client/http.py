@@ -75,6 +75,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from rideout._metrics import LabelCache
 from rideout.backoff import FixedSchedule, RetryBudget
+from rideout.client.errors import ClientError
 from rideout.client.resolve import ResolutionError, Resolver
 
 __all__ = [
@@ -201,7 +202,7 @@ class GiveUpReason(StrEnum):
     """The shared retry budget refused the retry."""
 
 
-class AllAttemptsFailed(Exception):
+class AllAttemptsFailed(ClientError):
     """The request did not succeed and the client stopped trying.
 
     ``attempts`` is the history, ``last_response`` the last HTTP response received (a
@@ -259,7 +260,7 @@ class RetryBudgetExhausted(AllAttemptsFailed):
         super().__init__(method, path, reason, attempts, last_response)
 
 
-class UnknownGeoError(ValueError):
+class UnknownGeoError(ClientError, ValueError):
     """The client was asked for a geography its :class:`DomainPlan` does not have."""
 
 

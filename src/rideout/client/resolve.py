@@ -35,6 +35,8 @@ import dns.rcode
 import dns.resolver
 import httpx
 
+from rideout.client.errors import ClientError
+
 __all__ = [
     "CachingResolver",
     "DohResolver",
@@ -68,7 +70,7 @@ class ResolutionFailure(StrEnum):
     """Anything else, e.g. a name that is not a valid domain name."""
 
 
-class ResolutionError(Exception):
+class ResolutionError(ClientError):
     """``name`` did not resolve; ``reason`` says why, ``detail`` adds what is known."""
 
     name: str

@@ -107,6 +107,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from rideout import __version__
 from rideout.backoff import DelayPolicy, FullJitter, NoJitter
+from rideout.client.errors import ClientError
 from rideout.client.resolve import (
     CachingResolver,
     NameserverResolver,
@@ -306,10 +307,6 @@ class ClientSettings:
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class ClientError(Exception):
-    """Base of this module's errors."""
 
 
 class QueueFull(ClientError):
