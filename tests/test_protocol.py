@@ -279,11 +279,27 @@ json_scalars = (
     | st.floats()  # NaN and infinities too: json.dumps writes them as NaN/Infinity
     | st.text(max_size=20)
 )
+
+
+def json_containers_3_5(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
+    # its argument, and warns (an error here) that it cannot recurse.
+    return st.lists(children, max_size=3) | st.dictionaries(
+        st.text(max_size=5), children, max_size=3
+    )
+
+
+def json_containers_4_8(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
+    # its argument, and warns (an error here) that it cannot recurse.
+    return st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=8), children, max_size=4
+    )
+
+
 json_values = st.recursive(
     json_scalars,
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
+    json_containers_4_8,
     max_leaves=12,
 )
 plausible_fields = st.fixed_dictionaries(
@@ -459,9 +475,7 @@ state_values = st.recursive(
     | st.integers(-(2**63), 2**63)
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=10),
-    lambda children: (
-        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
-    ),
+    json_containers_3_5,
     max_leaves=8,
 )
 updates = st.builds(Update, names, state_values, positions, names)

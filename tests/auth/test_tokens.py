@@ -559,11 +559,19 @@ B64URLISH = st.text(
     alphabet="ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_=+/. \x00é",
     max_size=60,
 )
+
+
+def json_containers_4_8(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
+    # its argument, and warns (an error here) that it cannot recurse.
+    return st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=8), children, max_size=4
+    )
+
+
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: (
-        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
-    ),
+    json_containers_4_8,
     max_leaves=12,
 )
 CLAIM_NAMES = st.sampled_from(["iss", "aud", "sub", "iat", "nbf", "exp", "jti", "token_use", "x"])
