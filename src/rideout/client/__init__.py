@@ -42,9 +42,9 @@ from rideout.client.resolve import (
     SystemResolver,
 )
 from rideout.client.ws import (
+    AllReconnectsFailed,
     AuctionClient,
     ClientSettings,
-    GaveUpError,
     QueueFull,
 )
 
@@ -52,6 +52,7 @@ __all__ = [
     "DEFAULT_SCHEDULE",
     "IDEMPOTENCY_KEY_HEADER",
     "AllAttemptsFailed",
+    "AllReconnectsFailed",
     "AsyncFailoverClient",
     "Attempt",
     "AuctionClient",
@@ -62,7 +63,6 @@ __all__ = [
     "DomainPlan",
     "ErrorKind",
     "FailoverClient",
-    "GaveUpError",
     "GiveUpReason",
     "NameserverResolver",
     "QueueFull",
