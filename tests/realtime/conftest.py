@@ -73,7 +73,8 @@ async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
     ]
     async with running_redis_pair(config) as pair, contextlib.AsyncExitStack() as stack:
         deployment.redis = {primary.name: pair[0], secondary.name: pair[1]}
-        writer = probe_client(primary.redis.address, primary.redis.port)
+        # The read must outlast WAIT's own 5 s bound, or a slow replica fails the fixture.
+        writer = probe_client(primary.redis.address, primary.redis.port, timeout=6.0)
         try:
             await ensure_epoch(writer)
             # The replica region's server reads the epoch from its own Redis when no
