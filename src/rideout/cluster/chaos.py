@@ -19,14 +19,15 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from rideout.cluster.supervisor import CONTROL_SOCKET
+from rideout.cluster.errors import ClusterError
+from rideout.cluster.runstate import CONTROL_SOCKET
 
 __all__ = ["OPS", "ChaosError", "send_command"]
 
 OPS = ("kill", "kill-redis", "freeze", "throttle", "restore")
 
 
-class ChaosError(RuntimeError):
+class ChaosError(ClusterError):
     """The supervisor could not be reached or refused the command."""
 
 

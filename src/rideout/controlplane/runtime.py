@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
+from rideout.controlplane.errors import IngestError
 from rideout.dns.records import (
     Answer,
     DnsZoneConfig,
@@ -57,10 +58,6 @@ _ALARM_STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
 def state_path(config: Config) -> Path:
     """Where a deployment's control plane keeps its state."""
     return config.data_dir / "controlplane" / STATE_FILE
-
-
-class IngestError(ValueError):
-    """A PutMetricData request that cannot be stored; the message says why."""
 
 
 class ControlPlane:
