@@ -3,7 +3,7 @@
 | route | what |
 |---|---|
 | ``GET /health`` | liveness |
-| ``GET /status`` | the deployment (as ``rideout status --json``) plus alarms, DNS, writer |
+| ``GET /status`` | the inventory's view (locally ``rideout status --json``) plus alarms, DNS, writer |
 | ``GET /metrics`` | Prometheus |
 | ``POST /v1/metrics`` | PutMetricData-shaped ingest for the canaries |
 | ``GET /v1/writer`` | ``{region, epoch}``: what app servers fence their writes with |
@@ -11,7 +11,7 @@
 | ``GET /resolve?name=&type=`` | DNS-over-HTTPS JSON for browsers |
 | ``GET /`` | the ops dashboard |
 | ``GET /v1/stream`` | server-sent events: the dashboard's live feed (one ``summary`` per period) |
-| ``POST /v1/chaos`` | local mode, admin token: ``{"op": "kill", "region": R}`` for the supervisor |
+| ``POST /v1/chaos`` | local mode, admin token: ``{"op": "kill", "region": R}`` for the chaos port |
 
 DNS itself is served on UDP and TCP at ``control_plane.address:dns_port``. What only a
 host can provide (fault injection, the process inventory) is injected as ports
@@ -119,7 +119,7 @@ class ControlPlaneApi:
         cp = config.control_plane
         self._own_hosts = {f"{cp.address}:{cp.port}"}
 
-    def routes(self) -> list[BaseRoute]:
+    def route_table(self) -> list[BaseRoute]:
         plane = self.plane
         return [
             Route(routes.HEALTH, self.health),
@@ -280,4 +280,4 @@ def create_app(
     the local supervisor's are in :mod:`rideout.cluster`.
     """
     api = ControlPlaneApi(config, runtime or ControlPlane(config), chaos=chaos, inventory=inventory)
-    return Starlette(routes=api.routes(), lifespan=api.lifespan)
+    return Starlette(routes=api.route_table(), lifespan=api.lifespan)
