@@ -487,7 +487,17 @@ def control_plane(config_path: ConfigOption = None) -> None:
     from rideout.controlplane.app import create_app
 
     config = _load(config_path)
-    run(create_app(config), config.control_plane.address, config.control_plane.port)
+    if config.mode == "local":
+        # The supervisor of `rideout up` owns the processes: chaos and the inventory are its.
+        from rideout.cluster.chaos import LocalChaos
+        from rideout.cluster.status import LocalInventory
+
+        app_ = create_app(
+            config, chaos=LocalChaos(config.run_dir), inventory=LocalInventory(config)
+        )
+    else:
+        app_ = create_app(config)
+    run(app_, config.control_plane.address, config.control_plane.port)
 
 
 def main() -> None:

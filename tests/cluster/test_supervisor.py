@@ -7,12 +7,14 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from rideout import routes
 from rideout._process import pid_alive
 from rideout.cluster import supervisor
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import ClusterError, LocalCluster, PortInUse
 from rideout.config import Config
+from rideout.routes import control_plane_url
 
 
 def all_pids(cluster: LocalCluster) -> list[int]:
@@ -43,6 +45,14 @@ async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
             for zone in region["zones"]:
                 assert zone["alive"]
                 assert zone["health"]["up"], zone
+        # `rideout control-plane` in local mode is given the supervisor's ports: its /status
+        # is the run files' view, and chaos asks for the admin token instead of being absent.
+        async with httpx.AsyncClient(trust_env=False, base_url=control_plane_url(config)) as http:
+            served = (await http.get(routes.STATUS)).json()
+            assert served["running"]
+            assert served["supervisor_pid"] == view["supervisor_pid"]
+            chaos = await http.post(routes.CHAOS, json={"op": "kill", "region": "us-east-1"})
+            assert chaos.status_code == 401
         # Another supervisor on the same data directory is refused.
         with pytest.raises(AlreadyRunning):
             await LocalCluster(config).start()

@@ -10,23 +10,29 @@ over ``run/control.sock``, one JSON line back.
 | ``freeze`` | SIGSTOP of every process: connections hang, like a network blackhole |
 | ``throttle`` | app servers answer every message with error/unavailable, sockets stay open |
 | ``restore`` | undo all of the above: resume, restart what died, serve normally |
+
+:class:`LocalChaos` is the control plane's chaos port (the dashboard's buttons) in local
+mode.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from pathlib import Path
 from typing import Any
 
-from rideout.cluster.supervisor import CONTROL_SOCKET
+from rideout.cluster.errors import ClusterError
+from rideout.cluster.runstate import CONTROL_SOCKET
+from rideout.controlplane.errors import ChaosFailed
 
-__all__ = ["OPS", "ChaosError", "send_command"]
+__all__ = ["OPS", "ChaosError", "LocalChaos", "send_command"]
 
 OPS = ("kill", "kill-redis", "freeze", "throttle", "restore")
 
 
-class ChaosError(RuntimeError):
+class ChaosError(ClusterError):
     """The supervisor could not be reached or refused the command."""
 
 
@@ -50,3 +56,17 @@ def send_command(run_dir: Path, op: str, region: str, *, timeout: float = 60.0) 
     if not answer.get("ok"):
         raise ChaosError(str(answer.get("error", "refused")))
     return str(answer["message"])
+
+
+class LocalChaos:
+    """The control plane's :class:`~rideout.controlplane.ports.ChaosPort` for the
+    supervisor of ``run_dir``."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+
+    async def run(self, op: str, region: str) -> str:
+        try:
+            return await asyncio.to_thread(send_command, self.run_dir, op, region)
+        except ChaosError as exc:
+            raise ChaosFailed(str(exc)) from exc

@@ -2,7 +2,8 @@
 
 ``run/up.lock`` is held with ``flock`` for as long as the supervisor lives (the kernel
 drops it when the process dies, so a crash never leaves a stale lock) and holds its pid.
-``run/up.json`` records which process serves what.
+``run/up.json`` records which process serves what, and ``run/control.sock`` is where
+the supervisor takes chaos commands (see :mod:`rideout.cluster.chaos`).
 """
 
 from __future__ import annotations
@@ -16,15 +17,24 @@ from pathlib import Path
 from typing import IO, Any
 
 from rideout._process import pid_alive
+from rideout.cluster.errors import ClusterError
 
-__all__ = ["AlreadyRunning", "ProcessRecord", "RunLock", "RunState", "read_lock_pid"]
+__all__ = [
+    "CONTROL_SOCKET",
+    "AlreadyRunning",
+    "ProcessRecord",
+    "RunLock",
+    "RunState",
+    "read_lock_pid",
+]
 
 LOCK_FILE = "up.lock"
 STATE_FILE = "up.json"
 EFFECTIVE_CONFIG = "effective.toml"
+CONTROL_SOCKET = "control.sock"
 
 
-class AlreadyRunning(RuntimeError):
+class AlreadyRunning(ClusterError):
     """Another `rideout up` holds this data directory."""
 
     def __init__(self, run_dir: Path, pid: int | None) -> None:

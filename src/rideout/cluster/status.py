@@ -1,4 +1,8 @@
-"""What runs where, and is it healthy: one view for `rideout status` and the control plane."""
+"""What runs where, and is it healthy: one view for `rideout status` and the control plane.
+
+:class:`LocalInventory` hands that view to the control plane's ``GET /status`` in local
+mode (its :class:`~rideout.controlplane.ports.Inventory` port).
+"""
 
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from rideout.routes import control_plane_url, zone_url
 from rideout.store.client import probe_client
 from rideout.store.replication import read_epoch, replication_status
 
-__all__ = ["collect_status"]
+__all__ = ["LocalInventory", "collect_status"]
 
 
 async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
@@ -95,6 +99,16 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
     if probe:
         await _add_probes(config, view)
     return view
+
+
+class LocalInventory:
+    """The control plane's inventory from the run files of `rideout up` (with probes)."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+
+    async def collect(self) -> dict[str, Any]:
+        return await collect_status(self.config)
 
 
 async def _add_probes(config: Config, view: dict[str, Any]) -> None:

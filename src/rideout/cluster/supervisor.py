@@ -34,20 +34,21 @@ from rideout import routes
 from rideout._process import LineSink, ManagedProcess
 from rideout.auth import SigningKey
 from rideout.auth.admin import load_or_create_admin_token
-from rideout.cluster.runstate import EFFECTIVE_CONFIG, ProcessRecord, RunLock, RunState
+from rideout.cluster.errors import ClusterError
+from rideout.cluster.runstate import (
+    CONTROL_SOCKET,
+    EFFECTIVE_CONFIG,
+    ProcessRecord,
+    RunLock,
+    RunState,
+)
 from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, RegionConfig, dump_toml
 from rideout.realtime.admin import DEGRADE_SIGNAL, SERVE_SIGNAL
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch
 
-__all__ = ["CONTROL_SOCKET", "ClusterError", "LocalCluster", "PortInUse"]
-
-CONTROL_SOCKET = "control.sock"
-
-
-class ClusterError(RuntimeError):
-    """The local deployment could not be started (or a chaos command failed)."""
+__all__ = ["ClusterError", "LocalCluster", "PortInUse"]
 
 
 class PortInUse(ClusterError):

@@ -1,1 +1,11 @@
-"""The global control plane: status and metrics now; DNS, alarms and failover join it."""
+"""The global control plane: ingest, the evaluation loop, its HTTP API.
+
+Its errors derive from :class:`ControlPlaneError`; what a host injects is in
+:mod:`rideout.controlplane.ports`.
+"""
+
+from __future__ import annotations
+
+from rideout.controlplane.errors import ChaosFailed, ControlPlaneError, IngestError
+
+__all__ = ["ChaosFailed", "ControlPlaneError", "IngestError"]

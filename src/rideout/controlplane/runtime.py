@@ -30,6 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
+from rideout.controlplane.errors import IngestError
 from rideout.dns.records import (
     Answer,
     DnsZoneConfig,
@@ -41,9 +42,9 @@ from rideout.dns.records import (
 from rideout.dns.server import DnsMetrics, DnsServer
 from rideout.failover.controller import ControllerState, FailoverController
 from rideout.health.alarm import Alarm, canary_alarm
-from rideout.health.canary import METRIC_NAME, NAMESPACE
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
+from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
 from rideout.store.client import cancel_and_wait, check_cancelled
 
 __all__ = ["ControlPlane", "IngestError", "state_path"]
@@ -57,10 +58,6 @@ _ALARM_STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
 def state_path(config: Config) -> Path:
     """Where a deployment's control plane keeps its state."""
     return config.data_dir / "controlplane" / STATE_FILE
-
-
-class IngestError(ValueError):
-    """A PutMetricData request that cannot be stored; the message says why."""
 
 
 class ControlPlane:
@@ -179,10 +176,10 @@ class ControlPlane:
             except MetricError as exc:
                 raise IngestError(f"MetricData[{i}]: {exc}") from None
             if namespace == NAMESPACE and name == METRIC_NAME:
-                region = dimensions.get("ApiId")
+                region = dimensions.get(REGION_DIMENSION)
                 if isinstance(region, str) and region in self.alarms:
                     self._first_seen.setdefault(region, float(timestamp))
-                    zone = str(dimensions.get("Zone", ""))
+                    zone = str(dimensions.get(ZONE_DIMENSION, ""))
                     self._canary.labels(region, zone).set(float(datum["Value"]))
                     self._canary_seen.labels(region, zone).set(float(timestamp))
         return stored
@@ -316,7 +313,7 @@ class ControlPlane:
         now = self._clock()
         return {
             name: self.store.datapoints_matching(
-                NAMESPACE, METRIC_NAME, {"ApiId": name}, now - seconds, now + 1
+                NAMESPACE, METRIC_NAME, {REGION_DIMENSION: name}, now - seconds, now + 1
             )
             for name in self.alarms
         }

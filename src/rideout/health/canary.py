@@ -27,14 +27,12 @@ from websockets.exceptions import WebSocketException
 from rideout import routes
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
+from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
 from rideout.protocol import PONG
 
 __all__ = ["METRIC_NAME", "NAMESPACE", "Canary", "ProbeResult", "metric_data", "probe"]
 
 log = logging.getLogger("rideout.canary")
-
-NAMESPACE = "App"
-METRIC_NAME = "WebSocketHealth"
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,8 +78,8 @@ def metric_data(results: list[ProbeResult]) -> dict[str, object]:
             {
                 "MetricName": METRIC_NAME,
                 "Dimensions": [
-                    {"Name": "ApiId", "Value": r.region},
-                    {"Name": "Zone", "Value": r.zone},
+                    {"Name": REGION_DIMENSION, "Value": r.region},
+                    {"Name": ZONE_DIMENSION, "Value": r.zone},
                 ],
                 "Value": 1.0 if r.healthy else 0.0,
                 "Timestamp": r.timestamp,
