@@ -14,7 +14,8 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
-from rideout.realtime.app import ZoneServer, create_app
+from rideout.realtime.app import create_app
+from rideout.realtime.zone import ZoneServer
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch
