@@ -1,8 +1,32 @@
-"""A drill's report as the runner writes it, for the tests that render or judge one."""
+"""A drill's report as the runner writes it, for the tests that render or judge one; a
+deployment that looks as if `rideout up` ran it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
+
+import pytest
+
+from rideout.cluster.runstate import RunLock
+from rideout.config import Config, dump_toml
+
+
+@pytest.fixture
+def running_async(make_config: Callable[..., Config], tmp_path: Path) -> Iterator[Path]:
+    """The config file of a deployment `rideout up` runs (its run lock held) with async
+    replication: a drill asked for sync must refuse it."""
+    config = make_config(failover={"replication": "async"})
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(config))
+    config.run_dir.mkdir(parents=True)
+    lock = RunLock(config.run_dir)
+    lock.acquire()
+    try:
+        yield path
+    finally:
+        lock.release()
 
 
 def sample_phase(frm: str, to: str, p99: float) -> dict[str, Any]:

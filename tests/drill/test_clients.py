@@ -6,6 +6,8 @@ from __future__ import annotations
 import pickle
 from typing import Any
 
+import pytest
+
 from rideout.backoff import FullJitter, NoJitter
 from rideout.client.resolve import Resolved
 from rideout.client.ws import (
@@ -19,7 +21,7 @@ from rideout.client.ws import (
 from rideout.drill.clients import (
     ClientFleet,
     GroupSpec,
-    _EventRecorder,
+    _ClientRecorder,
     _RecordingResolver,
     client_settings,
     region_of,
@@ -67,8 +69,8 @@ def test_the_events_that_matter_become_records(make_config: Any) -> None:
     west = config.secondary
     address = west.zones[0].address
     out: list[DrillRecord] = []
-    due: dict[int, float] = {}
-    record = _EventRecorder(5, "d1-5", region_of(config), out, due)
+    recorder = _ClientRecorder(5, "d1-5", region_of(config), out)
+    record = recorder.on_event
     position = Position(2, "1700000000000-0")
     record(Connected(address, None))
     record(StateRestored("lot", {"bid": 3}, position, True, 0, west.name))
@@ -89,7 +91,8 @@ def test_the_events_that_matter_become_records(make_config: Any) -> None:
     )  # fmt: skip
     assert rejected.reason == "too_low"
     assert nowhere.region == "?"
-    assert due[5] >= out[-1].t + 0.5  # when the next attempt's backoff ends
+    assert recorder.take_due(0.0) >= out[-1].t + 0.5  # when the next attempt's backoff ends
+    assert recorder.take_due(7.0) == 7.0  # taken: the next attempt, if no backoff, is due now
 
 
 class Fixed:
@@ -106,18 +109,18 @@ async def test_each_resolution_is_an_attempt_toward_the_region_named(make_config
     config = make_config()
     primary = config.primary
     out: list[DrillRecord] = []
-    due = {3: 50.0}
-    regions = region_of(config)
-    resolver = _RecordingResolver(Fixed(primary.zones[1].address), 3, regions, out, due)
+    recorder = _ClientRecorder(3, "d1-3", region_of(config), out)
+    recorder.on_event(ReconnectScheduled(1, 0.5, Cause.CLOSED))
+    resolver = _RecordingResolver(Fixed(primary.zones[1].address), recorder)
     answer = await resolver.resolve(config.app_domain)
     assert answer.addresses == (primary.zones[1].address,)
-    await _RecordingResolver(Fixed(), 3, regions, out, due).resolve(config.app_domain)
+    await _RecordingResolver(Fixed(), recorder).resolve(config.app_domain)
     first, second = out
     assert isinstance(first, AttemptRecord)
-    assert (first.client, first.region, first.due) == (3, primary.name, 50.0)
+    assert (first.client, first.region) == (3, primary.name)
+    assert first.due - first.t == pytest.approx(0.5, abs=0.25)  # when its backoff was to end
     assert isinstance(second, AttemptRecord)
     assert (second.region, second.due) == ("?", second.t)  # no backoff before it: due now
-    assert due == {}
 
 
 async def test_a_fleet_without_processes_collects_what_its_groups_report(

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from rideout.cluster.runstate import RunLock
 from rideout.config import dump_toml
 from rideout.drill import console as console_module
 from rideout.drill.console import main_region_outage
@@ -30,19 +29,10 @@ def test_a_config_that_cannot_load_exits_2(tmp_path: Path) -> None:
     assert out.getvalue().startswith("error: ")
 
 
-def test_a_drill_that_cannot_run_exits_2(make_config: Any, tmp_path: Path) -> None:
-    config = make_config(failover={"replication": "async"})
-    path = tmp_path / "rideout.toml"
-    path.write_text(dump_toml(config))
-    config.run_dir.mkdir(parents=True)
-    lock = RunLock(config.run_dir)
-    lock.acquire()
-    try:
-        console, out = terminal()
-        options = DrillOptions(replication="sync", config_path=path, env={})
-        assert main_region_outage(options, console) == 2
-    finally:
-        lock.release()
+def test_a_drill_that_cannot_run_exits_2(running_async: Path) -> None:
+    console, out = terminal()
+    options = DrillOptions(replication="sync", config_path=running_async, env={})
+    assert main_region_outage(options, console) == 2
     assert "uses async replication, not sync" in out.getvalue()
 
 

@@ -17,6 +17,7 @@ from rideout.drill.runner import (
     _restored,
     _serves_from,
     _timeouts,
+    run_region_outage,
 )
 from rideout.errors import RideoutError
 from tests.drill.conftest import sample_report
@@ -44,25 +45,10 @@ def test_options_are_checked() -> None:
         DrillOptions(clients=0)
 
 
-async def test_refuses_a_running_deployment_with_other_replication(
-    make_config: Any, tmp_path: Path
-) -> None:
-    from rideout.cluster.runstate import RunLock
-    from rideout.config import dump_toml
-    from rideout.drill.runner import run_region_outage
-
-    config = make_config(failover={"replication": "async"})
-    path = tmp_path / "rideout.toml"
-    path.write_text(dump_toml(config))
-    config.run_dir.mkdir(parents=True)
-    lock = RunLock(config.run_dir)
-    lock.acquire()
-    try:
-        options = DrillOptions(replication="sync", config_path=path, env={})
-        with pytest.raises(DrillError, match="uses async replication, not sync"):
-            await run_region_outage(options)
-    finally:
-        lock.release()
+async def test_refuses_a_running_deployment_with_other_replication(running_async: Path) -> None:
+    options = DrillOptions(replication="sync", config_path=running_async, env={})
+    with pytest.raises(DrillError, match="uses async replication, not sync"):
+        await run_region_outage(options)
 
 
 def test_drill_errors_are_rideout_errors() -> None:

@@ -102,57 +102,19 @@ def client_settings(config: Config, jitter: bool) -> ClientSettings:
     return ClientSettings.from_config(config, backoff=backoff, open_timeout=open_timeout)
 
 
-class _RecordingResolver:
-    """Records each resolution (one per connection attempt) by the region it answered.
-
-    The time is when the resolution *started*: the moment the attempt began. Taken after
-    the answer, it would include the DNS server's queue, which on one machine spreads a
-    herd of simultaneous attempts over however long one server takes to answer them all.
-    """
-
-    def __init__(
-        self,
-        inner: Resolver,
-        cid: int,
-        regions: dict[str, str],
-        out: list[DrillRecord],
-        due: dict[int, float],
-    ):
-        self._inner = inner
-        self._cid = cid
-        self._regions = regions
-        self._out = out
-        self._due = due
-
-    async def resolve(self, name: str) -> Resolved:
-        started = time.time()
-        due = self._due.pop(self._cid, started)  # no backoff before it: due now
-        answer = await self._inner.resolve(name)
-        region = self._regions.get(answer.addresses[0], "?") if answer.addresses else "?"
-        self._out.append(AttemptRecord(self._cid, started, region, due))
-        return answer
-
-
-class _EventRecorder:
-    """One client's ``on_event``: the events that matter, as records."""
+class _ClientRecorder:
+    """One client's records: its events (:meth:`on_event`) and its connection attempts."""
 
     __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions")
 
-    def __init__(
-        self,
-        cid: int,
-        bidder: str,
-        regions: dict[str, str],
-        out: list[DrillRecord],
-        due: dict[int, float],
-    ) -> None:
+    def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
         self._cid = cid
         self._bidder = bidder
         self._regions = regions
         self._out = out
-        self._due = due
+        self._due: float | None = None  # when the pending reconnect's backoff ends
 
-    def __call__(self, event: Event) -> None:
+    def on_event(self, event: Event) -> None:
         now, cid = time.time(), self._cid
         if isinstance(event, Acked):
             if event.accepted:
@@ -169,9 +131,38 @@ class _EventRecorder:
         elif isinstance(event, Disconnected):
             self._out.append(DisconnectedRecord(cid, now, self._regions.get(event.address, "?")))
         elif isinstance(event, ReconnectScheduled):
-            self._due[cid] = now + event.delay
+            self._due = now + event.delay
         elif isinstance(event, GaveUp):
             self._out.append(GaveUpRecord(cid, now))
+
+    def take_due(self, started: float) -> float:
+        """When the attempt starting now was due (now, if no backoff came before it)."""
+        due, self._due = self._due, None
+        return started if due is None else due
+
+    def attempt(self, started: float, due: float, addresses: tuple[str, ...]) -> None:
+        region = self._regions.get(addresses[0], "?") if addresses else "?"
+        self._out.append(AttemptRecord(self._cid, started, region, due))
+
+
+class _RecordingResolver:
+    """Records each resolution (one per connection attempt) by the region it answered.
+
+    The time is when the resolution *started*: the moment the attempt began. Taken after
+    the answer, it would include the DNS server's queue, which on one machine spreads a
+    herd of simultaneous attempts over however long one server takes to answer them all.
+    """
+
+    def __init__(self, inner: Resolver, recorder: _ClientRecorder):
+        self._inner = inner
+        self._recorder = recorder
+
+    async def resolve(self, name: str) -> Resolved:
+        started = time.time()
+        due = self._recorder.take_due(started)
+        answer = await self._inner.resolve(name)
+        self._recorder.attempt(started, due, answer.addresses)
+        return answer
 
 
 async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
@@ -187,7 +178,6 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
     rng = random.Random(spec.seed)
     clients: list[AuctionClient] = []
     tasks: list[asyncio.Task[None]] = []
-    due: dict[int, float] = {}  # client → when its pending reconnect's backoff ends
 
     async def bidder(client: AuctionClient, cid: int) -> None:
         room = spec.room(cid)
@@ -220,14 +210,15 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             sub = spec.bidder(cid)
             token = issuer.issue(sub)
             inner = CachingResolver(NameserverResolver(cp.address, cp.dns_port))
+            recorder = _ClientRecorder(cid, sub, regions, out)
             client = AuctionClient.from_config(
                 config,
                 token=token,
-                resolver=_RecordingResolver(inner, cid, regions, out, due),
+                resolver=_RecordingResolver(inner, recorder),
                 settings=settings,
                 rooms=[spec.room(cid)],
                 rng=random.Random(rng.random()),
-                on_event=_EventRecorder(cid, spec.bidder(cid), regions, out, due),
+                on_event=recorder.on_event,
             )
             client.start()
             clients.append(client)
