@@ -47,7 +47,8 @@ from rich.table import Table
 from bench._harness import percentile, rss_kib
 from bench.realtime import FANOUT_ZONE, REGION, Run, Settings
 from rideout._serve import uvicorn_config
-from rideout.realtime.app import ZoneApp, ZoneServer, create_app
+from rideout.realtime.app import ZoneApp, create_app
+from rideout.realtime.zone import ZoneServer
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 

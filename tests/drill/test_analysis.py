@@ -11,18 +11,33 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rideout.drill.analysis import (
-    AckRecord,
     StreamEntry,
     account_bids,
     bucket_counts,
     compare_herds,
+    first_time,
     herd_stats,
     parse_stream_entry,
     peak_in_window,
     percentile,
+    phase_summary,
     recovery_stats,
     summarize,
+    timeline_series,
 )
+from rideout.drill.records import (
+    AckRecord,
+    AttemptRecord,
+    ConnectedRecord,
+    DisconnectedRecord,
+    DrillRecord,
+    RestoredRecord,
+)
+
+
+def ack(room: str, bidder: str, amount: int, offset: str | None) -> AckRecord:
+    """What accounting looks at of an ack (client 0 at time 0)."""
+    return AckRecord(0, 0.0, room, bidder, amount, offset, "?")
 
 
 def test_percentile_interpolates() -> None:
@@ -114,24 +129,29 @@ def test_account_bids_lost_duplicates_unverifiable() -> None:
         StreamEntry("200-0", "r2", "a", 5),
     ]
     acks = [
-        AckRecord("r1", "a", 1, "100-0"),
-        AckRecord("r1", "b", 2, "101-0"),
-        AckRecord("r1", "b", 2, "101-0"),  # the same bid acked again: counted once
-        AckRecord("r1", "a", 3, "103-0"),  # lost
-        AckRecord("r2", "a", 4, "150-0"),  # older than r2's first entry: trimmed
-        AckRecord("r3", "c", 1, "1-0"),  # no stream at all: lost
+        ack("r1", "a", 1, "100-0"),
+        ack("r1", "b", 2, "101-0"),
+        ack("r1", "b", 2, "101-0"),  # the same bid acked again: counted once
+        ack("r1", "a", 3, "103-0"),  # lost
+        ack("r2", "a", 4, "150-0"),  # older than r2's first entry: trimmed
+        ack("r3", "c", 1, "1-0"),  # no stream at all: lost
     ]
     result = account_bids(acks, entries)
     assert (result.acked, result.found, result.unverifiable) == (5, 2, 1)
-    assert result.lost == [AckRecord("r1", "a", 3, "103-0"), AckRecord("r3", "c", 1, "1-0")]
+    assert result.lost == [ack("r1", "a", 3, "103-0"), ack("r3", "c", 1, "1-0")]
     assert result.duplicates == [("r1", "b", 2, 2)]
     data = result.as_dict()
     assert (data["lost"], data["duplicates"], data["stream_entries"]) == (2, 1, 4)
+    assert data["lost_examples"] == [
+        {"room": "r1", "bidder": "a", "amount": 3, "offset": "103-0"},
+        {"room": "r3", "bidder": "c", "amount": 1, "offset": "1-0"},
+    ]
+    assert data["duplicate_examples"] == [["r1", "b", 2, 2]]
 
 
 def test_account_bids_all_found() -> None:
     entries = [StreamEntry(f"{i}-0", "r", "a", i) for i in range(1, 50)]
-    acks = [AckRecord("r", "a", i, f"{i}-0") for i in range(1, 50)]
+    acks = [ack("r", "a", i, f"{i}-0") for i in range(1, 50)]
     data = account_bids(acks, entries).as_dict()
     assert (data["acked"], data["lost"], data["duplicates"]) == (49, 0, 0)
 
@@ -148,3 +168,67 @@ def test_compare_herds_gives_each_herds_peaks_and_ratio() -> None:
     assert (cmp["scheduled_peak_full_jitter_per_100ms"], cmp["scheduled_ratio"]) == (10, 6.0)
     assert (cmp["peak_no_jitter_per_100ms"], cmp["ratio"]) == (80, 4.0)
     assert cmp["accepted_ratio"] is None  # full jitter had none: no ratio
+
+
+# ----------------------------------------------------------------------------- a phase
+
+TIMELINE = [
+    {"t": 9.0, "alarms": {"east": "OK", "west": "OK"}, "dns": "east", "writer": "east"},
+    {"t": 11.0, "alarms": {"east": "ALARM", "west": "OK"}, "dns": "east", "writer": "east"},
+    {"t": 12.0, "alarms": {"east": "ALARM", "west": "OK"}, "dns": "east", "writer": "west"},
+    {"t": 13.5, "alarms": {"east": "ALARM", "west": "OK"}, "dns": "west", "writer": "west"},
+    {"t": 30.0, "alarms": {"east": "OK", "west": "OK"}, "dns": "east", "writer": "east"},
+]
+
+
+def test_first_time() -> None:
+    assert first_time(TIMELINE, 10.0, lambda row: row["dns"] == "west") == 13.5
+    assert first_time(TIMELINE, 0.0, lambda row: row["writer"] == "east") == 9.0
+    assert first_time(TIMELINE, 31.0, lambda row: True) is None
+
+
+def test_a_failover_phase_from_the_clients_records() -> None:
+    records: list[DrillRecord] = [
+        AttemptRecord(0, 9.5, "west", 9.4),  # before the fault: not in the herd
+        AttemptRecord(0, 10.5, "west", 10.4),
+        AttemptRecord(1, 10.55, "west", 10.42),
+        AttemptRecord(1, 10.6, "east", 10.5),  # toward the lost region
+        ConnectedRecord(0, 10.7, "west"),
+        ConnectedRecord(1, 10.75, "west"),
+        RestoredRecord(0, 11.0, "west"),
+        RestoredRecord(1, 12.5, "west"),
+        RestoredRecord(2, 11.0, "east"),
+    ]
+    phase = phase_summary(TIMELINE, records, range(3), 10.0, 14.0, "east", "west", 30.0)
+    assert (phase["from"], phase["to"], phase["at"]) == ("east", "west", 10.0)
+    assert (phase["time_to_detect"], phase["time_to_writer"], phase["time_to_dns"]) == (
+        1.0, 2.0, 3.5,
+    )  # fmt: skip
+    assert (phase["clients"], phase["recovered"]) == (3, 2)
+    assert phase["time_to_restored"]["max"] == 2.5
+    assert phase["scheduled"]["total"] == phase["reconnects"]["total"] == 2
+    assert phase["accepted"]["total"] == 2
+    assert phase["scheduled"]["peak_in_window"] == 2  # due 20 ms apart
+    back = phase_summary(TIMELINE, [], range(3), 20.0, 35.0, "west", "east", 30.0, failback=True)
+    assert back["time_to_detect"] == 10.0  # the restored region's alarm cleared
+    assert back["recovered"] == 0
+
+
+def test_the_timeline_series_follows_each_client() -> None:
+    records: list[DrillRecord] = [
+        ConnectedRecord(0, 100.1, "east"),
+        ConnectedRecord(1, 100.2, "east"),
+        ack("r", "a", 1, "1-0")._replace(t=100.3),
+        DisconnectedRecord(0, 100.6, "east"),
+        ConnectedRecord(0, 101.2, "west"),
+        RestoredRecord(0, 101.3, "west"),  # not a connection change
+    ]
+    series = timeline_series(records, ["east", "west"], start=100.0)
+    assert series["start"] == 100.0
+    assert series["t"][:4] == [0.0, 0.5, 1.0, 1.5]
+    assert series["connected"]["east"][:4] == [2, 1, 1, 1]
+    assert series["connected"]["west"][:4] == [0, 0, 1, 1]
+    assert series["acks_per_second"][:2] == [2.0, 0.0]
+    assert timeline_series([], ["east"], start=5.0) == {
+        "start": 5.0, "t": [], "connected": {}, "acks": [],
+    }  # fmt: skip

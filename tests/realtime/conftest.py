@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import InvalidStatus
 
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
-from rideout.realtime.app import ZoneServer, create_app
+from rideout.realtime.app import create_app
+from rideout.realtime.zone import ZoneServer
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch
@@ -58,6 +60,15 @@ async def recv_type(ws: ClientConnection, kind: str, timeout: float = 5.0) -> di
 
 async def send(ws: ClientConnection, **message: Any) -> None:
     await ws.send(json.dumps(message))
+
+
+async def rejected(url: str, **kw: Any) -> tuple[int, dict[str, Any]]:
+    """A handshake the server refuses: its HTTP status and JSON body."""
+    with pytest.raises(InvalidStatus) as info:
+        async with connect(url, open_timeout=5, **kw):
+            pass
+    response = info.value.response
+    return response.status_code, json.loads(response.body or b"{}")
 
 
 @contextlib.asynccontextmanager

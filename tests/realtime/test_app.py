@@ -1,12 +1,19 @@
+"""The zone's ASGI app: its HTTP routes and the routes other parts mount on it."""
+
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import httpx
 import pytest
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
+import rideout.realtime
 from rideout.config import Config
-from rideout.realtime.app import create_app
+from rideout.realtime.app import ZoneExtension, create_app
+from rideout.realtime.zone import ZoneServer
 from tests.conftest import running_redis_pair, serving
 
 
@@ -64,3 +71,80 @@ def test_unknown_region_or_zone(make_config: Callable[..., Config]) -> None:
         create_app(config, "eu-west-1", "x")
     with pytest.raises(KeyError, match="no zone"):
         create_app(config, "us-east-1", "usw2-az1")
+
+
+# ----------------------------------------------------------------------------- extensions
+
+
+class Greeter:
+    """A tiny extension: a route of its own, and one that clashes with rideout's."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name = name
+        self.log = log
+
+    def routes(self, server: ZoneServer) -> Sequence[BaseRoute]:
+        async def hello(request: Request) -> Response:
+            return JSONResponse({"hello": self.name, "zone": server.zone.name})
+
+        async def health(request: Request) -> Response:
+            return PlainTextResponse("not rideout's")
+
+        return [Route(f"/{self.name}/hello", hello), Route("/health", health)]
+
+    async def start(self, server: ZoneServer) -> None:
+        self.log.append(f"start {self.name} {server.mode}")
+
+    async def stop(self) -> None:
+        self.log.append(f"stop {self.name}")
+
+
+class Broken(Greeter):
+    async def start(self, server: ZoneServer) -> None:
+        raise RuntimeError(f"{self.name} cannot start")
+
+
+async def test_extensions_mount_their_routes_after_rideouts_own(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()  # no Redis: /health answers 503, which is still rideout's
+    zone = config.primary.zones[0]
+    log: list[str] = []
+    extensions: list[ZoneExtension] = [Greeter("room", log), Greeter("other", log)]
+    app = create_app(config, config.primary.name, zone.name, extensions=extensions)
+    base = f"http://{zone.address}:{config.app_port}"
+    async with (
+        serving(app, zone.address, config.app_port),
+        httpx.AsyncClient(trust_env=False) as http,
+    ):
+        assert log == ["start room serving", "start other serving"]
+        hello = await http.get(base + "/room/hello")
+        assert (hello.status_code, hello.json()) == (200, {"hello": "room", "zone": zone.name})
+        assert (await http.get(base + "/other/hello")).json()["hello"] == "other"
+        assert (await http.get(base + "/health")).json()["zone"] == zone.name  # rideout's wins
+        page = await http.get(base + "/")
+        assert (page.status_code, page.headers["content-type"]) == (200, "text/html; charset=utf-8")
+        assert (await http.get(base + "/nobody/hello")).status_code == 404
+    assert log[2:] == ["stop other", "stop room"]
+
+
+async def test_an_extension_that_cannot_start_stops_the_zone_and_those_started(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    zone = config.primary.zones[0]
+    log: list[str] = []
+    extensions = [Greeter("room", log), Broken("broken", log), Greeter("never", log)]
+    app = create_app(config, config.primary.name, zone.name, extensions=extensions)
+    with pytest.raises(RuntimeError, match="broken cannot start"):
+        async with app.web.router.lifespan_context(app.web):
+            pass
+    assert log == ["start room serving", "stop room"]
+
+
+def test_the_package_exports_the_app_and_the_seam() -> None:
+    assert rideout.realtime.create_app is create_app
+    assert rideout.realtime.ZoneExtension is ZoneExtension
+    assert rideout.realtime.ZoneServer is ZoneServer
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = rideout.realtime.nothing  # type: ignore[attr-defined]

@@ -1,19 +1,303 @@
-"""The connection's send queue and rate limiter in isolation."""
+"""The WebSocket endpoint (``connection.py``): the ``$connect`` authorizer, routing on
+``action``, sync replication's promise, against real servers and real Redis; and the
+send queue and rate limiter in isolation."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
+import time
 from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import httpx
 import pytest
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed
 
+from rideout.auth import SigningKey
 from rideout.config import Config
 from rideout.protocol import CloseCode, parse_retry_hint
 from rideout.realtime import connection as connection_module
 from rideout.realtime.connection import Connection, TokenBucket, WebSocketEndpoint
 from rideout.realtime.metrics import AppMetrics
+from tests.realtime.conftest import (
+    Deployment,
+    recv,
+    recv_type,
+    rejected,
+    running_deployment,
+    send,
+)
+
+# ----------------------------------------------------------------------------- handshake
+
+
+def b64(obj: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
+
+
+async def test_no_token_is_rejected_before_the_upgrade(deployment: Deployment) -> None:
+    code, body = await rejected(deployment.urls["a1"] + "/ws")
+    assert (code, body["error"]) == (401, "missing_token")
+    assert body["message"]
+
+
+async def test_token_attacks(deployment: Deployment) -> None:
+    url = deployment.urls["a1"] + "/ws?token="
+    issuer = deployment.issuer
+    signing_key = SigningKey.load_or_create(deployment.config.keys_dir)
+    now = time.time()
+    # Forge tokens the way attackers do.
+    header = {"alg": "none", "typ": "JWT"}
+    claims = {"sub": "alice", "iss": deployment.config.auth.issuer, "aud": deployment.config.auth.audience,
+              "exp": now + 600, "iat": now, "token_use": "access", "jti": "x"}  # fmt: skip
+    alg_none = f"{b64(header)}.{b64(claims)}."
+    valid = issuer.issue("alice")
+    h, _, sig = valid.split(".")
+    tampered = f"{h}.{b64({**claims, 'sub': 'mallory'})}.{sig}"
+    other_key = SigningKey.generate()
+    foreign = other_key.encode({**claims, "exp": int(now + 600), "iat": int(now)})
+    wrong_aud = signing_key.encode(
+        {**claims, "aud": "someone-else", "exp": int(now + 600), "iat": int(now)}
+    )
+    id_token = signing_key.encode(
+        {**claims, "token_use": "id", "exp": int(now + 600), "iat": int(now)}
+    )
+    cases = {
+        "garbage": ("not-a-token", 401, "malformed"),
+        "alg none": (alg_none, 401, "alg_not_allowed"),
+        "tampered": (tampered, 401, "bad_signature"),
+        "unknown key": (foreign, 401, "unknown_kid"),
+        "wrong audience": (wrong_aud, 403, "wrong_audience"),
+        "id token": (id_token, 403, "not_access_token"),
+    }
+    for name, (token, status, reason) in cases.items():
+        code, body = await rejected(url + token)
+        assert (code, body["error"]) == (status, reason), name
+        assert token not in body["message"]
+
+
+async def test_expired_token(make_config: Callable[..., Config]) -> None:
+    config = make_config(auth={"leeway": 0.0})
+    async with running_deployment(config) as d:
+        token = d.issuer.issue("alice", ttl=1)
+        await asyncio.sleep(1.5)
+        code, body = await rejected(f"{d.urls['a1']}/ws?token={token}")
+        assert (code, body["error"]) == (401, "token_expired")
+
+
+async def test_token_locations_and_origin(deployment: Deployment) -> None:
+    base = deployment.urls["a1"] + "/ws"
+    token = deployment.token()
+    async with connect(base, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        await send(ws, action="heartbeat")
+        assert await recv(ws) == "pong"
+    async with connect(base, subprotocols=["bearer", token]) as ws:  # type: ignore[list-item]
+        assert ws.subprotocol == "bearer"
+        await send(ws, action="heartbeat")
+        assert await recv(ws) == "pong"
+    code, body = await rejected(f"{base}?token={token}", origin="http://evil.example")  # type: ignore[arg-type]
+    assert (code, body["error"]) == (403, "origin_not_allowed")
+    own = f"http://{deployment.config.primary.zones[1].address}:{deployment.config.app_port}"
+    async with connect(f"{base}?token={token}", origin=own) as ws:  # type: ignore[arg-type]
+        await send(ws, action="heartbeat")
+        assert await recv(ws) == "pong"
+
+
+# ----------------------------------------------------------------------------- messages
+
+
+async def test_heartbeat_state_and_unknown_action(deployment: Deployment) -> None:
+    async with deployment.connect("a1") as ws:
+        await send(ws, action="heartbeat")
+        assert await recv(ws) == "pong"
+        await send(ws, action="getState", room="lot-1")
+        state = await recv(ws)
+        assert state["type"] == "state"
+        assert state["region"] == "us-east-1"
+        assert state["room"] == "lot-1"
+        assert state["state"]["bid"] == 0
+        assert state["state"]["bids"] == 0
+        assert state["recovered"] is False
+        assert state["missed"] == []
+        assert state["position"]["epoch"] == 1
+        await send(ws, action="dance")
+        error = await recv(ws)
+        assert (error["type"], error["code"]) == ("error", "bad_request")
+
+
+async def test_reconnect_replays_exactly_what_was_missed(deployment: Deployment) -> None:
+    async with deployment.connect("a1", "alice") as bidder:
+        await send(bidder, action="getState", room="lot-2")
+        await recv_type(bidder, "state")
+        await send(bidder, action="bid", room="lot-2", amount=5, id="first")
+        await recv_type(bidder, "ack")
+        async with deployment.connect("a2", "bob") as watcher:
+            await send(watcher, action="getState", room="lot-2")
+            position = (await recv_type(watcher, "state"))["position"]
+        for amount in (6, 7, 8):
+            await send(bidder, action="bid", room="lot-2", amount=amount, id=f"b{amount}")
+            await recv_type(bidder, "ack")
+        # Back, on another server, with the last position seen.
+        async with deployment.connect("a1b", "bob") as watcher:
+            await send(watcher, action="getState", room="lot-2", since=position)
+            state = await recv_type(watcher, "state")
+            assert state["recovered"] is True
+            assert [m["state"]["bid"] for m in state["missed"]] == [6, 7, 8]
+            assert state["state"]["bid"] == 8
+            # And with a position from another writer's history: no replay, full state.
+            await send(
+                watcher,
+                action="getState",
+                room="lot-2",
+                since={**position, "epoch": position["epoch"] + 1},
+            )
+            stale = await recv_type(watcher, "state")
+            assert stale["recovered"] is False
+            assert stale["missed"] == []
+            assert stale["state"]["bid"] == 8
+
+
+async def test_a_retried_bid_is_applied_once(deployment: Deployment) -> None:
+    async with deployment.connect("a1", "alice") as ws:
+        await send(ws, action="getState", room="lot-3")
+        await recv_type(ws, "state")
+        await send(ws, action="bid", room="lot-3", amount=50, id="same")
+        first = await recv_type(ws, "ack")
+    async with deployment.connect("a2", "alice") as ws:  # the retry lands elsewhere
+        await send(ws, action="bid", room="lot-3", amount=50, id="same")
+        again = await recv_type(ws, "ack")
+        assert again == first
+        await send(ws, action="getState", room="lot-3")
+        state = await recv_type(ws, "state")
+        assert state["state"]["bids"] == 1
+        assert state["user"]["last_bid"] == 50
+
+
+async def test_bids_are_refused_in_the_region_that_is_not_the_writer(
+    deployment: Deployment,
+) -> None:
+    async with deployment.connect("b1", "alice") as ws:
+        await send(ws, action="bid", room="lot-4", amount=5, id="x1")
+        error = await recv_type(ws, "error")
+        assert (error["code"], error["id"]) == ("unavailable", "x1")
+        assert "not the writer" in error["message"]
+
+
+async def test_bad_input_gets_an_error_and_the_connection_stays_open(
+    deployment: Deployment,
+) -> None:
+    async with deployment.connect("a1") as ws:
+        for garbage in ("{", "[]", "null", '{"action": 5}', '{"action":"bid","room":"r","amount":"10","id":"q"}',
+                        '{"action":"bid","room":"r","amount":1e400,"id":"q"}', '{"action":"getState"}'):  # fmt: skip
+            await ws.send(garbage)
+            error = await recv(ws)
+            assert (error["type"], error["code"]) == ("error", "bad_request"), garbage
+            assert "Traceback" not in error["message"]
+        await ws.send(b"\xff\xfe\x00garbage")
+        assert (await recv(ws))["code"] == "bad_request"
+        await send(ws, action="bid", room="r", amount=-1, id="neg")
+        error = await recv(ws)
+        assert (error["code"], error.get("id")) == ("bad_request", "neg")
+        await send(ws, action="heartbeat")
+        assert await recv(ws) == "pong"
+
+
+async def test_an_oversized_message_closes_with_1009(deployment: Deployment) -> None:
+    async with deployment.connect("a1") as ws:
+        await ws.send("x" * (deployment.config.realtime.max_message_size + 1))
+        with pytest.raises(ConnectionClosed) as info:
+            await recv(ws)
+        assert info.value.rcvd is not None
+        assert info.value.rcvd.code == 1009
+
+
+async def test_too_many_messages_are_throttled(make_config: Callable[..., Config]) -> None:
+    config = make_config(realtime={"rate_limit": 1.0, "rate_burst": 3})
+    async with running_deployment(config) as d, d.connect("a1") as ws:
+        for _ in range(5):
+            await send(ws, action="heartbeat")
+        replies = [await recv(ws) for _ in range(5)]
+        assert replies[:3] == ["pong"] * 3
+        assert [r["code"] for r in replies[3:]] == ["throttled", "throttled"]
+
+
+async def test_token_expiry_closes_with_1008(deployment: Deployment) -> None:
+    token = deployment.issuer.issue("alice", ttl=1)
+    async with connect(f"{deployment.urls['a1']}/ws?token={token}") as ws:
+        with pytest.raises(ConnectionClosed) as info:
+            await recv(ws, timeout=5)
+        assert info.value.rcvd is not None
+        assert (info.value.rcvd.code, info.value.rcvd.reason) == (1008, "token expired")
+
+
+# ------------------------------------------------ sync replication: an ack promises the replica has it
+
+
+async def test_acks_wait_for_the_replica(make_config: Callable[..., Config]) -> None:
+    config = make_config(failover={"replication": "sync", "sync_timeout": 0.3})
+    async with running_deployment(config) as d, d.connect("a1") as ws:
+        await send(ws, action="bid", room="s1", amount=10, id="r1")
+        ack = await recv_type(ws, "ack")
+        assert ack["accepted"] is True
+        # The replica has it the moment the ack arrives: read it in the other region.
+        async with d.connect("b1", "bob") as other:
+            await send(other, action="getState", room="s1")
+            assert (await recv_type(other, "state"))["state"]["bid"] == 10
+
+
+async def test_replica_down_rejects_and_the_retry_is_acked_once_replicated(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config(
+        failover={"replication": "sync", "sync_timeout": 0.2, "replica_down": "reject"}
+    )
+    async with running_deployment(config) as d, d.connect("a1") as ws:
+        replica = d.redis[config.secondary.name]
+        await replica.stop()
+        await send(ws, action="bid", room="s2", amount=10, id="r1")
+        error = await recv_type(ws, "error")
+        assert (error["code"], error["id"]) == ("unavailable", "r1")
+        assert "not yet replicated" in error["message"]
+        # The same id again, still no replica: still not acknowledged.
+        await send(ws, action="bid", room="s2", amount=10, id="r1")
+        assert (await recv_type(ws, "error"))["id"] == "r1"
+        await replica.start()
+        # As any client does: retry with the same id until the replica confirms (right
+        # after a resync that can take a WAIT or two on a busy machine).
+        for _ in range(20):
+            await send(ws, action="bid", room="s2", amount=10, id="r1")
+            reply = await recv(ws)
+            if reply["type"] == "ack":
+                break
+            assert (reply["type"], reply["code"], reply["id"]) == ("error", "unavailable", "r1")
+        assert reply["type"] == "ack"
+        assert reply["accepted"] is True  # the original decision, now replicated
+
+
+async def test_replica_down_degrades_to_async_when_configured(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config(
+        failover={"replication": "sync", "sync_timeout": 0.2, "replica_down": "degrade"}
+    )
+    async with running_deployment(config) as d, d.connect("a1") as ws:
+        await d.redis[config.secondary.name].stop()
+        await send(ws, action="bid", room="s3", amount=10, id="r1")
+        assert (await recv_type(ws, "ack"))["accepted"] is True
+        zone = config.primary.zones[0]
+        async with httpx.AsyncClient(trust_env=False) as http:
+            base = f"http://{zone.address}:{config.app_port}"
+            health = (await http.get(base + "/health")).json()
+            assert health["replication"] == {"mode": "sync", "unreplicated_acks": 1}
+            metrics = (await http.get(base + "/metrics")).text
+            assert 'rideout_sync_replication_total{outcome="degraded"} 1.0' in metrics
+
+
+# ----------------------------------------------------------------------------- in isolation
 
 
 def test_token_bucket_refills_at_its_rate() -> None:

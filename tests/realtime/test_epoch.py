@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import httpx
+import redis.asyncio as aioredis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
+from rideout.store import keys
 from tests.conftest import free_port, serving
+from tests.realtime.conftest import Deployment, recv_type, send
 
 
 async def test_the_control_plane_is_the_authority_once_it_has_answered() -> None:
@@ -62,3 +65,25 @@ async def test_control_plane_epoch_over_http() -> None:
             assert await control_plane_epoch(http, url) is None  # not an integer
             state["down"] = True
             assert await control_plane_epoch(http, url) is None
+
+
+async def test_a_fenced_server_cannot_change_state(deployment: Deployment) -> None:
+    config = deployment.config
+    writer = aioredis.Redis(host=config.primary.redis.address, port=config.primary.redis.port)
+    try:
+        async with deployment.connect("a1", "alice") as ws:
+            await send(ws, action="getState", room="lot-5")
+            await recv_type(ws, "state")
+            # A promotion elsewhere bumped the epoch: this server still believes in 1.
+            await writer.set(keys.EPOCH, 2)
+            await send(ws, action="bid", room="lot-5", amount=5, id="fenced")
+            error = await recv_type(ws, "error")
+            assert (error["code"], error["id"]) == ("unavailable", "fenced")
+            assert await writer.hget(keys.room_state("lot-5"), "bids") in (None, b"0")
+            # The server re-read the epoch: the client's retry (same id) goes through once.
+            await send(ws, action="bid", room="lot-5", amount=5, id="fenced")
+            ack = await recv_type(ws, "ack")
+            assert ack["accepted"] is True
+            assert ack["position"]["epoch"] == 2
+    finally:
+        await writer.aclose()

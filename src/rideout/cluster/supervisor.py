@@ -43,7 +43,7 @@ from rideout.cluster.runstate import (
     RunState,
 )
 from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, RegionConfig, dump_toml
-from rideout.realtime.admin import DEGRADE_SIGNAL, SERVE_SIGNAL
+from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch

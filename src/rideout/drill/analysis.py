@@ -1,8 +1,9 @@
-"""Pure accounting for a drill: percentiles, time buckets, recovery, lost and duplicate bids.
+"""Pure accounting for a drill: percentiles, time buckets, recovery, lost and duplicate
+bids, a phase's headline numbers and the timeline's series.
 
 No I/O and no clock: every function takes the records a drill collected (see
-:mod:`rideout.drill.clients` for their shape) and returns plain data, so the numbers a
-game day reports are tested directly.
+:mod:`rideout.drill.records`) or the control plane's timeline and returns plain data,
+so the numbers a game day reports are tested directly.
 """
 
 from __future__ import annotations
@@ -10,15 +11,24 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from typing import Any
 
+from rideout.drill.records import (
+    AckRecord,
+    AttemptRecord,
+    ConnectedRecord,
+    DisconnectedRecord,
+    DrillRecord,
+    RestoredRecord,
+    of_kind,
+)
 from rideout.protocol import offset_key
 
 __all__ = [
     "HERDS",
-    "AckRecord",
     "BidAccounting",
     "HerdStats",
     "RecoveryStats",
@@ -26,13 +36,19 @@ __all__ = [
     "account_bids",
     "bucket_counts",
     "compare_herds",
+    "first_time",
     "herd_stats",
     "parse_stream_entry",
     "peak_in_window",
     "percentile",
+    "phase_summary",
     "recovery_stats",
     "summarize",
+    "timeline_series",
 ]
+
+Row = Mapping[str, Any]
+"""One control-plane poll of a drill's timeline: ``t``, ``alarms``, ``dns``, ``writer``."""
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -187,17 +203,6 @@ def recovery_stats(
 
 
 @dataclass(frozen=True, slots=True)
-class AckRecord:
-    """An accepted bid as its client saw the ack."""
-
-    room: str
-    bidder: str
-    amount: int
-    offset: str | None = None
-    """The stream entry id the ack named (its position), when it had one."""
-
-
-@dataclass(frozen=True, slots=True)
 class StreamEntry:
     """One entry of a room's stream: who bid what."""
 
@@ -241,7 +246,10 @@ class BidAccounting:
             "unverifiable": self.unverifiable,
             "duplicates": sum(times - 1 for *_, times in self.duplicates),
             "stream_entries": self.entries,
-            "lost_examples": [asdict(a) for a in self.lost[:examples]],
+            "lost_examples": [
+                {"room": a.room, "bidder": a.bidder, "amount": a.amount, "offset": a.offset}
+                for a in self.lost[:examples]
+            ],
             "duplicate_examples": [list(d) for d in self.duplicates[:examples]],
         }
 
@@ -287,3 +295,109 @@ def account_bids(acks: Iterable[AckRecord], entries: Iterable[StreamEntry]) -> B
         key=lambda d: (d[0], d[1] or "", d[2]),
     )
     return BidAccounting(acked, found, lost, unverifiable, duplicates, count)
+
+
+# ------------------------------------------------------------------------- a phase
+
+
+def first_time(timeline: Iterable[Row], since: float, check: Callable[[Row], bool]) -> float | None:
+    """When ``check`` first held in ``timeline`` at or after ``since``; None if never."""
+    for row in timeline:
+        if row["t"] >= since and check(row):
+            return float(row["t"])
+    return None
+
+
+def phase_summary(
+    timeline: Sequence[Row],
+    records: Sequence[DrillRecord],
+    clients: Iterable[int],
+    since: float,
+    end: float,
+    lost_region: str,
+    target: str,
+    timeout: float,
+    *,
+    failback: bool = False,
+) -> dict[str, Any]:
+    """A failover (or failback) from ``lost_region`` to ``target`` that began at
+    ``since``: when the alarm, DNS and writer moved, each client's recovery, the herds."""
+
+    def alarm(row: Row) -> bool:
+        if failback:  # detection on the way back: the restored region's alarm clears
+            return bool(row["alarms"].get(target) == "OK")
+        return bool(row["alarms"].get(lost_region) == "ALARM")
+
+    detected = first_time(timeline, since, alarm)
+    moved = first_time(timeline, since, lambda row: bool(row["dns"] == target))
+    promoted = first_time(timeline, since, lambda row: bool(row["writer"] == target))
+    recovery = recovery_stats(of_kind(records, RestoredRecord), clients, since, target, timeout)
+    window = (since, max(end, since + 0.1))
+    attempts = [r for r in of_kind(records, AttemptRecord) if r.region == target and r.t >= since]
+    accepted = [
+        r.t for r in of_kind(records, ConnectedRecord) if r.region == target and r.t >= since
+    ]
+    # The herd three ways: as the backoff policy scheduled it (when each attempt toward
+    # the target was due), as the clients started it (later by their own process's lag),
+    # and as the target absorbed it (connections it accepted). On one shared machine the
+    # last two are smeared by CPU: clients and servers take turns on the same cores.
+    return {
+        "from": lost_region,
+        "to": target,
+        "at": since,
+        "time_to_detect": None if detected is None else detected - since,
+        "time_to_writer": None if promoted is None else promoted - since,
+        "time_to_dns": None if moved is None else moved - since,
+        **recovery.as_dict(),
+        "scheduled": herd_stats([r.due for r in attempts], *window).as_dict(),
+        "reconnects": herd_stats([r.t for r in attempts], *window).as_dict(),
+        "accepted": herd_stats(accepted, *window).as_dict(),
+    }
+
+
+# ------------------------------------------------------------------------- the timeline
+
+
+def timeline_series(
+    records: Sequence[DrillRecord], regions: Sequence[str], start: float, step: float = 0.5
+) -> dict[str, Any]:
+    """Series every ``step`` seconds from ``start`` (or the first record, if earlier):
+    clients connected to each region, acknowledged bids per second."""
+    if not records:
+        return {"start": start, "t": [], "connected": {}, "acks": []}
+    end = max(r.t for r in records)
+    start = min(start, min(r.t for r in records))
+    seconds = max(1, math.ceil(end - start) + 1)
+    buckets = int(seconds / step) + 1
+    connected = {name: [0] * buckets for name in regions}
+    acks = [0] * buckets
+    where: dict[int, str | None] = {}
+    kinds = (ConnectedRecord, DisconnectedRecord, AckRecord)
+    events = sorted((r for r in records if isinstance(r, kinds)), key=attrgetter("t"))
+    counts = dict.fromkeys(regions, 0)
+    index = 0
+    for b in range(buckets):
+        edge = start + (b + 1) * step
+        while index < len(events) and events[index].t < edge:
+            r = events[index]
+            index += 1
+            if isinstance(r, AckRecord):
+                acks[b] += 1
+                continue
+            old = where.get(r.client)
+            if old in counts:
+                counts[old] -= 1
+            if isinstance(r, ConnectedRecord) and r.region in counts:
+                counts[r.region] += 1
+                where[r.client] = r.region
+            else:
+                where[r.client] = None
+        for name in regions:
+            connected[name][b] = counts[name]
+    return {
+        "start": start,
+        "step": step,
+        "t": [b * step for b in range(buckets)],
+        "connected": connected,
+        "acks_per_second": [a / step for a in acks],
+    }

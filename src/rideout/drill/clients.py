@@ -2,21 +2,10 @@
 many of them, bidding, with every event that matters recorded with a wall-clock time.
 
 A :class:`GroupSpec` describes a group of clients; :func:`run_group` runs one group in
-the current event loop, reporting record batches to a ``sink``. :class:`ClientFleet`
-runs groups either in this process (small N) or in spawned worker processes (large N,
-``clients_per_process`` each), whose records come back over a queue.
-
-Records are plain tuples (cheap to pickle), first the kind, the client index, the time:
-
-- ``("attempt", cid, t, region, due)``: a (re)connect attempt started at ``t`` (its
-  backoff over, before the name is resolved), by the region the DNS answer then named;
-  ``due`` is when its backoff was to end (the time the policy chose: ``t`` minus the
-  client process's own lag)
-- ``("connected", cid, t, region)`` / ``("disconnected", cid, t, region)``
-- ``("restored", cid, t, region)``: a room's state restored (``StateRestored``)
-- ``("ack", cid, t, room, amount, offset, region)``: an *accepted* bid
-- ``("rejected", cid, t, reason)``: a bid that ended unaccepted (``too_low``, ``unavailable``...)
-- ``("gaveup", cid, t)``
+the current event loop, reporting batches of :mod:`~rideout.drill.records` to a
+``sink``. :class:`ClientFleet` runs groups either in this process (small N) or in
+spawned worker processes (large N, ``clients_per_process`` each), whose records come
+back over a queue.
 """
 
 from __future__ import annotations
@@ -49,11 +38,20 @@ from rideout.client.ws import (
     StateRestored,
 )
 from rideout.config import Config
+from rideout.drill.records import (
+    AckRecord,
+    AttemptRecord,
+    ConnectedRecord,
+    DisconnectedRecord,
+    DrillRecord,
+    GaveUpRecord,
+    RejectedRecord,
+    RestoredRecord,
+)
 
-__all__ = ["ClientFleet", "GroupSpec", "Record", "run_group"]
+__all__ = ["ClientFleet", "GroupSpec", "run_group"]
 
-Record = tuple[Any, ...]
-Sink = Callable[[list[Record]], None]
+Sink = Callable[[list[DrillRecord]], None]
 
 
 class _Flag(Protocol):
@@ -104,6 +102,49 @@ def client_settings(config: Config, jitter: bool) -> ClientSettings:
     return ClientSettings.from_config(config, backoff=backoff, open_timeout=open_timeout)
 
 
+class _ClientRecorder:
+    """One client's records: its events (:meth:`on_event`) and its connection attempts."""
+
+    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions")
+
+    def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
+        self._cid = cid
+        self._bidder = bidder
+        self._regions = regions
+        self._out = out
+        self._due: float | None = None  # when the pending reconnect's backoff ends
+
+    def on_event(self, event: Event) -> None:
+        now, cid = time.time(), self._cid
+        if isinstance(event, Acked):
+            if event.accepted:
+                offset = event.position.offset if event.position else None
+                region = event.region or "?"
+                ack = AckRecord(cid, now, event.room, self._bidder, event.amount, offset, region)
+                self._out.append(ack)
+            else:
+                self._out.append(RejectedRecord(cid, now, event.reason or "?"))
+        elif isinstance(event, StateRestored):
+            self._out.append(RestoredRecord(cid, now, event.region))
+        elif isinstance(event, Connected):
+            self._out.append(ConnectedRecord(cid, now, self._regions.get(event.address, "?")))
+        elif isinstance(event, Disconnected):
+            self._out.append(DisconnectedRecord(cid, now, self._regions.get(event.address, "?")))
+        elif isinstance(event, ReconnectScheduled):
+            self._due = now + event.delay
+        elif isinstance(event, GaveUp):
+            self._out.append(GaveUpRecord(cid, now))
+
+    def take_due(self, started: float) -> float:
+        """When the attempt starting now was due (now, if no backoff came before it)."""
+        due, self._due = self._due, None
+        return started if due is None else due
+
+    def attempt(self, started: float, due: float, addresses: tuple[str, ...]) -> None:
+        region = self._regions.get(addresses[0], "?") if addresses else "?"
+        self._out.append(AttemptRecord(self._cid, started, region, due))
+
+
 class _RecordingResolver:
     """Records each resolution (one per connection attempt) by the region it answered.
 
@@ -112,26 +153,15 @@ class _RecordingResolver:
     herd of simultaneous attempts over however long one server takes to answer them all.
     """
 
-    def __init__(
-        self,
-        inner: Resolver,
-        cid: int,
-        regions: dict[str, str],
-        out: list[Record],
-        due: dict[int, float],
-    ):
+    def __init__(self, inner: Resolver, recorder: _ClientRecorder):
         self._inner = inner
-        self._cid = cid
-        self._regions = regions
-        self._out = out
-        self._due = due
+        self._recorder = recorder
 
     async def resolve(self, name: str) -> Resolved:
         started = time.time()
-        due = self._due.pop(self._cid, started)  # no backoff before it: due now
+        due = self._recorder.take_due(started)
         answer = await self._inner.resolve(name)
-        region = self._regions.get(answer.addresses[0], "?") if answer.addresses else "?"
-        self._out.append(("attempt", self._cid, started, region, due))
+        self._recorder.attempt(started, due, answer.addresses)
         return answer
 
 
@@ -144,35 +174,10 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
     issuer = TokenIssuer(key, a.issuer, a.audience, max(a.token_ttl, 3600.0))
     settings = client_settings(config, spec.jitter)
     cp = config.control_plane
-    out: list[Record] = []
+    out: list[DrillRecord] = []
     rng = random.Random(spec.seed)
     clients: list[AuctionClient] = []
     tasks: list[asyncio.Task[None]] = []
-    due: dict[int, float] = {}  # client → when its pending reconnect's backoff ends
-
-    def recorder(cid: int) -> Callable[[Event], None]:
-        def on_event(event: Event) -> None:
-            now = time.time()
-            if isinstance(event, Acked):
-                if event.accepted:
-                    offset = event.position.offset if event.position else None
-                    out.append(
-                        ("ack", cid, now, event.room, event.amount, offset, event.region or "?")
-                    )
-                else:
-                    out.append(("rejected", cid, now, event.reason or "?"))
-            elif isinstance(event, StateRestored):
-                out.append(("restored", cid, now, event.region))
-            elif isinstance(event, Connected):
-                out.append(("connected", cid, now, regions.get(event.address, "?")))
-            elif isinstance(event, Disconnected):
-                out.append(("disconnected", cid, now, regions.get(event.address, "?")))
-            elif isinstance(event, ReconnectScheduled):
-                due[cid] = now + event.delay
-            elif isinstance(event, GaveUp):
-                out.append(("gaveup", cid, now))
-
-        return on_event
 
     async def bidder(client: AuctionClient, cid: int) -> None:
         room = spec.room(cid)
@@ -205,14 +210,15 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             sub = spec.bidder(cid)
             token = issuer.issue(sub)
             inner = CachingResolver(NameserverResolver(cp.address, cp.dns_port))
+            recorder = _ClientRecorder(cid, sub, regions, out)
             client = AuctionClient.from_config(
                 config,
                 token=token,
-                resolver=_RecordingResolver(inner, cid, regions, out, due),
+                resolver=_RecordingResolver(inner, recorder),
                 settings=settings,
                 rooms=[spec.room(cid)],
                 rng=random.Random(rng.random()),
-                on_event=recorder(cid),
+                on_event=recorder.on_event,
             )
             client.start()
             clients.append(client)
@@ -240,7 +246,7 @@ def _worker(spec: GroupSpec, results: Any, bidding: Any, stop: Any) -> None:
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
 
-    def sink(batch: list[Record]) -> None:
+    def sink(batch: list[DrillRecord]) -> None:
         results.put(batch)
 
     try:
@@ -255,7 +261,7 @@ class ClientFleet:
     def __init__(self, specs: Sequence[GroupSpec], *, processes: bool) -> None:
         self.specs = list(specs)
         self.processes = processes
-        self.records: list[Record] = []
+        self.records: list[DrillRecord] = []
         self._lock = threading.Lock()
         self._procs: list[multiprocessing.process.BaseProcess] = []
         self._reader: threading.Thread | None = None
@@ -274,11 +280,11 @@ class ClientFleet:
     def clients(self) -> int:
         return sum(s.count for s in self.specs)
 
-    def _add(self, batch: list[Record]) -> None:
+    def _add(self, batch: list[DrillRecord]) -> None:
         with self._lock:
             self.records.extend(batch)
 
-    def snapshot(self) -> list[Record]:
+    def snapshot(self) -> list[DrillRecord]:
         with self._lock:
             return list(self.records)
 

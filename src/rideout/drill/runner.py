@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,15 +34,24 @@ from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
 from rideout.cluster.supervisor import LocalCluster
 from rideout.config import PROFILES, Config, load_config
 from rideout.drill.analysis import (
-    AckRecord,
     StreamEntry,
     account_bids,
     compare_herds,
-    herd_stats,
     parse_stream_entry,
-    recovery_stats,
+    phase_summary,
+    timeline_series,
 )
-from rideout.drill.clients import ClientFleet, GroupSpec, Record
+from rideout.drill.clients import ClientFleet, GroupSpec
+from rideout.drill.records import (
+    AckRecord,
+    DrillRecord,
+    GaveUpRecord,
+    RejectedRecord,
+    RestoredRecord,
+    of_kind,
+)
+from rideout.errors import RideoutError
+from rideout.realtime.zone import ZoneMode
 from rideout.store.keys import room_stream
 
 __all__ = ["DrillError", "DrillOptions", "run_region_outage"]
@@ -50,8 +60,9 @@ FAULTS = ("kill", "freeze", "throttle")
 Progress = Callable[[str], None]
 
 
-class DrillError(RuntimeError):
-    """The drill could not run (a refused option, a deployment that never got healthy)."""
+class DrillError(RideoutError, RuntimeError):
+    """The drill could not run (a refused option, a deployment that never got healthy).
+    The one base of :mod:`rideout.drill`'s errors."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,15 +150,8 @@ class _Plane:
         return (
             all(a.get("state") == "OK" for a in alarms.values())
             and bool(alarms)
-            and body["dns"]["region"] == self.primary
-            and body["failover"]["writer"] == self.primary
+            and _serves_from(self.primary)(body)
         )
-
-    def first(self, since: float, check: Callable[[dict[str, Any]], bool]) -> float | None:
-        for row in self.timeline:
-            if row["t"] >= since and check(row):
-                return float(row["t"])
-        return None
 
     async def aclose(self) -> None:
         await self.http.aclose()
@@ -171,7 +175,7 @@ def _own_config(config: Config, options: DrillOptions, data_dir: Path) -> Config
     )
 
 
-async def _set_zone_mode(config: Config, region: str, mode: str) -> None:
+async def _set_zone_mode(config: Config, region: str, mode: ZoneMode) -> None:
     token = load_or_create_admin_token(config.keys_dir)
     async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
         for zone in config.region(region).zones:
@@ -209,109 +213,46 @@ def _timeouts(config: Config, options: DrillOptions) -> tuple[float, float]:
     return failover, recovery
 
 
-async def _wait_clients_ready(
-    fleet: ClientFleet, region: str, timeout: float, progress: Progress
-) -> int:
-    deadline = time.monotonic() + timeout
-    ready = 0
-    while time.monotonic() < deadline:
-        ready = len({r[1] for r in fleet.snapshot() if r[0] == "restored" and r[3] == region})
-        progress(f"clients ready {ready}/{fleet.clients}")
-        if ready >= fleet.clients:
-            break
-        await asyncio.sleep(0.2)
-    return ready
+def _serves_from(region: str) -> Callable[[dict[str, Any]], bool]:
+    """A check on a summary: DNS answers with ``region`` and it holds the writer."""
+    return lambda b: bool(b["dns"]["region"] == region and b["failover"]["writer"] == region)
 
 
-async def _wait_recovered(
-    fleet: ClientFleet, since: float, region: str, timeout: float, progress: Progress, label: str
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        done = {
-            r[1]
-            for r in fleet.snapshot()
-            if r[0] == "restored" and r[3] == region and r[2] >= since
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """One pass's clients: how many, their rooms and bidders, their groups."""
+
+    name: str
+    jitter: bool
+    clients: int
+    rooms: tuple[str, ...]
+    bid_interval: float
+    processes: bool
+    specs: tuple[GroupSpec, ...]
+
+    def header(self) -> dict[str, Any]:
+        """The pass's first lines in the report."""
+        return {
+            "name": self.name,
+            "backoff": ("full jitter" if self.jitter else "no jitter"),
+            "clients": self.clients,
+            "processes": len(self.specs) if self.processes else 0,
+            "rooms": len(self.rooms),
+            "bid_interval": self.bid_interval,
         }
-        progress(f"{label}: {len(done)}/{fleet.clients} clients restored in {region}")
-        if len(done) >= fleet.clients:
-            return
-        await asyncio.sleep(0.2)
 
 
-def _phase_report(
-    plane: _Plane,
-    records: list[Record],
-    cids: list[int],
-    fault_at: float,
-    end: float,
-    lost_region: str,
-    target: str,
-    timeout: float,
-    *,
-    failback: bool = False,
-) -> dict[str, Any]:
-    def alarm(row: dict[str, Any]) -> bool:
-        if failback:  # detection on the way back: the restored region's alarm clears
-            return bool(row["alarms"].get(target) == "OK")
-        return bool(row["alarms"].get(lost_region) == "ALARM")
-
-    def dns(row: dict[str, Any]) -> bool:
-        return bool(row["dns"] == target)
-
-    def writer(row: dict[str, Any]) -> bool:
-        return bool(row["writer"] == target)
-
-    detected = plane.first(fault_at, alarm)
-    moved = plane.first(fault_at, dns)
-    promoted = plane.first(fault_at, writer)
-    restores = [(r[1], r[2], r[3]) for r in records if r[0] == "restored"]
-    recovery = recovery_stats(restores, cids, fault_at, target, timeout)
-    window = (fault_at, max(end, fault_at + 0.1))
-
-    def times(kind: str, field: int = 2) -> list[float]:
-        return [r[field] for r in records if r[0] == kind and r[3] == target and r[2] >= fault_at]
-
-    # The herd three ways: as the backoff policy scheduled it (when each attempt toward
-    # the target was due), as the clients started it (later by their own process's lag),
-    # and as the target absorbed it (connections it accepted). On one shared machine the
-    # last two are smeared by CPU: clients and servers take turns on the same cores.
-    scheduled = herd_stats(times("attempt", 4), *window)
-    herd = herd_stats(times("attempt"), *window)
-    accepted = herd_stats(times("connected"), *window)
-    return {
-        "from": lost_region,
-        "to": target,
-        "at": fault_at,
-        "time_to_detect": None if detected is None else detected - fault_at,
-        "time_to_writer": None if promoted is None else promoted - fault_at,
-        "time_to_dns": None if moved is None else moved - fault_at,
-        **recovery.as_dict(),
-        "scheduled": scheduled.as_dict(),
-        "reconnects": herd.as_dict(),
-        "accepted": accepted.as_dict(),
-    }
-
-
-async def _run_pass(
-    config: Config,
-    options: DrillOptions,
-    jitter: bool,
-    name: str,
-    progress: Progress,
-) -> dict[str, Any]:
-    primary, secondary = config.primary.name, config.secondary.name
-    failover_timeout, recovery_timeout = _timeouts(config, options)
+def _plan(config: Config, options: DrillOptions, jitter: bool, name: str, now: float) -> _Plan:
     n = options.clients
     room_count = options.rooms or max(1, math.ceil(n / 20))
-    prefix = f"drill{int(time.time() * 1000) % 10**9:09d}"
+    prefix = f"drill{int(now * 1000) % 10**9:09d}"
     rooms = tuple(f"{prefix}-r{i}" for i in range(room_count))
     bid_interval = options.bid_interval or max(1.0, n / 250)
     per = max(1, options.clients_per_process)
     processes = options.processes if options.processes is not None else n > per
     groups = math.ceil(n / per) if processes else 1
     size = math.ceil(n / groups)
-    specs = [
+    specs = tuple(
         GroupSpec(
             config,
             first=i * size,
@@ -328,142 +269,159 @@ async def _run_pass(
         )
         for i in range(groups)
         if i * size < n
-    ]
-    plane = _Plane(config)
-    fleet = ClientFleet(specs, processes=processes)
-    result: dict[str, Any] = {
-        "name": name,
-        "backoff": ("full jitter" if jitter else "no jitter"),
-        "clients": n,
-        "processes": len(specs) if processes else 0,
-        "rooms": room_count,
-        "bid_interval": bid_interval,
+    )
+    return _Plan(name, jitter, n, rooms, bid_interval, processes, specs)
+
+
+def _restored(records: list[DrillRecord], region: str, since: float = 0.0) -> set[int]:
+    """The clients with a state restored from `region` at or after `since`."""
+    return {
+        r.client for r in of_kind(records, RestoredRecord) if r.region == region and r.t >= since
     }
-    try:
-        progress(f"[{name}] waiting for a healthy deployment")
+
+
+class _Pass:
+    """One pass: start the clients on a healthy deployment, break the primary (and
+    restore it, for a failback), stop the clients, account for every bid."""
+
+    def __init__(
+        self, config: Config, options: DrillOptions, plan: _Plan, progress: Progress
+    ) -> None:
+        self.config = config
+        self.options = options
+        self.plan = plan
+        self.primary, self.secondary = config.primary.name, config.secondary.name
+        self.failover_timeout, self.recovery_timeout = _timeouts(config, options)
+        self.plane = _Plane(config)
+        self.fleet = ClientFleet(plan.specs, processes=plan.processes)
+        self._progress = progress
+
+    def say(self, message: str) -> None:
+        self._progress(f"[{self.plan.name}] {message}")
+
+    async def run(self) -> dict[str, Any]:
+        result = self.plan.header()
+        try:
+            await self._healthy_deployment()
+            result.update(await self._start_clients())
+            result.update(await self._fail_over())
+            result["failback"] = await self._fail_back() if self.options.failback else None
+            await self._stop_bidding()
+        finally:
+            await self.fleet.stop()
+            await self.plane.poll()
+            await self.plane.aclose()
+        result.update(await self._account(self.fleet.snapshot()))
+        return result
+
+    async def _healthy_deployment(self) -> None:
+        plane, primary = self.plane, self.primary
+        self.say("waiting for a healthy deployment")
         body = await plane.poll()
         if body is not None and not plane.healthy(body) and body["failover"]["writer"] != primary:
-            progress(f"[{name}] restoring {primary} first")
-            await asyncio.to_thread(send_command, config.run_dir, "restore", primary)
-        await plane.until(plane.healthy, failover_timeout * 3, "a healthy deployment")
-        progress(f"[{name}] starting {n} clients")
+            self.say(f"restoring {primary} first")
+            await asyncio.to_thread(send_command, self.config.run_dir, "restore", primary)
+        await plane.until(plane.healthy, self.failover_timeout * 3, "a healthy deployment")
+
+    async def _start_clients(self) -> dict[str, Any]:
+        fleet, n = self.fleet, self.plan.clients
+        self.say(f"starting {n} clients")
         fleet.start()
         started = time.time()
-        ready = await _wait_clients_ready(fleet, primary, 30 + n / 100, progress)
-        result["ready_clients"] = ready
-        result["ready_after"] = time.time() - started
+        deadline = time.monotonic() + 30 + n / 100
+        ready = 0
+        while time.monotonic() < deadline:
+            ready = len(_restored(fleet.snapshot(), self.primary))
+            self._progress(f"clients ready {ready}/{fleet.clients}")
+            if ready >= fleet.clients:
+                break
+            await asyncio.sleep(0.2)
+        result = {"ready_clients": ready, "ready_after": time.time() - started}
         fleet.bidding.set()
-        progress(f"[{name}] bidding ({options.warmup:g} s warm-up)")
-        await asyncio.sleep(options.warmup)
+        self.say(f"bidding ({self.options.warmup:g} s warm-up)")
+        await asyncio.sleep(self.options.warmup)
+        return result
 
-        progress(f"[{name}] {options.fault} {primary}")
+    async def _fail_over(self) -> dict[str, Any]:
+        primary, secondary, fault = self.primary, self.secondary, self.options.fault
+        self.say(f"{fault} {primary}")
         fault_at = time.time()
-        result["fault_message"] = await asyncio.to_thread(
-            send_command, config.run_dir, options.fault, primary
+        message = await asyncio.to_thread(send_command, self.config.run_dir, fault, primary)
+        await self.plane.until(
+            _serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
         )
-        await plane.until(
-            lambda b: b["dns"]["region"] == secondary and b["failover"]["writer"] == secondary,
-            failover_timeout,
-            f"failover to {secondary}",
+        await self._wait_recovered(fault_at, secondary)
+        await asyncio.sleep(self.options.settle)
+        return {"fault_message": message, "failover": self._phase(fault_at, primary, secondary)}
+
+    async def _fail_back(self) -> dict[str, Any]:
+        primary, secondary = self.primary, self.secondary
+        self.say(f"restore {primary}")
+        back_at = time.time()
+        await asyncio.to_thread(send_command, self.config.run_dir, "restore", primary)
+        await self.plane.until(
+            _serves_from(primary), self.failover_timeout * 3, f"failback to {primary}"
         )
-        await _wait_recovered(fleet, fault_at, secondary, recovery_timeout, progress, name)
-        await asyncio.sleep(options.settle)
-        failover_end = time.time()
-        cids = list(range(n))
-        result["failover"] = _phase_report(
-            plane, fleet.snapshot(), cids, fault_at, failover_end, primary, secondary,
-            recovery_timeout,
-        )  # fmt: skip
-        result["failback"] = None
-        if options.failback:
-            progress(f"[{name}] restore {primary}")
-            back_at = time.time()
-            await asyncio.to_thread(send_command, config.run_dir, "restore", primary)
-            await plane.until(
-                lambda b: b["dns"]["region"] == primary and b["failover"]["writer"] == primary,
-                failover_timeout * 3,
-                f"failback to {primary}",
+        # Clients still attached to the old writer's region keep their sockets (its
+        # servers answer bids `unavailable`): drain it so they follow DNS at once.
+        self.say(f"draining {secondary}")
+        await _set_zone_mode(self.config, secondary, ZoneMode.DRAINING)
+        try:
+            await self._wait_recovered(back_at, primary)
+        finally:
+            await _set_zone_mode(self.config, secondary, ZoneMode.SERVING)
+        await asyncio.sleep(self.options.settle)
+        return self._phase(back_at, secondary, primary, failback=True)
+
+    async def _wait_recovered(self, since: float, region: str) -> None:
+        deadline = time.monotonic() + self.recovery_timeout
+        while time.monotonic() < deadline:
+            done = _restored(self.fleet.snapshot(), region, since)
+            self._progress(
+                f"{self.plan.name}: {len(done)}/{self.fleet.clients} clients restored in {region}"
             )
-            # Clients still attached to the old writer's region keep their sockets (its
-            # servers answer bids `unavailable`): drain it so they follow DNS at once.
-            progress(f"[{name}] draining {secondary}")
-            await _set_zone_mode(config, secondary, "draining")
-            try:
-                await _wait_recovered(fleet, back_at, primary, recovery_timeout, progress, name)
-            finally:
-                await _set_zone_mode(config, secondary, "serving")
-            await asyncio.sleep(options.settle)
-            result["failback"] = _phase_report(
-                plane, fleet.snapshot(), cids, back_at, time.time(), secondary, primary,
-                recovery_timeout, failback=True,
-            )  # fmt: skip
-        progress(f"[{name}] stopping clients")
-        fleet.bidding.clear()
-        await asyncio.sleep(min(2.0, options.settle))  # acks in flight
-    finally:
-        await fleet.stop()
-        records = fleet.snapshot()
-        await plane.poll()
-        await plane.aclose()
-    writer = (plane.timeline[-1]["writer"] if plane.timeline else None) or secondary
-    progress(f"[{name}] reading the room streams from {writer}")
-    entries = await _read_streams(config, writer, list(rooms))
-    acks = [AckRecord(r[3], specs[0].bidder(r[1]), r[4], r[5]) for r in records if r[0] == "ack"]
-    result["final_writer"] = writer
-    result["bids"] = account_bids(acks, entries).as_dict()
-    rejected: dict[str, int] = {}
-    for r in records:
-        if r[0] == "rejected":
-            rejected[r[3]] = rejected.get(r[3], 0) + 1
-    result["bids"]["rejected"] = rejected
-    result["gave_up"] = len({r[1] for r in records if r[0] == "gaveup"})
-    result["timeline"] = plane.timeline
-    result["series"] = _series(records, config, plane.timeline[0]["t"] if plane.timeline else 0.0)
-    return result
+            if len(done) >= self.fleet.clients:
+                return
+            await asyncio.sleep(0.2)
+
+    def _phase(
+        self, since: float, lost: str, target: str, *, failback: bool = False
+    ) -> dict[str, Any]:
+        """The phase that began at `since`, from `lost` to `target`, as of now."""
+        end = time.time()
+        return phase_summary(
+            self.plane.timeline, self.fleet.snapshot(), range(self.plan.clients), since, end,
+            lost, target, self.recovery_timeout, failback=failback,
+        )  # fmt: skip
+
+    async def _stop_bidding(self) -> None:
+        self.say("stopping clients")
+        self.fleet.bidding.clear()
+        await asyncio.sleep(min(2.0, self.options.settle))  # acks in flight
+
+    async def _account(self, records: list[DrillRecord]) -> dict[str, Any]:
+        """Every acknowledged bid against the final writer's room streams."""
+        timeline = self.plane.timeline
+        writer = (timeline[-1]["writer"] if timeline else None) or self.secondary
+        self.say(f"reading the room streams from {writer}")
+        entries = await _read_streams(self.config, writer, list(self.plan.rooms))
+        bids = account_bids(of_kind(records, AckRecord), entries).as_dict()
+        bids["rejected"] = dict(Counter(r.reason for r in of_kind(records, RejectedRecord)))
+        regions = [r.name for r in self.config.regions]
+        return {
+            "final_writer": writer,
+            "bids": bids,
+            "gave_up": len({r.client for r in of_kind(records, GaveUpRecord)}),
+            "timeline": timeline,
+            "series": timeline_series(records, regions, timeline[0]["t"] if timeline else 0.0),
+        }
 
 
-def _series(records: list[Record], config: Config, start: float) -> dict[str, Any]:
-    """Per-second series for the timeline: connected clients per region, acked bids."""
-    if not records:
-        return {"start": start, "t": [], "connected": {}, "acks": []}
-    end = max(r[2] for r in records)
-    start = min(start, min(r[2] for r in records))
-    seconds = max(1, math.ceil(end - start) + 1)
-    step = 0.5
-    buckets = int(seconds / step) + 1
-    regions = [r.name for r in config.regions]
-    connected = {name: [0] * buckets for name in regions}
-    acks = [0] * buckets
-    where: dict[int, str | None] = {}
-    events = sorted((r for r in records if r[0] in ("connected", "disconnected", "ack")),
-                    key=lambda r: r[2])  # fmt: skip
-    counts = dict.fromkeys(regions, 0)
-    index = 0
-    for b in range(buckets):
-        edge = start + (b + 1) * step
-        while index < len(events) and events[index][2] < edge:
-            r = events[index]
-            index += 1
-            if r[0] == "ack":
-                acks[b] += 1
-                continue
-            old = where.get(r[1])
-            if old in counts:
-                counts[old] -= 1
-            if r[0] == "connected" and r[3] in counts:
-                counts[r[3]] += 1
-                where[r[1]] = r[3]
-            else:
-                where[r[1]] = None
-        for name in regions:
-            connected[name][b] = counts[name]
-    return {
-        "start": start,
-        "step": step,
-        "t": [b * step for b in range(buckets)],
-        "connected": connected,
-        "acks_per_second": [a / step for a in acks],
-    }
+async def _run_pass(
+    config: Config, options: DrillOptions, jitter: bool, name: str, progress: Progress
+) -> dict[str, Any]:
+    plan = _plan(config, options, jitter, name, time.time())
+    return await _Pass(config, options, plan, progress).run()
 
 
 # ------------------------------------------------------------------ the drill

@@ -1,4 +1,7 @@
-"""The per-zone app server: one ASGI application per (region, zone).
+"""The per-zone app server: one ASGI application per (region, zone), composed here from
+the zone's parts (:mod:`~rideout.realtime.zone`, :mod:`~rideout.realtime.connection`,
+:mod:`~rideout.realtime.admin`, the hub, the epoch tracker) and from other parts' routes
+(:class:`ZoneExtension`).
 
 Every zone of every region runs the same code; what differs is the config's region and
 zone. State lives in the region's Redis, never in the process, so any number of these
@@ -18,18 +21,16 @@ import contextlib
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import httpx
-import redis.asyncio as aioredis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Mount, Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
@@ -37,19 +38,17 @@ from rideout import routes
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
-from rideout.realtime import admin
+from rideout.realtime.admin import admin_mode
 from rideout.realtime.connection import WebSocketEndpoint
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.realtime.hub import Hub
 from rideout.realtime.metrics import AppMetrics
+from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer
 from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.client import state_client
 from rideout.store.replication import read_epoch, replication_status
 
-if TYPE_CHECKING:
-    from rideout.realtime.connection import Connection
-
-__all__ = ["ZoneApp", "ZoneServer", "auction_settings", "create_app"]
+__all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app"]
 
 
 def auction_settings(config: Config) -> AuctionSettings:
@@ -62,40 +61,6 @@ def auction_settings(config: Config) -> AuctionSettings:
         history_size=rt.history_size,
         history_ttl=rt.history_ttl,
     )
-
-
-@dataclass(eq=False)
-class ZoneServer:
-    """What one app server process holds; kept on ``app.state.zone``."""
-
-    config: Config
-    region: RegionConfig
-    zone: ZoneConfig
-    redis: aioredis.Redis
-    store: AuctionStore
-    hub: Hub
-    epoch: EpochTracker
-    verifier: TokenVerifier
-    issuer: TokenIssuer
-    jwks: dict[str, object]
-    admin_token: str
-    metrics: AppMetrics
-    started_at: float
-    origins: frozenset[str]
-    mode: str = "serving"
-    connections: set[Connection] = field(default_factory=set)
-    unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements
-
-    def origin_allowed(self, origin: str) -> bool:
-        return "*" in self.origins or origin in self.origins
-
-    def set_mode(self, mode: str) -> None:
-        """serving, degraded or draining (see rideout.realtime.admin)."""
-        self.mode = mode
-        for name in admin.MODES:
-            self.metrics.modes.labels(name).set(1 if name == mode else 0)
-        if mode == "draining":
-            admin.drain(self)
 
 
 async def health(request: Request) -> Response:
@@ -201,81 +166,113 @@ class ZoneApp:
         return self.web(scope, receive, send)
 
 
+class ZoneExtension(Protocol):
+    """Another part's routes and start-up work on a zone (the waiting room's, say).
+
+    Passed to :func:`create_app` by whoever composes the deployment, so ``realtime``
+    never imports the part: anything with these three methods will do.
+    """
+
+    def routes(self, server: ZoneServer) -> Sequence[BaseRoute]:
+        """The routes to mount once the zone is up: after rideout's own (which win a
+        clash), before the auction page's catch-all at ``/``."""
+
+    async def start(self, server: ZoneServer) -> None:
+        """Start-up work (warm a script cache, open a client), before the zone serves."""
+
+    async def stop(self) -> None:
+        """Undo :meth:`start`, before the zone's own shutdown (last started, first stopped)."""
+
+
+async def _open_zone(
+    stack: contextlib.AsyncExitStack, config: Config, region: RegionConfig, zone: ZoneConfig
+) -> ZoneServer:
+    """Build and start one zone's server; `stack` stops and closes it all."""
+    key = SigningKey.load_or_create(config.keys_dir)
+    verifier = TokenVerifier(
+        JWKSet(key.jwks()), issuer=config.auth.issuer, audience=config.auth.audience,
+        leeway=config.auth.leeway,
+    )  # fmt: skip
+    client = state_client(region.redis.address, region.redis.port)
+    stack.push_async_callback(client.aclose)
+    # Blocking stream reads get a connection pool of their own.
+    follower = state_client(region.redis.address, region.redis.port)
+    stack.push_async_callback(follower.aclose)
+    app_metrics = AppMetrics(region.name, zone.name)
+    store = AuctionStore(client, auction_settings(config), region.name)
+    stack.push_async_callback(store.close)
+    hub = Hub(
+        AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
+    )
+    control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
+    stack.push_async_callback(control_plane.aclose)
+    epoch = EpochTracker(
+        lambda: control_plane_epoch(control_plane, routes.control_plane_url(config, routes.WRITER)),
+        interval=config.timing.canary_interval,
+        on_change=app_metrics.epoch.set,
+        fallback=lambda: read_epoch(client),
+    )
+    server = ZoneServer(
+        config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
+        epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
+        issuer=TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl),
+        admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
+        started_at=time.monotonic(), origins=frozenset(config.origins()),
+    )  # fmt: skip
+    await epoch.refresh()
+    epoch.start()
+    stack.push_async_callback(epoch.stop)
+    hub.start()
+    stack.push_async_callback(hub.stop)
+    return server
+
+
+def _switch_on_signals(stack: contextlib.AsyncExitStack, server: ZoneServer) -> None:
+    loop = asyncio.get_running_loop()
+    for signum, mode in ((DEGRADE_SIGNAL, ZoneMode.DEGRADED), (SERVE_SIGNAL, ZoneMode.SERVING)):
+        loop.add_signal_handler(signum, server.set_mode, mode)
+        stack.callback(loop.remove_signal_handler, signum)
+
+
 def create_app(
-    config: Config, region_name: str, zone_name: str, *, signals: bool = False
+    config: Config,
+    region_name: str,
+    zone_name: str,
+    *,
+    signals: bool = False,
+    extensions: Sequence[ZoneExtension] = (),
 ) -> ZoneApp:
     """The ASGI app for one zone; raises KeyError for an unknown region or zone.
 
     The signing key and admin token are read from (or, on first use, created in) the
     deployment's keys directory, so every region verifies the same tokens. With
     `signals`, SIGUSR1 degrades the zone and SIGUSR2 puts it back to serving (for a
-    process of its own: `rideout serve`).
+    process of its own: `rideout serve`). Each of `extensions` is started, in order,
+    once the zone is up, and its routes mounted (see :class:`ZoneExtension`).
     """
     region = config.region(region_name)
     zone = config.zone(region_name, zone_name)
+    own = [
+        Route(routes.HEALTH, health),
+        Route(routes.METRICS, metrics),
+        Route("/.well-known/jwks.json", jwks),
+        Route(routes.ADMIN_MODE, admin_mode, methods=["GET", "POST"]),
+        Route("/config.json", browser_config),
+        Route("/auth/demo-token", demo_token, methods=["POST"]),
+    ]
+    page = Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        key = SigningKey.load_or_create(config.keys_dir)
-        verifier = TokenVerifier(
-            JWKSet(key.jwks()), issuer=config.auth.issuer, audience=config.auth.audience,
-            leeway=config.auth.leeway,
-        )  # fmt: skip
-        client = state_client(region.redis.address, region.redis.port)
-        # Blocking stream reads get a connection pool of their own.
-        follower = state_client(region.redis.address, region.redis.port)
-        app_metrics = AppMetrics(region.name, zone.name)
-        store = AuctionStore(client, auction_settings(config), region.name)
-        hub = Hub(
-            AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
-        )
-        control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
-        epoch = EpochTracker(
-            lambda: control_plane_epoch(
-                control_plane, routes.control_plane_url(config, routes.WRITER)
-            ),
-            interval=config.timing.canary_interval,
-            on_change=app_metrics.epoch.set,
-            fallback=lambda: read_epoch(client),
-        )
-        app.state.zone = ZoneServer(
-            config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
-            epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
-            issuer=TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl),
-            admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
-            started_at=time.monotonic(), origins=frozenset(config.origins()),
-        )  # fmt: skip
-        await epoch.refresh()
-        epoch.start()
-        hub.start()
-        loop = asyncio.get_running_loop()
-        if signals:
-            server = app.state.zone
-            loop.add_signal_handler(admin.DEGRADE_SIGNAL, server.set_mode, "degraded")
-            loop.add_signal_handler(admin.SERVE_SIGNAL, server.set_mode, "serving")
-        try:
-            yield
-        finally:
+        async with contextlib.AsyncExitStack() as stack:
+            server = app.state.zone = await _open_zone(stack, config, region, zone)
+            for extension in extensions:
+                await extension.start(server)
+                stack.push_async_callback(extension.stop)
+            added = [route for extension in extensions for route in extension.routes(server)]
+            app.router.routes[:] = [*own, *added, page]
             if signals:
-                loop.remove_signal_handler(admin.DEGRADE_SIGNAL)
-                loop.remove_signal_handler(admin.SERVE_SIGNAL)
-            await hub.stop()
-            await epoch.stop()
-            await control_plane.aclose()
-            await store.close()
-            await follower.aclose()
-            await client.aclose()
+                _switch_on_signals(stack, server)
+            yield
 
-    web = Starlette(
-        routes=[
-            Route("/health", health),
-            Route("/metrics", metrics),
-            Route("/.well-known/jwks.json", jwks),
-            Route("/admin/mode", admin.admin_mode, methods=["GET", "POST"]),
-            Route("/config.json", browser_config),
-            Route("/auth/demo-token", demo_token, methods=["POST"]),
-            Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web"),
-        ],
-        lifespan=lifespan,
-    )
-    return ZoneApp(web)
+    return ZoneApp(Starlette(routes=[*own, page], lifespan=lifespan))

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rideout._eager import Resumption, run_eagerly
 from rideout.auth import AuthError, extract_token
@@ -41,10 +41,8 @@ from rideout.protocol import (
     overloaded_reason,
     parse_client_message,
 )
+from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
-
-if TYPE_CHECKING:
-    from rideout.realtime.app import ZoneServer
 
 __all__ = ["Connection", "TokenBucket", "WebSocketEndpoint"]
 
@@ -104,7 +102,7 @@ class WebSocketEndpoint:
 
 
 async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connection | None:
-    if server.mode == "draining":
+    if server.mode == ZoneMode.DRAINING:
         await _deny(
             scope, send, server, 503, "draining", "this zone is draining; reconnect elsewhere"
         )
@@ -313,7 +311,7 @@ class Connection:
                 )
             )
             return
-        if server.mode == "degraded":
+        if server.mode == ZoneMode.DEGRADED:
             metrics.count_message(action, "unavailable")
             self._send(
                 encode_error(ErrorCode.UNAVAILABLE, "this zone's backend is degraded", request_id)

@@ -79,11 +79,10 @@ class AppMetrics:
             "Accepted bids in sync mode, by whether the replica had them before the ack.",
             ["outcome"], registry=r,
         )  # fmt: skip
+        # One series per mode, set by the zone (rideout.realtime.zone.ZoneServer).
         self.modes = Gauge(
             "rideout_zone_mode", "1 for the zone's current admin mode.", ["mode"], registry=r
         )
-        for mode in ("serving", "degraded", "draining"):
-            self.modes.labels(mode).set(1 if mode == "serving" else 0)
         self._messages = LabelCache(self.messages)
 
     def count_message(self, action: str, outcome: str) -> None:

@@ -1,0 +1,136 @@
+"""The drill's clients: their groups, their settings, and what they record (no deployment;
+the whole fleet runs in tests/drill/test_drill_e2e.py)."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import pytest
+
+from rideout.backoff import FullJitter, NoJitter
+from rideout.client.resolve import Resolved
+from rideout.client.ws import (
+    Acked,
+    Cause,
+    Connected,
+    Disconnected,
+    ReconnectScheduled,
+    StateRestored,
+)
+from rideout.drill.clients import (
+    ClientFleet,
+    GroupSpec,
+    _ClientRecorder,
+    _RecordingResolver,
+    client_settings,
+    region_of,
+)
+from rideout.drill.records import (
+    AckRecord,
+    AttemptRecord,
+    ConnectedRecord,
+    DisconnectedRecord,
+    DrillRecord,
+    RejectedRecord,
+    RestoredRecord,
+)
+from rideout.protocol import Position
+
+
+def test_a_group_spreads_its_clients_over_its_rooms(make_config: Any) -> None:
+    spec = GroupSpec(make_config(), first=40, count=20, rooms=("a", "b", "c"), prefix="d1")
+    assert [spec.room(cid) for cid in range(40, 44)] == ["b", "c", "a", "b"]
+    assert spec.bidder(41) == "d1-41"
+    assert pickle.loads(pickle.dumps(spec)) == spec  # it crosses into worker processes
+
+
+def test_region_of_every_zone_address(make_config: Any) -> None:
+    config = make_config()
+    regions = region_of(config)
+    for region in config.regions:
+        for zone in region.zones:
+            assert regions[zone.address] == region.name
+    assert len(regions) == sum(len(r.zones) for r in config.regions)
+
+
+def test_client_settings_with_and_without_jitter(make_config: Any) -> None:
+    config = make_config()
+    t = config.timing
+    jittered, plain = client_settings(config, True), client_settings(config, False)
+    assert isinstance(jittered.backoff, FullJitter)
+    assert isinstance(plain.backoff, NoJitter)
+    # A frozen region never answers the handshake: bounded like the heartbeat.
+    assert jittered.open_timeout == min(10.0, max(2.0, 2 * t.heartbeat_timeout))
+
+
+def test_the_events_that_matter_become_records(make_config: Any) -> None:
+    config = make_config()
+    west = config.secondary
+    address = west.zones[0].address
+    out: list[DrillRecord] = []
+    recorder = _ClientRecorder(5, "d1-5", region_of(config), out)
+    record = recorder.on_event
+    position = Position(2, "1700000000000-0")
+    record(Connected(address, None))
+    record(StateRestored("lot", {"bid": 3}, position, True, 0, west.name))
+    record(Acked("b1", True, None, position, "lot", 10, west.name))
+    record(Acked("b2", False, "too_low", None, "lot", 2, None))
+    record(Disconnected(Cause.CLOSED, 1012, "draining", address))
+    record(Connected("127.9.9.9", None))  # an address of no zone
+    record(ReconnectScheduled(1, 0.5, Cause.CLOSED))
+    assert [type(r) for r in out] == [
+        ConnectedRecord, RestoredRecord, AckRecord, RejectedRecord, DisconnectedRecord,
+        ConnectedRecord,
+    ]  # fmt: skip
+    assert all(r.client == 5 for r in out)
+    connected, restored, ack, rejected, disconnected, nowhere = out
+    assert connected.region == disconnected.region == restored.region == west.name
+    assert (ack.room, ack.bidder, ack.amount, ack.offset, ack.region) == (
+        "lot", "d1-5", 10, "1700000000000-0", west.name,
+    )  # fmt: skip
+    assert rejected.reason == "too_low"
+    assert nowhere.region == "?"
+    assert recorder.take_due(0.0) >= out[-1].t + 0.5  # when the next attempt's backoff ends
+    assert recorder.take_due(7.0) == 7.0  # taken: the next attempt, if no backoff, is due now
+
+
+class Fixed:
+    """A resolver that always answers `addresses` (what a name server would)."""
+
+    def __init__(self, *addresses: str) -> None:
+        self.addresses = addresses
+
+    async def resolve(self, name: str) -> Resolved:
+        return Resolved(self.addresses, 1.0, "fixed")
+
+
+async def test_each_resolution_is_an_attempt_toward_the_region_named(make_config: Any) -> None:
+    config = make_config()
+    primary = config.primary
+    out: list[DrillRecord] = []
+    recorder = _ClientRecorder(3, "d1-3", region_of(config), out)
+    recorder.on_event(ReconnectScheduled(1, 0.5, Cause.CLOSED))
+    resolver = _RecordingResolver(Fixed(primary.zones[1].address), recorder)
+    answer = await resolver.resolve(config.app_domain)
+    assert answer.addresses == (primary.zones[1].address,)
+    await _RecordingResolver(Fixed(), recorder).resolve(config.app_domain)
+    first, second = out
+    assert isinstance(first, AttemptRecord)
+    assert (first.client, first.region) == (3, primary.name)
+    assert first.due - first.t == pytest.approx(0.5, abs=0.25)  # when its backoff was to end
+    assert isinstance(second, AttemptRecord)
+    assert (second.region, second.due) == ("?", second.t)  # no backoff before it: due now
+
+
+async def test_a_fleet_without_processes_collects_what_its_groups_report(
+    make_config: Any,
+) -> None:
+    fleet = ClientFleet([], processes=False)
+    assert fleet.clients == 0
+    fleet.start()
+    fleet._add([ConnectedRecord(0, 1.0, "east")])
+    await fleet.stop()
+    assert fleet.snapshot() == [ConnectedRecord(0, 1.0, "east")]
+    assert fleet.stopping.is_set()
+    assert not fleet.bidding.is_set()

@@ -1,0 +1,107 @@
+"""The runner's pure parts: options, the plan of a pass, objectives (no deployment but
+the refusal of a running one)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rideout.drill.records import ConnectedRecord, DrillRecord, RestoredRecord
+from rideout.drill.runner import (
+    DrillError,
+    DrillOptions,
+    _objectives,
+    _plan,
+    _restored,
+    _serves_from,
+    _timeouts,
+    run_region_outage,
+)
+from rideout.errors import RideoutError
+from tests.drill.conftest import sample_report
+
+
+def test_objectives() -> None:
+    options = DrillOptions(clients=10, max_rto=4.0, max_lost=0)
+    found = _objectives(options, sample_report(p99=5.0, lost=1)["passes"][:1])
+    assert [o["ok"] for o in found] == [False, False, True]
+    found = _objectives(options, sample_report(p99=3.0)["passes"][:1])
+    assert all(o["ok"] for o in found)
+    # A bid applied twice fails the drill even with no objective asked for.
+    found = _objectives(DrillOptions(clients=10), sample_report(duplicates=2)["passes"][:1])
+    assert [(o["name"], o["ok"]) for o in found] == [
+        ("full-jitter: bids applied more than once", False)
+    ]
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(DrillError, match="--fault"):
+        DrillOptions(fault="nuke")
+    with pytest.raises(DrillError, match="--replication"):
+        DrillOptions(replication="maybe")
+    with pytest.raises(DrillError, match="--clients"):
+        DrillOptions(clients=0)
+
+
+async def test_refuses_a_running_deployment_with_other_replication(running_async: Path) -> None:
+    options = DrillOptions(replication="sync", config_path=running_async, env={})
+    with pytest.raises(DrillError, match="uses async replication, not sync"):
+        await run_region_outage(options)
+
+
+def test_drill_errors_are_rideout_errors() -> None:
+    assert issubclass(DrillError, RideoutError)
+    assert issubclass(DrillError, RuntimeError)  # what callers caught before
+
+
+def test_a_small_pass_runs_its_clients_in_this_process(make_config: Any) -> None:
+    config = make_config()
+    plan = _plan(config, DrillOptions(clients=50), True, "full-jitter", now=1_700_000_000.123)
+    assert plan.rooms == tuple(f"drill000000123-r{i}" for i in range(3))  # one per 20 clients
+    assert not plan.processes
+    (spec,) = plan.specs
+    assert (spec.first, spec.count, spec.jitter, spec.bid_interval) == (0, 50, True, 1.0)
+    assert plan.header() == {
+        "name": "full-jitter", "backoff": "full jitter", "clients": 50, "processes": 0,
+        "rooms": 3, "bid_interval": 1.0,
+    }  # fmt: skip
+
+
+def test_a_large_pass_splits_its_clients_over_worker_processes(make_config: Any) -> None:
+    options = DrillOptions(clients=1001, clients_per_process=400, rooms=7)
+    plan = _plan(make_config(), options, False, "no-jitter", now=0.0)
+    assert plan.processes
+    assert [(s.first, s.count) for s in plan.specs] == [(0, 334), (334, 334), (668, 333)]
+    assert {s.rooms for s in plan.specs} == {plan.rooms}
+    assert len(plan.rooms) == 7
+    assert plan.bid_interval == pytest.approx(1001 / 250)
+    assert plan.header()["processes"] == 3
+    assert plan.header()["backoff"] == "no jitter"
+    forced = _plan(make_config(), DrillOptions(clients=10, processes=True), True, "x", now=0.0)
+    assert forced.processes
+    assert len(forced.specs) == 1
+
+
+def test_timeouts_follow_the_profile(make_config: Any) -> None:
+    config = make_config()
+    t = config.timing
+    failover, recovery = _timeouts(config, DrillOptions())
+    assert failover == (t.failover_datapoints + 4) * t.canary_interval * 3 + t.dns_ttl + 20
+    assert recovery == max(30.0, failover + 4 * t.backoff_cap)
+    assert _timeouts(config, DrillOptions(recovery_timeout=7.0))[1] == 7.0
+
+
+def test_restored_clients_and_where_the_deployment_serves_from() -> None:
+    records: list[DrillRecord] = [
+        RestoredRecord(1, 10.0, "east"),
+        RestoredRecord(2, 12.0, "west"),
+        ConnectedRecord(3, 12.5, "west"),
+        RestoredRecord(1, 13.0, "west"),
+    ]
+    assert _restored(records, "west") == {1, 2}
+    assert _restored(records, "west", since=12.5) == {1}
+    serving_west = _serves_from("west")
+    assert serving_west({"dns": {"region": "west"}, "failover": {"writer": "west"}})
+    assert not serving_west({"dns": {"region": "west"}, "failover": {"writer": "east"}})

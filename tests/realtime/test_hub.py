@@ -1,0 +1,77 @@
+"""Fan-out: one follower per process, every worker and zone of a region, in order."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rideout.protocol import OffsetKey
+from rideout.realtime.hub import Hub
+from rideout.realtime.metrics import AppMetrics
+from tests.realtime.conftest import Deployment, recv, recv_type, send
+
+
+async def test_a_bid_reaches_every_worker_and_zone_in_order(deployment: Deployment) -> None:
+    names = ["a1", "a1b", "a2", "b1"]
+    async with (
+        deployment.connect("a1", "alice") as bidder,
+        deployment.connect("a1b", "bob") as w2,
+        deployment.connect("a2", "carol") as z2,
+        deployment.connect("b1", "dave") as other_region,
+    ):
+        watchers = [bidder, w2, z2, other_region]
+        for ws in watchers:
+            await send(ws, action="getState", room="lot-1")
+            assert (await recv_type(ws, "state"))["state"]["bids"] == 0
+        early: list[dict[str, Any]] = []  # updates that overtook their bid's ack
+        for amount in range(10, 110, 10):
+            await send(bidder, action="bid", room="lot-1", amount=amount, id=f"b{amount}")
+            while (msg := await recv(bidder))["type"] != "ack":
+                early.append(msg)
+            assert msg["accepted"] is True
+            assert msg["region"] == "us-east-1"
+        for name, ws in zip(names, watchers, strict=True):
+            updates = early if ws is bidder else []
+            while len(updates) < 10:
+                updates.append(await recv_type(ws, "update"))
+            assert [u["type"] for u in updates] == ["update"] * 10
+            assert [u["state"]["bid"] for u in updates] == list(range(10, 110, 10)), name
+            offsets = [tuple(map(int, u["position"]["offset"].split("-"))) for u in updates]
+            assert offsets == sorted(set(offsets)), f"{name}: out of order or duplicated"
+            assert {u["region"] for u in updates} == {"us-west-2" if name == "b1" else "us-east-1"}
+            await send(ws, action="heartbeat")  # nothing else was queued before the pong
+            assert await recv(ws) == "pong", name
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.updates: list[tuple[str, OffsetKey, str]] = []
+
+    def deliver(self, room: str, key: OffsetKey, text: str) -> None:
+        self.updates.append((room, key, text))
+
+
+async def test_first_subscribers_share_one_start_and_the_last_one_out_stops_it(
+    deployment: Deployment,
+) -> None:
+    server = deployment.servers["a1"]
+    hub = Hub(server.store, server.region.name, AppMetrics("r", "z"))  # not started
+    a, b = Inbox(), Inbox()
+    await asyncio.gather(hub.subscribe("lot-h", a), hub.subscribe("lot-h", b))
+    assert (hub.rooms, hub.subscriber_count("lot-h")) == ({"lot-h"}, 2)
+    hub.unsubscribe("lot-h", a)
+    hub.unsubscribe("elsewhere", a)  # never subscribed: nothing happens
+    assert hub.subscriber_count("lot-h") == 1
+    hub.unsubscribe("lot-h", b)
+    assert (hub.rooms, hub.subscriber_count("lot-h")) == (frozenset(), 0)
+
+
+async def test_a_connection_that_leaves_is_unsubscribed(deployment: Deployment) -> None:
+    hub = deployment.servers["a1"].hub
+    async with deployment.connect("a1") as ws:
+        await send(ws, action="getState", room="lot-left")
+        await recv_type(ws, "state")
+        assert hub.subscriber_count("lot-left") == 1
+    async with asyncio.timeout(5):
+        while "lot-left" in hub.rooms:
+            await asyncio.sleep(0.01)
