@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import base64
 import json
-import pickle
 from dataclasses import FrozenInstanceError
 from typing import Any
 
@@ -16,7 +15,6 @@ from hypothesis import strategies as st
 
 from rideout.auth import (
     MAX_TOKEN_LENGTH,
-    REASON_STATUS,
     AuthError,
     Claims,
     JWKSet,
@@ -531,25 +529,6 @@ def test_constructors_validate_configuration(signing_key: SigningKey) -> None:
         TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=0)
     with pytest.raises(ValueError, match="leeway"):
         TokenVerifier(keys, ISSUER, AUDIENCE, leeway=-1)
-
-
-# --------------------------------------------------------------------------- AuthError
-
-
-def test_auth_error_carries_status_reason_and_message() -> None:
-    error = AuthError(401, "missing_token")
-    assert (error.status, error.reason, error.message) == (401, "missing_token", "missing token")
-    assert str(error) == "401 missing_token: missing token"
-    copy = pickle.loads(pickle.dumps(AuthError(403, "token_revoked", "revoked at 12:00")))
-    assert (copy.status, copy.reason, copy.message) == (403, "token_revoked", "revoked at 12:00")
-    with pytest.raises(ValueError, match="401 or 403"):
-        AuthError(500, "malformed")
-    assert {reason for reason, status in REASON_STATUS.items() if status == 403} == {
-        "wrong_audience",
-        "not_access_token",
-        "token_revoked",
-    }
-    assert AuthError.of("wrong_audience").status == 403
 
 
 def test_claims_equality_ignores_raw() -> None:
