@@ -11,7 +11,7 @@ import pytest
 
 import rideout
 from rideout._process import ProcessError
-from rideout.auth import AuthError, CredentialError, JWKSError, KeyFileError
+from rideout.auth import CredentialError, JWKSError
 from rideout.auth.admin import AdminTokenError
 from rideout.client.errors import ClientError
 from rideout.config import ConfigError
@@ -163,12 +163,3 @@ def test_the_root_is_not_a_builtin_category() -> None:
     assert not issubclass(RideoutError, ValueError | RuntimeError | TypeError)
     assert issubclass(InvalidArgumentType, InvalidArgument)
     assert not issubclass(InvalidArgument, TypeError)
-
-
-def test_a_caught_auth_error_is_always_a_rejection_with_a_status() -> None:
-    """The handshake catches AuthError and reads its status: the key-material errors
-    are siblings under CredentialError, never AuthErrors."""
-    for error in (KeyFileError, JWKSError, AdminTokenError):
-        assert issubclass(error, CredentialError)
-        assert not issubclass(error, AuthError)
-    assert AuthError.of("missing_token").status == 401
