@@ -1,9 +1,18 @@
-"""Shared fixtures: every test deployment gets its own ports and data directory."""
+"""Shared fixtures: every test deployment gets its own ports and data directory.
+
+Waiting for something that happens elsewhere (a process, a server, another task) goes
+through :func:`until` (or :func:`until_sync` outside an event loop): poll the condition
+itself, never sleep for a guessed time. Code that takes a clock gets a
+:class:`FakeClock`, so a test moves time instead of waiting for it.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import random
 import socket
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,9 +87,97 @@ def make_config(tmp_path: Path) -> Callable[..., Config]:
     return make
 
 
+# --------------------------------------------------------------------------- waiting
+
+
+def _describe(condition: Callable[[], object], message: str) -> str:
+    if message:
+        return message
+    try:
+        return inspect.getsource(condition).strip()
+    except (OSError, TypeError):
+        return repr(condition)
+
+
+async def until(
+    condition: Callable[[], object],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.05,
+    message: str = "",
+) -> float:
+    """Poll `condition` until it returns something true; the seconds that took.
+
+    `condition` may return an awaitable (call an ``async def`` in a lambda), which is
+    awaited within the same `timeout`. After `timeout` seconds the test fails with an
+    AssertionError naming `message` (or the condition's source).
+    """
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        async with asyncio.timeout(timeout) as window:
+            while True:
+                result = condition()
+                if inspect.isawaitable(result):
+                    result = await result
+                if result:
+                    return loop.time() - start
+                await asyncio.sleep(interval)
+    except TimeoutError:
+        if not window.expired():  # the condition's own timeout, not ours
+            raise
+        raise AssertionError(f"not within {timeout:g} s: {_describe(condition, message)}") from None
+
+
+def until_sync(
+    condition: Callable[[], object],
+    timeout: float = 10.0,
+    *,
+    interval: float = 0.05,
+    message: str = "",
+) -> float:
+    """:func:`until` for code outside an event loop (threads, subprocesses)."""
+    start = time.monotonic()
+    while not condition():
+        if time.monotonic() - start >= timeout:
+            raise AssertionError(f"not within {timeout:g} s: {_describe(condition, message)}")
+        time.sleep(interval)
+    return time.monotonic() - start
+
+
+# --------------------------------------------------------------------------- fake time
+
+
+class FakeClock:
+    """An injected clock: time moves only when the code under test sleeps through it
+    (:meth:`sleep`, :meth:`asleep`) or the test moves it (``now``, :meth:`advance`).
+
+    Real I/O takes real (tiny) time this clock does not see, so schedules and deadlines
+    come out exact; ``calls`` counts the readings, ``sleeps`` records every sleep.
+    """
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.calls = 0
+        self.sleeps: list[float] = []
+
+    def __call__(self) -> float:
+        self.calls += 1
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    async def asleep(self, seconds: float) -> None:
+        self.sleep(seconds)
+
+
 # --------------------------------------------------------------------------- real servers
 
-import asyncio  # noqa: E402
 import contextlib  # noqa: E402
 from collections.abc import AsyncIterator  # noqa: E402
 
@@ -115,11 +212,10 @@ async def serving(app: ASGIApp, host: str, port: int) -> AsyncIterator[uvicorn.S
     server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     try:
-        while not server.started:
-            if task.done():
-                task.result()
-                raise RuntimeError("uvicorn exited before it started")
-            await asyncio.sleep(0.01)
+        await until(lambda: server.started or task.done(), 30, interval=0.01, message="uvicorn")
+        if not server.started:
+            task.result()
+            raise RuntimeError("uvicorn exited before it started")
         yield server
     finally:
         server.should_exit = True
@@ -144,16 +240,15 @@ def _descendants(pid: int) -> list[int]:
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any test left a process behind (servers must be stopped)."""
     import os
-    import time
 
     from rideout._process import pid_alive
 
-    deadline = time.monotonic() + 5
-    while (
-        left := [p for p in _descendants(os.getpid()) if pid_alive(p)]
-    ) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    if left:
+    def alive() -> list[int]:
+        return [p for p in _descendants(os.getpid()) if pid_alive(p)]
+
+    with contextlib.suppress(AssertionError):  # reported below, with what they run
+        until_sync(lambda: not alive(), 5, interval=0.1)
+    if left := alive():
         cmdlines = []
         for pid in left:
             try:

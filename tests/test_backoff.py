@@ -21,6 +21,7 @@ from rideout.backoff import (
     RetryBudget,
     delays,
 )
+from tests.conftest import FakeClock
 
 SEED = 20261130
 DRAWS = 10_000
@@ -330,16 +331,6 @@ def test_retry_budget_validation(
 
 
 # -------------------------------------------------------------------------- deadline
-
-
-class FakeClock:
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-        self.calls = 0
-
-    def __call__(self) -> float:
-        self.calls += 1
-        return self.now
 
 
 def test_deadline_with_a_fake_clock() -> None:

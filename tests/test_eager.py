@@ -52,7 +52,7 @@ async def test_a_coroutine_that_waits_is_finished_by_whoever_awaits_the_rest() -
         await rest
 
     task = asyncio.create_task(finish())
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(0)  # one turn of the loop: the task starts and waits on the gate
     assert steps == ["before"]
     gate.set()
     await task

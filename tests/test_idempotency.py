@@ -30,7 +30,7 @@ from rideout.idempotency import (
 )
 from rideout.store import keys
 from rideout.store.client import probe_client, state_client
-from tests.conftest import free_port, running_redis_pair, serving
+from tests.conftest import free_port, running_redis_pair, serving, until
 
 APP_ADDRESSES = ("127.0.6.1", "127.0.6.2")
 
@@ -260,9 +260,7 @@ async def test_repeat_while_in_flight_is_409(site: Site, http: httpx.AsyncClient
     url = await site.serve(wrap(orders.app(), site.primary, lease=1.0))
     first = asyncio.create_task(http.post(f"{url}/slow", content=b"x", headers=key("s1")))
     try:
-        async with asyncio.timeout(5):
-            while orders.runs["slow"] == 0:
-                await asyncio.sleep(0.01)
+        await until(lambda: orders.runs["slow"], 5, interval=0.01, message="the app running")
         # Past two lease periods: the lease is renewed (every third of it) meanwhile.
         await asyncio.sleep(2.2)
         second = await http.post(f"{url}/slow", content=b"x", headers=key("s1"))

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 import os
 import signal
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from rideout._process import ManagedProcess, ProcessError, pid_alive
+from tests.conftest import until, until_sync
 
 
 async def test_output_goes_to_log_sink_and_tail(tmp_path: Path) -> None:
@@ -35,8 +35,7 @@ async def test_stop_escalates_to_sigkill(tmp_path: Path) -> None:
     script = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('ready', flush=True); time.sleep(60)"
     proc = ManagedProcess("stubborn", [sys.executable, "-c", script], log_file=tmp_path / "s.log")
     await proc.start()
-    while "ready" not in proc.tail():
-        await asyncio.sleep(0.01)
+    await until(lambda: "ready" in proc.tail(), interval=0.01)
     pid = proc.pid
     assert pid is not None
     t0 = time.monotonic()
@@ -92,9 +91,7 @@ def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
         assert pid_alive(child)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while pid_alive(child) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until_sync(lambda: not pid_alive(child), 10, message="the child gone")
         assert not pid_alive(child)
 
 

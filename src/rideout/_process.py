@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO
 
+from rideout.errors import RideoutError
+
 __all__ = ["ManagedProcess", "ProcessError", "pid_alive"]
 
 LineSink = Callable[[str, str], None]  # (process name, line without newline)
@@ -59,7 +61,7 @@ def pid_alive(pid: int) -> bool:
         return True
 
 
-class ProcessError(RuntimeError):
+class ProcessError(RideoutError, RuntimeError):
     """A child process failed to start or stopped unexpectedly."""
 
 

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from rideout.errors import InvalidArgument
+
 __all__ = [
     "DEFAULT_CONFIG_FILE",
     "PROFILES",
@@ -51,7 +53,7 @@ _DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
-class ConfigError(ValueError):
+class ConfigError(InvalidArgument):
     """The configuration is invalid; the message names the key and the problem."""
 
     def __init__(self, key: str, problem: str) -> None:

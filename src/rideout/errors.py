@@ -1,8 +1,9 @@
 """The root of every exception rideout raises.
 
 Each package has one base beneath it (:class:`rideout.store.StoreError`,
-:class:`rideout.auth.AuthError`, :class:`rideout.client.ClientError`, ...), so a caller can
-catch everything of one part, or everything of rideout, without catching its own bugs.
+:class:`rideout.auth.CredentialError`, :class:`rideout.client.ClientError`, ...), so a
+caller can catch everything of one part, or everything of rideout, without catching its
+own bugs (docs/errors.md lists them).
 Errors about a bad argument or setting also derive from :class:`ValueError` (and, for a
 wrong type, :class:`TypeError`), as the standard library's own checks do.
 """

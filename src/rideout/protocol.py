@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any, Final, TypeAlias, TypeGuard
 
+from rideout.errors import RideoutError
+
 __all__ = [
     "MAX_AMOUNT",
     "MAX_EPOCH",
@@ -117,7 +119,7 @@ class CloseCode(IntEnum):
     """Overloaded: reconnect later; the reason carries a retry hint."""
 
 
-class ProtocolError(ValueError):
+class ProtocolError(RideoutError, ValueError):
     """A message that does not follow the wire protocol.
 
     ``code`` is :data:`MESSAGE_TOO_BIG` or ``"bad_request"``; ``request_id`` is the

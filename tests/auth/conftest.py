@@ -15,20 +15,11 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
+from tests.conftest import FakeClock
 
 ISSUER = "https://auth.rideout.test"
 AUDIENCE = "auction"
 NOW = 1_800_000_000.25
-
-
-@dataclass
-class Clock:
-    """A clock the test moves by hand: no sleeping."""
-
-    now: float = NOW
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def b64(data: bytes) -> str:
@@ -45,7 +36,7 @@ class Forge:
 
     private_key: Ed25519PrivateKey
     kid: str
-    clock: Clock
+    clock: FakeClock
     jws: jwt.PyJWS = field(default_factory=jwt.PyJWS)
 
     def claims(self, **overrides: Any) -> dict[str, Any]:
@@ -108,8 +99,9 @@ def drop() -> Any:
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
+def clock() -> FakeClock:
+    """A clock the test moves by hand: no sleeping."""
+    return FakeClock(NOW)
 
 
 @pytest.fixture(scope="session")
@@ -133,15 +125,15 @@ def ec_key() -> ec.EllipticCurvePrivateKey:
 
 
 @pytest.fixture
-def issuer(signing_key: SigningKey, clock: Clock) -> TokenIssuer:
+def issuer(signing_key: SigningKey, clock: FakeClock) -> TokenIssuer:
     return TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=300, clock=clock)
 
 
 @pytest.fixture
-def verifier(signing_key: SigningKey, clock: Clock) -> TokenVerifier:
+def verifier(signing_key: SigningKey, clock: FakeClock) -> TokenVerifier:
     return TokenVerifier(JWKSet(signing_key.jwks()), ISSUER, AUDIENCE, leeway=5, clock=clock)
 
 
 @pytest.fixture
-def forge(private_key: Ed25519PrivateKey, signing_key: SigningKey, clock: Clock) -> Forge:
+def forge(private_key: Ed25519PrivateKey, signing_key: SigningKey, clock: FakeClock) -> Forge:
     return Forge(private_key, signing_key.kid, clock)

@@ -7,7 +7,6 @@ import stat
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from rideout.auth import KEY_FILENAME, JWKSError, JWKSet, KeyFileError, SigningKey, jwk_thumbprint
 from rideout.auth.keys import _publish
+from tests.conftest import until_sync
 
 # RFC 8037 Appendix A.1-A.3: an Ed25519 key and its RFC 7638 thumbprint.
 RFC8037_D = "nWGxne_9WmC6hEr0kuwsxERJxWl7MmkZcDusAxyuf2A"
@@ -182,9 +182,8 @@ def test_concurrent_processes_end_with_one_key(tmp_path: Path) -> None:
         )
         for i in range(count)
     ]
-    deadline = time.monotonic() + 30
-    while len(list(tmp_path.glob("ready-*"))) < count and time.monotonic() < deadline:
-        time.sleep(0.005)  # waiting for the helper processes to import, not for a token clock
+    # Every helper process has imported rideout, so they race for the key together.
+    until_sync(lambda: len(list(tmp_path.glob("ready-*"))) == count, 30, interval=0.005)
     (tmp_path / "go").touch()
     kids = set()
     for process in processes:

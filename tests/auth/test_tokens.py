@@ -2,7 +2,6 @@ from __future__ import annotations
 
 import base64
 import json
-import pickle
 from dataclasses import FrozenInstanceError
 from typing import Any
 
@@ -16,7 +15,6 @@ from hypothesis import strategies as st
 
 from rideout.auth import (
     MAX_TOKEN_LENGTH,
-    REASON_STATUS,
     AuthError,
     Claims,
     JWKSet,
@@ -24,7 +22,8 @@ from rideout.auth import (
     TokenIssuer,
     TokenVerifier,
 )
-from tests.auth.conftest import AUDIENCE, ISSUER, Clock, Forge, b64, b64json
+from tests.auth.conftest import AUDIENCE, ISSUER, Forge, b64, b64json
+from tests.conftest import FakeClock
 
 HYPOTHESIS = settings(
     database=None,
@@ -50,7 +49,7 @@ def assert_rejected(verifier: TokenVerifier, token: str, status: int, reason: st
 # --------------------------------------------------------------------------- happy path
 
 
-def test_issue_and_verify(issuer: TokenIssuer, verifier: TokenVerifier, clock: Clock) -> None:
+def test_issue_and_verify(issuer: TokenIssuer, verifier: TokenVerifier, clock: FakeClock) -> None:
     token = issuer.issue("user-1", extra_claims={"room": "r1", "tier": 2})
     claims = verifier.verify(token)
     iat = int(clock.now)
@@ -72,7 +71,7 @@ def test_jti_is_random(issuer: TokenIssuer, verifier: TokenVerifier) -> None:
 
 
 def test_ttl_override_is_rounded_up_to_whole_seconds(
-    issuer: TokenIssuer, verifier: TokenVerifier, clock: Clock
+    issuer: TokenIssuer, verifier: TokenVerifier, clock: FakeClock
 ) -> None:
     claims = verifier.verify(issuer.issue("u", ttl=0.5))
     assert claims.exp == int(clock.now) + 1
@@ -91,7 +90,7 @@ def test_verifies_rs256_and_es256_keys_from_a_jwks(
     signing_key: SigningKey,
     rsa_key: rsa.RSAPrivateKey,
     ec_key: ec.EllipticCurvePrivateKey,
-    clock: Clock,
+    clock: FakeClock,
 ) -> None:
     rsa_jwk = {**jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key(), as_dict=True), "kid": "r"}
     ec_jwk = {**jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key(), as_dict=True), "kid": "e"}
@@ -122,7 +121,7 @@ def test_audience_list_containing_ours_is_accepted(forge: Forge, verifier: Token
 
 
 def test_float_times_and_missing_nbf_are_accepted(
-    forge: Forge, verifier: TokenVerifier, clock: Clock, drop: Any
+    forge: Forge, verifier: TokenVerifier, clock: FakeClock, drop: Any
 ) -> None:
     token = forge.sign(forge.claims(nbf=drop, iat=clock.now - 0.5, exp=clock.now + 0.5))
     assert verifier.verify(token).exp == clock.now + 0.5
@@ -131,7 +130,9 @@ def test_float_times_and_missing_nbf_are_accepted(
 # --------------------------------------------------------------------------- time
 
 
-def test_expiry_respects_leeway(issuer: TokenIssuer, verifier: TokenVerifier, clock: Clock) -> None:
+def test_expiry_respects_leeway(
+    issuer: TokenIssuer, verifier: TokenVerifier, clock: FakeClock
+) -> None:
     token = issuer.issue("u")
     exp = verifier.verify(token).exp
     clock.now = exp + 4.9  # within the 5 s leeway
@@ -140,7 +141,9 @@ def test_expiry_respects_leeway(issuer: TokenIssuer, verifier: TokenVerifier, cl
     assert_rejected(verifier, token, 401, "token_expired")
 
 
-def test_expiry_without_leeway(signing_key: SigningKey, issuer: TokenIssuer, clock: Clock) -> None:
+def test_expiry_without_leeway(
+    signing_key: SigningKey, issuer: TokenIssuer, clock: FakeClock
+) -> None:
     strict = TokenVerifier(JWKSet(signing_key.jwks()), ISSUER, AUDIENCE, leeway=0, clock=clock)
     token = issuer.issue("u")
     exp = strict.verify(token).exp
@@ -150,7 +153,7 @@ def test_expiry_without_leeway(signing_key: SigningKey, issuer: TokenIssuer, clo
     assert_rejected(strict, token, 401, "token_expired")
 
 
-def test_not_yet_valid(issuer: TokenIssuer, verifier: TokenVerifier, clock: Clock) -> None:
+def test_not_yet_valid(issuer: TokenIssuer, verifier: TokenVerifier, clock: FakeClock) -> None:
     token = issuer.issue("u")
     iat = int(clock.now)
     clock.now = iat - 4.9  # clock skew within leeway
@@ -159,13 +162,13 @@ def test_not_yet_valid(issuer: TokenIssuer, verifier: TokenVerifier, clock: Cloc
     assert_rejected(verifier, token, 401, "token_not_yet_valid")
 
 
-def test_future_nbf_is_rejected(forge: Forge, verifier: TokenVerifier, clock: Clock) -> None:
+def test_future_nbf_is_rejected(forge: Forge, verifier: TokenVerifier, clock: FakeClock) -> None:
     token = forge.sign(forge.claims(nbf=int(clock.now) + 60))
     assert_rejected(verifier, token, 401, "token_not_yet_valid")
 
 
 def test_future_iat_is_rejected(
-    forge: Forge, verifier: TokenVerifier, clock: Clock, drop: Any
+    forge: Forge, verifier: TokenVerifier, clock: FakeClock, drop: Any
 ) -> None:
     token = forge.sign(forge.claims(nbf=drop, iat=int(clock.now) + 60))
     assert_rejected(verifier, token, 401, "token_not_yet_valid")
@@ -175,7 +178,7 @@ def test_future_iat_is_rejected(
 
 
 def test_wrong_audience_is_forbidden(
-    issuer: TokenIssuer, signing_key: SigningKey, clock: Clock
+    issuer: TokenIssuer, signing_key: SigningKey, clock: FakeClock
 ) -> None:
     other = TokenVerifier(JWKSet(signing_key.jwks()), ISSUER, "admin-api", clock=clock)
     assert_rejected(other, issuer.issue("u"), 403, "wrong_audience")
@@ -196,7 +199,7 @@ def test_wrong_issuer_is_unauthorized(forge: Forge, verifier: TokenVerifier, iss
 
 
 def test_wrong_issuer_via_verifier_config(
-    issuer: TokenIssuer, signing_key: SigningKey, clock: Clock
+    issuer: TokenIssuer, signing_key: SigningKey, clock: FakeClock
 ) -> None:
     other = TokenVerifier(JWKSet(signing_key.jwks()), "https://other.test", AUDIENCE, clock=clock)
     assert_rejected(other, issuer.issue("u"), 401, "wrong_issuer")
@@ -271,7 +274,7 @@ def test_signed_but_broken_payloads_are_malformed(
 
 
 def test_duplicate_claims_cannot_smuggle_a_second_value(
-    forge: Forge, verifier: TokenVerifier, clock: Clock
+    forge: Forge, verifier: TokenVerifier, clock: FakeClock
 ) -> None:
     claims = json.dumps(forge.claims())[:-1] + ', "sub": "admin"}'
     assert_rejected(verifier, forge.sign(claims.encode()), 401, "malformed")
@@ -320,7 +323,7 @@ def test_hmac_with_the_public_key_is_rejected_ed25519(
 
 
 def test_hmac_with_the_public_key_is_rejected_rsa_and_ec(
-    forge: Forge, rsa_key: rsa.RSAPrivateKey, ec_key: ec.EllipticCurvePrivateKey, clock: Clock
+    forge: Forge, rsa_key: rsa.RSAPrivateKey, ec_key: ec.EllipticCurvePrivateKey, clock: FakeClock
 ) -> None:
     rsa_jwk = {**jwt.algorithms.RSAAlgorithm.to_jwk(rsa_key.public_key(), as_dict=True), "kid": "r"}
     ec_jwk = {**jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key(), as_dict=True), "kid": "e"}
@@ -392,7 +395,7 @@ def test_other_key_claiming_our_kid(forge: Forge, verifier: TokenVerifier) -> No
 
 
 def test_token_from_another_trusted_issuer_key_cannot_borrow_a_kid(
-    forge: Forge, signing_key: SigningKey, clock: Clock
+    forge: Forge, signing_key: SigningKey, clock: FakeClock
 ) -> None:
     second = SigningKey.generate()
     keys = JWKSet({"keys": [signing_key.public_jwk(), second.public_jwk()]})
@@ -526,25 +529,6 @@ def test_constructors_validate_configuration(signing_key: SigningKey) -> None:
         TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=0)
     with pytest.raises(ValueError, match="leeway"):
         TokenVerifier(keys, ISSUER, AUDIENCE, leeway=-1)
-
-
-# --------------------------------------------------------------------------- AuthError
-
-
-def test_auth_error_carries_status_reason_and_message() -> None:
-    error = AuthError(401, "missing_token")
-    assert (error.status, error.reason, error.message) == (401, "missing_token", "missing token")
-    assert str(error) == "401 missing_token: missing token"
-    copy = pickle.loads(pickle.dumps(AuthError(403, "token_revoked", "revoked at 12:00")))
-    assert (copy.status, copy.reason, copy.message) == (403, "token_revoked", "revoked at 12:00")
-    with pytest.raises(ValueError, match="401 or 403"):
-        AuthError(500, "malformed")
-    assert {reason for reason, status in REASON_STATUS.items() if status == 403} == {
-        "wrong_audience",
-        "not_access_token",
-        "token_revoked",
-    }
-    assert AuthError.of("wrong_audience").status == 403
 
 
 def test_claims_equality_ignores_raw() -> None:

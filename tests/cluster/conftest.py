@@ -17,7 +17,7 @@ import pytest
 
 from rideout._process import pid_alive
 from rideout.config import dump_toml, parse_config
-from tests.conftest import config_data
+from tests.conftest import config_data, until_sync
 
 READY_WITHIN = 45.0  # seconds; start-up takes ~1-2 s here, the bound is for a loaded CI box
 STOP_WITHIN = 15.0
@@ -115,7 +115,6 @@ def started(workdir: Path) -> Iterator[Up]:
 
 
 def assert_all_gone(pids: list[int], within: float = STOP_WITHIN) -> None:
-    deadline = time.monotonic() + within
-    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    with contextlib.suppress(AssertionError):  # reported below, naming them
+        until_sync(lambda: not any(pid_alive(p) for p in pids), within)
     assert not [p for p in pids if pid_alive(p)], "processes left behind"

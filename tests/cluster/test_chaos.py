@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from rideout import routes
 from rideout._process import pid_alive
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.cluster.chaos import ChaosError, send_command
 from rideout.cluster.runstate import RunState
 from rideout.cluster.supervisor import LocalCluster
 from rideout.config import Config
+from tests.conftest import until
 
 pytestmark = pytest.mark.slow
 
@@ -36,10 +39,12 @@ async def chaos(cluster: LocalCluster, op: str, region: str) -> str:
     return await asyncio.to_thread(send_command, cluster.config.run_dir, op, region)
 
 
-def region_pids(cluster: LocalCluster, region: str) -> list[int]:
+def region_pids(cluster: LocalCluster, region: str, kind: str | None = None) -> list[int]:
     state = RunState.read(cluster.config.run_dir)
     assert state is not None
-    return [p.pid for p in state.processes if p.region == region]
+    return [
+        p.pid for p in state.processes if p.region == region and (kind is None or p.kind == kind)
+    ]
 
 
 def proc_state(pid: int) -> str:
@@ -60,18 +65,42 @@ async def heartbeat(cluster: LocalCluster, zone_address: str) -> Any:
         return reply if reply == "pong" else json.loads(reply)
 
 
+def every_reply(
+    cluster: LocalCluster, zone_address: str, expected: Callable[[Any], bool]
+) -> Callable[[], Awaitable[bool]]:
+    """A condition: six heartbeats on fresh connections, whichever worker the kernel
+    gives each, all get the `expected` reply (a signal reaches each worker's loop in
+    its own time)."""
+
+    async def check() -> bool:
+        for _ in range(6):
+            if not expected(await heartbeat(cluster, zone_address)):
+                return False
+        return True
+
+    return check
+
+
+def degraded(reply: Any) -> bool:
+    return isinstance(reply, dict) and reply.get("code") == "unavailable"
+
+
+def pong(reply: Any) -> bool:
+    return reply == "pong"
+
+
 async def test_throttle_reaches_every_worker_and_restore_undoes_it(cluster: LocalCluster) -> None:
     zone = cluster.config.primary.zones[0].address
     message = await chaos(cluster, "throttle", "us-east-1")
     assert "throttled us-east-1: 4 app servers" in message
-    await asyncio.sleep(0.2)  # the signal is handled on each worker's loop
+    await until(every_reply(cluster, zone, degraded), message="every worker degraded")
     # Every connection, whichever worker the kernel picks, is degraded.
     for _ in range(6):
         reply = await heartbeat(cluster, zone)
         assert reply["code"] == "unavailable"
     assert await heartbeat(cluster, cluster.config.secondary.zones[0].address) == "pong"
     assert "app servers serving" in await chaos(cluster, "restore", "us-east-1")
-    await asyncio.sleep(0.2)
+    await until(every_reply(cluster, zone, pong), message="every worker serving")
     for _ in range(6):
         assert await heartbeat(cluster, zone) == "pong"
 
@@ -79,10 +108,8 @@ async def test_throttle_reaches_every_worker_and_restore_undoes_it(cluster: Loca
 async def test_freeze_stops_and_restore_resumes(cluster: LocalCluster) -> None:
     pids = region_pids(cluster, "us-west-2")
     assert "froze us-west-2" in await chaos(cluster, "freeze", "us-west-2")
-    for _ in range(100):  # SIGSTOP is delivered asynchronously
-        if {proc_state(p) for p in pids} == {"T"}:
-            break
-        await asyncio.sleep(0.02)
+    # SIGSTOP is delivered asynchronously.
+    await until(lambda: {proc_state(p) for p in pids} == {"T"}, 2, interval=0.02)
     assert {proc_state(p) for p in pids} == {"T"}
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(heartbeat(cluster, cluster.config.secondary.zones[0].address), 1.0)
@@ -95,10 +122,7 @@ async def test_kill_and_restore_a_region(cluster: LocalCluster) -> None:
     pids = region_pids(cluster, "us-west-2")
     assert len(pids) == 1 + 2 * 2 + 1  # Redis, two zones of two workers, canary
     assert "killed us-west-2: 6 processes" in await chaos(cluster, "kill", "us-west-2")
-    for _ in range(100):
-        if not any(pid_alive(p) for p in pids):
-            break
-        await asyncio.sleep(0.05)
+    await until(lambda: not any(pid_alive(p) for p in pids), 5, message="the region's processes")
     assert not any(pid_alive(p) for p in pids)
     message = await chaos(cluster, "restore", "us-west-2")
     assert "restarted redis-us-west-2" in message
@@ -111,9 +135,20 @@ async def test_kill_and_restore_a_region(cluster: LocalCluster) -> None:
 
 async def test_kill_redis_only(cluster: LocalCluster) -> None:
     before = region_pids(cluster, "us-east-1")
+    (redis,) = region_pids(cluster, "us-east-1", kind="redis")
     message = await chaos(cluster, "kill-redis", "us-east-1")
     assert message.startswith("killed redis-us-east-1")
-    await asyncio.sleep(0.3)
+    await until(lambda: not pid_alive(redis), 5, message="redis-us-east-1 gone")
+
+    async def app_servers_report_redis_gone() -> bool:  # so they noticed, and stayed up
+        async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+            for zone in cluster.config.primary.zones:
+                url = routes.zone_url(cluster.config, zone.address, routes.HEALTH)
+                if (await http.get(url)).status_code != 503:
+                    return False
+        return True
+
+    await until(app_servers_report_redis_gone, message="app servers reporting Redis gone")
     alive = [p for p in before if pid_alive(p)]
     assert len(alive) == len(before) - 1  # everything but Redis
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from websockets.asyncio.client import connect
 
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import rideout, started
+from tests.conftest import until
 
 pytestmark = pytest.mark.slow
 
@@ -42,16 +42,6 @@ async def summary(config: Config) -> dict[str, Any]:
     async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
         data: dict[str, Any] = (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()
         return data
-
-
-async def until(check: Callable[[], Any], timeout: float) -> float:
-    """Seconds until `check()` (awaited) is truthy; fails after `timeout`."""
-    start = time.monotonic()
-    while time.monotonic() - start < timeout:
-        if await check():
-            return time.monotonic() - start
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {timeout} s")
 
 
 async def session(config: Config, token: str, bids: list[int], room: str) -> dict[str, Any]:
@@ -104,7 +94,7 @@ async def test_region_outage_failover_and_failback(make_workdir: Callable[..., P
         token = rideout(
             "token", "issue", "--sub", "alice", "-c", "rideout.toml", cwd=workdir
         ).stdout.strip()
-        await until(lambda: _alarms_ok(config), 20)
+        await until(lambda: _alarms_ok(config), 20, interval=0.1)
         assert await resolve(config) == primary
         before = await session(config, token, [10, 20, 30], "e2e")
         assert before["region"] == "us-east-1"
@@ -114,7 +104,7 @@ async def test_region_outage_failover_and_failback(make_workdir: Callable[..., P
             "killed us-east-1"
             in rideout("chaos", "kill", "us-east-1", "-c", "rideout.toml", cwd=workdir).stdout
         )
-        detected = await until(lambda: _answers(config, secondary), 30)
+        detected = await until(lambda: _answers(config, secondary), 30, interval=0.1)
         # CloudWatch semantics with a silent canary: about N + 2 periods to alarm, plus a
         # period to complete and one evaluation round; generous bounds for a busy machine.
         expected = (timing.failover_datapoints + 4) * timing.canary_interval + timing.dns_ttl
@@ -134,7 +124,7 @@ async def test_region_outage_failover_and_failback(make_workdir: Callable[..., P
 
         # The primary comes back: it catches up, and the writer moves back to it.
         rideout("chaos", "restore", "us-east-1", "-c", "rideout.toml", cwd=workdir)
-        await until(lambda: _answers(config, primary), 60)
+        await until(lambda: _answers(config, primary), 60, interval=0.1)
         state = await summary(config)
         assert (state["failover"]["writer"], state["failover"]["epoch"]) == ("us-east-1", 3)
         kinds = [e["kind"] for e in state["failover"]["events"]]

@@ -31,7 +31,7 @@ from rideout.dns.server import (
     qtype_number,
     rcode_number,
 )
-from tests.conftest import free_port
+from tests.conftest import free_port, until
 from tests.dns.conftest import (
     APP,
     LONG_TEXT,
@@ -386,9 +386,11 @@ async def test_connections_over_the_limit_are_closed_at_once(zone: StubZone) -> 
                 with contextlib.suppress(OSError):
                     await writer.wait_closed()
         # With the others gone, new connections are served again.
-        async with asyncio.timeout(3):
-            while metrics.registry.get_sample_value("rideout_dns_tcp_connections"):
-                await asyncio.sleep(0.01)
+        await until(
+            lambda: not metrics.registry.get_sample_value("rideout_dns_tcp_connections"),
+            3,
+            interval=0.01,
+        )
         assert (await ask(server, APP, transport="tcp")).rcode() == dns.rcode.NOERROR
 
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
@@ -13,7 +12,7 @@ from rideout.failover.controller import ControllerState, FailoverController, dec
 from rideout.store import keys
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch, replication_status
-from tests.conftest import running_redis_pair
+from tests.conftest import running_redis_pair, until
 
 P, S = "us-east-1", "us-west-2"
 
@@ -78,12 +77,6 @@ async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
             await s.aclose()
 
 
-async def wait_for(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    async with asyncio.timeout(timeout):
-        while not await predicate():  # type: ignore[misc]
-            await asyncio.sleep(0.05)
-
-
 async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(pair: Pair) -> None:
     config, p, s, primary = pair.config, pair.p, pair.s, pair.primary
     events: list[str] = []
@@ -121,7 +114,7 @@ async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(
         ]
 
         # Healthy again: a coordinated switchover, then a new epoch.
-        await wait_for(lambda: _in_sync(p, s))
+        await until(lambda: _in_sync(p, s), message="the replica caught up")
         await s.set("after-failover", "kept")  # acknowledged by the interim writer
         decision = await controller.tick({P: True, S: True})
         assert (decision.move, decision.urgent) == ("fail-back", False)
@@ -148,7 +141,7 @@ async def test_a_reachable_writer_hands_over_without_losing_writes(pair: Pair) -
         await controller.tick({P: False, S: True})
         assert controller.writer == P  # waiting, and the target now follows the writer
         assert "once its Redis has caught up" in controller.status()["events"][-2]["message"]
-        await wait_for(lambda: _in_sync(s, p))
+        await until(lambda: _in_sync(s, p), message="the target caught up")
         await controller.tick({P: False, S: True})
         assert (controller.writer, controller.epoch) == (S, 2), controller.status()["events"]
         assert await s.get("written-while-detached") == "yes"

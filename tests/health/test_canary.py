@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -12,8 +13,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rideout.config import Config
 from rideout.health.canary import METRIC_NAME, NAMESPACE, Canary, metric_data, probe
-from tests.conftest import free_port, serving
+from tests.conftest import FakeClock, free_port, serving
 from tests.realtime.conftest import Deployment
 
 
@@ -46,17 +48,24 @@ async def test_a_probe_that_hangs_times_out(deployment: Deployment) -> None:
     assert error == "no pong within 0.3 s"
 
 
-@pytest.fixture
-async def ingest(deployment: Deployment) -> AsyncIterator[list[dict[str, Any]]]:
+@contextlib.asynccontextmanager
+async def ingesting(config: Config) -> AsyncIterator[list[dict[str, Any]]]:
+    """A stand-in control plane that keeps every body posted to its ingest endpoint."""
     received: list[dict[str, Any]] = []
 
     async def put(request: Request) -> Response:
         received.append(await request.json())
         return JSONResponse({"ok": True})
 
-    cp = deployment.config.control_plane
+    cp = config.control_plane
     app = Starlette(routes=[Route("/v1/metrics", put, methods=["POST"])])
     async with serving(app, cp.address, cp.port):
+        yield received
+
+
+@pytest.fixture
+async def ingest(deployment: Deployment) -> AsyncIterator[list[dict[str, Any]]]:
+    async with ingesting(deployment.config) as received:
         yield received
 
 
@@ -64,7 +73,8 @@ async def test_rounds_probe_every_zone_and_push_datapoints(
     deployment: Deployment, ingest: list[dict[str, Any]]
 ) -> None:
     config = deployment.config
-    canary = Canary(config, "us-east-1")
+    time = FakeClock(1_700_000_000.1)  # rounds wait on this clock, not on the wall's
+    canary = Canary(config, "us-east-1", clock=time, sleep=time.asleep)
     await canary.run(rounds=2)
     assert len(ingest) == 2
     body = ingest[0]
@@ -80,6 +90,30 @@ async def test_rounds_probe_every_zone_and_push_datapoints(
     stamps = [body["MetricData"][0]["Timestamp"] for body in ingest]
     assert [round((t / interval) % 1, 6) for t in stamps] == [0.25, 0.25]
     assert stamps[1] - stamps[0] == pytest.approx(interval)
+    assert time.sleeps == [pytest.approx(stamps[0] - 1_700_000_000.1), pytest.approx(interval)]
+
+
+async def test_a_canary_that_fell_behind_skips_the_rounds_it_missed(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    interval = config.timing.canary_interval
+    time = FakeClock(1000 * interval)
+
+    stalled: list[str] = []
+
+    async def stalls(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
+        if not stalled:  # the first probe of the first round takes three periods
+            stalled.append(url)
+            time.advance(3 * interval)
+        return True, None
+
+    canary = Canary(config, "us-east-1", probe_zone=stalls, clock=time, sleep=time.asleep)
+    async with ingesting(config) as received:
+        await canary.run(rounds=2)
+    stamps = [body["MetricData"][0]["Timestamp"] for body in received]
+    # Not the slots it missed: the next one after the stall, still a quarter in.
+    assert stamps == [1001.25 * interval, 1005.25 * interval]
 
 
 async def test_pushing_to_a_dead_control_plane_is_logged_not_raised(

@@ -34,7 +34,7 @@ from rideout.store.auction import (
     empty_state,
 )
 from rideout.store.client import probe_client, state_client
-from tests.conftest import config_data, free_port, running_redis_pair
+from tests.conftest import config_data, free_port, running_redis_pair, until
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -220,7 +220,7 @@ async def test_a_duplicate_request_id_returns_the_same_ack_and_changes_nothing(
 async def test_the_ack_expires_after_ack_ttl(pair: Pair) -> None:
     store, room = pair.store(ack_ttl=0.05), fresh()
     await store.bid(room, "alice", 10, "r", epoch=1)
-    await asyncio.sleep(0.1)
+    await asyncio.sleep(0.1)  # Redis's own clock expires the key: time has to pass
     assert await pair.writer.exists(keys.bid_ack("alice", "r")) == 0
 
 
@@ -490,11 +490,12 @@ async def test_history_trimmed_by_age(pair: Pair) -> None:
     store, room = pair.store(history_ttl=0.2), fresh()
     first = await store.bid(room, "alice", 1, "r1", epoch=1)
     second = await store.bid(room, "alice", 2, "r2", epoch=1)
-    while True:  # until the writer's clock says both entries are older than the ttl
+
+    async def both_older_than_the_ttl() -> bool:  # by the writer's clock, which trims
         seconds, micros = await pair.writer.time()
-        if seconds * 1000 + micros // 1000 > ms(second.position.offset) + 200:
-            break
-        await asyncio.sleep(0.05)
+        return seconds * 1000 + micros // 1000 > ms(second.position.offset) + 200
+
+    await until(both_older_than_the_ttl)
     third = await store.bid(room, "alice", 3, "r3", epoch=1)
     entries = await stream_states(pair.writer, room)
     assert [e.position for e in entries] == [third.position]
@@ -533,7 +534,12 @@ async def test_read_updates_and_decode_stream_entry(pair: Pair) -> None:
     assert await store.read_updates({}) == []
 
     waiting = asyncio.create_task(store.read_updates({a: "$"}, block_ms=1000))
-    await asyncio.sleep(0.1)
+
+    async def blocked_in_xread() -> bool:
+        clients: Any = await pair.writer.client_list()
+        return any(c["cmd"] == "xread" and "b" in c["flags"] for c in clients)
+
+    await until(blocked_in_xread, 5, interval=0.01, message="the XREAD blocked on the server")
     a3 = await store.bid(a, "alice", 3, "a3", epoch=1)
     assert await waiting == [(a, RoomEntry(a3.position, a3.state))]
 

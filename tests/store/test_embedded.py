@@ -11,7 +11,7 @@ import redis
 from rideout._process import pid_alive
 from rideout.config import Config
 from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
-from tests.conftest import free_port, running_redis_pair
+from tests.conftest import free_port, running_redis_pair, until, until_sync
 
 
 def spec(tmp_path: Path, name: str = "r", **kw: object) -> RedisSpec:
@@ -109,8 +109,7 @@ async def test_cancelled_start_leaves_no_process(tmp_path: Path) -> None:
     s = spec(tmp_path, replica_of=("127.0.1.100", free_port("127.0.1.100")))
     server = EmbeddedRedis(s)
     task = asyncio.create_task(server.start(timeout=30))
-    while server.pid is None:
-        await asyncio.sleep(0.01)
+    await until(lambda: server.pid is not None, interval=0.01)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -132,7 +131,6 @@ def test_redis_dies_with_a_killed_parent_even_right_after_replica_sync(tmp_path:
     import subprocess
     import sys
     import textwrap
-    import time
 
     primary_port = free_port("127.0.1.100")
     replica_port = free_port("127.0.2.100")
@@ -159,7 +157,5 @@ def test_redis_dies_with_a_killed_parent_even_right_after_replica_sync(tmp_path:
         pids = [int(p) for p in proc.stdout.readline().split()]
         os.kill(proc.pid, signal.SIGKILL)  # at once: the replica is still writing its AOF
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        until_sync(lambda: not any(pid_alive(p) for p in pids), 10, message="both servers gone")
         assert not [p for p in pids if pid_alive(p)]

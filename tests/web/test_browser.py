@@ -6,7 +6,6 @@ browser download is not used). Screenshots go to test-artifacts/.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator, Iterator
@@ -18,6 +17,7 @@ import pytest_asyncio
 
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import Up, rideout, started
+from tests.conftest import until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -93,11 +93,13 @@ async def wait_region(config: Config, region: str, timeout: float = 60) -> None:
     import httpx
 
     cp = config.control_plane
-    async with httpx.AsyncClient(trust_env=False) as http, asyncio.timeout(timeout):
-        while (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()["dns"][
-            "region"
-        ] != region:
-            await asyncio.sleep(0.2)
+    async with httpx.AsyncClient(trust_env=False) as http:
+
+        async def answers() -> bool:
+            summary = (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()
+            return bool(summary["dns"]["region"] == region)
+
+        await until(answers, timeout, interval=0.2, message=f"DNS answering {region}")
 
 
 async def test_the_browser_client_module(browser: Any, deployment: tuple[Up, Config]) -> None:

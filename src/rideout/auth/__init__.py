@@ -3,12 +3,13 @@
 One Ed25519 signing key shared by every region (:class:`SigningKey`), its JWKS, and
 access tokens issued by :class:`TokenIssuer` and checked by :class:`TokenVerifier`
 against a :class:`JWKSet`. Every rejection is an :class:`AuthError` carrying the HTTP
-status (401/403) and a machine-readable reason.
+status (401/403) and a machine-readable reason; every error of the package is a
+:class:`CredentialError`.
 """
 
 from __future__ import annotations
 
-from rideout.auth.errors import REASON_STATUS, AuthError, AuthReason
+from rideout.auth.errors import REASON_STATUS, AuthError, AuthReason, CredentialError
 from rideout.auth.handshake import BEARER_SUBPROTOCOL, BearerToken, extract_token
 from rideout.auth.keys import (
     KEY_FILENAME,
@@ -35,6 +36,7 @@ __all__ = [
     "AuthReason",
     "BearerToken",
     "Claims",
+    "CredentialError",
     "JWKSError",
     "JWKSet",
     "KeyFileError",

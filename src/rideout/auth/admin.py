@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 
 from rideout._files import create_exclusively
+from rideout.auth.errors import CredentialError
 
 __all__ = [
     "ADMIN_TOKEN_FILENAME",
@@ -19,7 +20,7 @@ __all__ = [
 ADMIN_TOKEN_FILENAME = "admin-token"
 
 
-class AdminTokenError(RuntimeError):
+class AdminTokenError(CredentialError, RuntimeError):
     """The admin token file exists but cannot be used."""
 
 

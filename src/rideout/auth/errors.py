@@ -1,8 +1,20 @@
-"""The one exception the authorizer raises for a rejected credential."""
+"""The auth package's exceptions: :class:`CredentialError` above everything it raises.
+
+:class:`AuthError` is the one a request can cause (a token rejected, with the HTTP
+status to answer); the others (:class:`~rideout.auth.keys.KeyFileError`,
+:class:`~rideout.auth.keys.JWKSError`, :class:`~rideout.auth.admin.AdminTokenError`)
+mean the operator's key material cannot be used. They are siblings, not subclasses of
+:class:`AuthError`, so a handshake that catches :class:`AuthError` to answer 401/403
+never turns a broken key file into a rejected client.
+"""
 
 from __future__ import annotations
 
 from typing import Final, Literal, get_args
+
+from rideout.errors import RideoutError
+
+__all__ = ["REASON_STATUS", "AuthError", "AuthReason", "CredentialError"]
 
 AuthReason = Literal[
     # 401: no usable proof of identity.
@@ -28,7 +40,11 @@ REASON_STATUS: Final[dict[AuthReason, Literal[401, 403]]] = {
 """The HTTP status each reason maps to (401 unauthenticated, 403 forbidden)."""
 
 
-class AuthError(Exception):
+class CredentialError(RideoutError):
+    """Base of every auth error: a credential or the key material behind it is unusable."""
+
+
+class AuthError(CredentialError):
     """A credential was missing or rejected.
 
     ``status`` is the HTTP status to answer the handshake with (401 or 403),

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
 
 from rideout._files import create_exclusively
 from rideout.auth._encoding import b64url_decode, b64url_encode, strict_json_object
+from rideout.auth.errors import CredentialError
 
 __all__ = [
     "KEY_FILENAME",
@@ -64,7 +65,7 @@ _THUMBPRINT_MEMBERS: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
-class KeyFileError(Exception):
+class KeyFileError(CredentialError):
     """The signing key file exists but cannot be used; it is never overwritten."""
 
     def __init__(self, path: Path, problem: str) -> None:
@@ -73,7 +74,7 @@ class KeyFileError(Exception):
         super().__init__(f"signing key file {path}: {problem}")
 
 
-class JWKSError(ValueError):
+class JWKSError(CredentialError, ValueError):
     """A JWKS document (or one of its keys) is invalid or unsupported."""
 
 

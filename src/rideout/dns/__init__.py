@@ -6,6 +6,7 @@ library, sockets or event loop (the server lives in `rideout.dns.server`).
 
 from __future__ import annotations
 
+from rideout.dns.errors import DnsError
 from rideout.dns.records import (
     Answer,
     DnsZoneConfig,
@@ -20,6 +21,7 @@ from rideout.dns.records import (
 
 __all__ = [
     "Answer",
+    "DnsError",
     "DnsZoneConfig",
     "Endpoint",
     "Record",

@@ -40,6 +40,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from rideout.dns.errors import DnsError
 from rideout.dns.server import (
     DnsMetrics,
     QueryResult,
@@ -76,7 +77,7 @@ _NAME_TYPES: Final = frozenset({"NS", "CNAME"})
 _TRUE: Final = frozenset({"1", "true"})
 
 
-class DohRequestError(ValueError):
+class DohRequestError(DnsError, ValueError):
     """A query the endpoint cannot take; its message says why (sent with HTTP 400)."""
 
 

@@ -90,7 +90,11 @@ def metric_data(results: list[ProbeResult]) -> dict[str, object]:
 
 
 class Canary:
-    """Probes `region`'s zones every ``timing.canary_interval`` and pushes the results."""
+    """Probes `region`'s zones every ``timing.canary_interval`` and pushes the results.
+
+    `clock` (wall-clock seconds) stamps the rounds and `sleep` waits for the next one;
+    tests pass a fake pair so rounds run without waiting.
+    """
 
     def __init__(
         self,
@@ -99,11 +103,13 @@ class Canary:
         *,
         probe_zone: Callable[[str, str, float], Awaitable[tuple[bool, str | None]]] = probe,
         clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.config = config
         self.region = config.region(region)
         self._probe = probe_zone
         self._clock = clock
+        self._sleep = sleep
         key = SigningKey.load_or_create(config.keys_dir)
         self._issuer = TokenIssuer(
             key, config.auth.issuer, config.auth.audience, config.auth.token_ttl
@@ -170,7 +176,7 @@ class Canary:
             done = 0
             scheduled = (math.floor(self._clock() / interval) + 1.25) * interval
             while rounds is None or done < rounds:
-                await asyncio.sleep(max(0.0, scheduled - self._clock()))
+                await self._sleep(max(0.0, scheduled - self._clock()))
                 results = await self.probe_all(at=scheduled)
                 for r in results:
                     if previous.get(r.zone) != r.healthy:

@@ -24,6 +24,8 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
+from rideout.errors import RideoutError
+
 __all__ = [
     "MAX_DIMENSIONS",
     "MAX_NAME_LENGTH",
@@ -43,8 +45,11 @@ MAX_NAME_LENGTH: Final = 255  # CloudWatch: namespace, metric and dimension name
 MAX_DIMENSIONS: Final = 30  # CloudWatch's limit per metric
 
 
-class MetricError(ValueError):
-    """A metric name, dimension, value or timestamp was refused; the message says why."""
+class MetricError(RideoutError, ValueError):
+    """A metric name, dimension, value or timestamp was refused; the message says why.
+
+    The base of the health package's errors.
+    """
 
 
 def _check_name(what: str, value: object) -> str:

@@ -1,4 +1,4 @@
-"""LabelCache: one labelled child per set of values, counting into the real metric."""
+"""rideout._metrics: LabelCache, one child per set of label values, counting into the metric."""
 
 from __future__ import annotations
 

@@ -1,0 +1,121 @@
+"""The Redis clients rideout makes: bounded timeouts, bounded retries, a blocking pool."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from rideout.store.client import cancel_and_wait, check_cancelled, probe_client, state_client
+from rideout.store.embedded import RedisSpec
+from tests.conftest import free_port
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+
+@contextlib.contextmanager
+def socket_that_never_answers() -> Iterator[int]:
+    """A port whose connections the kernel accepts and nobody ever reads."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.1.100", 0))
+        silent.listen()
+        yield silent.getsockname()[1]
+
+
+async def test_both_clients_talk_to_a_real_server(redis_server: RedisSpec) -> None:
+    for client in (
+        probe_client(redis_server.address, redis_server.port),
+        state_client(redis_server.address, redis_server.port),
+    ):
+        try:
+            assert await client.ping()
+            await client.set("k", "v")
+            assert await client.get("k") == "v"  # decoded to str
+        finally:
+            await client.aclose()
+
+
+async def test_a_probe_of_a_dead_server_fails_at_once_without_retrying() -> None:
+    client = probe_client("127.0.1.100", free_port("127.0.1.100"), timeout=0.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(RedisConnectionError):
+            await client.ping()
+    finally:
+        await client.aclose()
+    assert time.monotonic() - started < 1.0  # redis-py's default retries take seconds
+
+
+async def test_a_silent_server_times_out_within_the_timeout() -> None:
+    with socket_that_never_answers() as port:
+        client = probe_client("127.0.1.100", port, timeout=0.3)
+        started = time.monotonic()
+        try:
+            with pytest.raises((RedisTimeoutError, RedisConnectionError)):
+                await client.ping()
+        finally:
+            await client.aclose()
+        assert time.monotonic() - started < 2.0
+
+
+async def test_the_state_pool_queues_past_its_limit_instead_of_failing(
+    redis_server: RedisSpec,
+) -> None:
+    client = state_client(redis_server.address, redis_server.port, max_connections=2)
+    try:
+        replies = await asyncio.gather(*(client.blpop(["nothing"], timeout=0.1) for _ in range(4)))
+        assert replies == [None] * 4  # four calls through two connections, none refused
+    finally:
+        await client.aclose()
+
+
+async def test_check_cancelled_raises_only_when_a_cancellation_is_pending() -> None:
+    check_cancelled()  # nothing pending: returns
+
+    async def swallows_then_checks() -> None:
+        # What redis-py sometimes does inside its timeout blocks: swallow it.
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(10)
+        check_cancelled()
+
+    task = asyncio.create_task(swallows_then_checks())
+    await asyncio.sleep(0)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_cancel_and_wait_reports_what_did_not_stop_cleanly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    release = asyncio.Event()
+
+    async def refuses_to_stop() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            await release.wait()  # ignores its cancellation until the test lets it go
+
+    async def fails_when_cancelled() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            raise OSError("boom") from None
+
+    stubborn = asyncio.create_task(refuses_to_stop(), name="stubborn")
+    failing = asyncio.create_task(fails_when_cancelled(), name="failing")
+    await asyncio.sleep(0)
+    with caplog.at_level(logging.ERROR, logger="rideout.store"):
+        await cancel_and_wait(stubborn, timeout=0.05)
+        await cancel_and_wait(failing)
+    assert "stubborn did not stop within 0.05 s of being cancelled" in caplog.text
+    assert "failing failed: OSError('boom')" in caplog.text
+    release.set()
+    await stubborn
