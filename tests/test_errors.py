@@ -14,9 +14,12 @@ from rideout._process import ProcessError
 from rideout.auth import CredentialError, JWKSError
 from rideout.auth.admin import AdminTokenError
 from rideout.client.errors import ClientError
+from rideout.cluster.errors import ClusterError
 from rideout.config import ConfigError
+from rideout.controlplane.errors import ControlPlaneError
 from rideout.dns import DnsError
 from rideout.dns.doh import DohRequestError
+from rideout.drill.runner import DrillError
 from rideout.errors import InvalidArgument, InvalidArgumentType, RideoutError
 from rideout.health import MetricError
 from rideout.protocol import ProtocolError
@@ -34,17 +37,6 @@ CONTROL_FLOW = {
     "rideout.idempotency._BodyTooLarge": "raised by _read_body, answered with HTTP 413",
 }
 
-# Exceptions of packages that other helpers of issue #10 are re-basing in their own
-# branches (cluster, controlplane, drill). Empty this set once those are merged.
-PENDING_OTHER_HELPERS = {
-    "rideout.cluster.chaos.ChaosError",
-    "rideout.cluster.runstate.AlreadyRunning",
-    "rideout.cluster.supervisor.ClusterError",
-    "rideout.cluster.supervisor.PortInUse",
-    "rideout.controlplane.runtime.IngestError",
-    "rideout.drill.runner.DrillError",
-}
-
 # The one base of each package (or leaf module) and what it sits beneath.
 PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.config": ConfigError,
@@ -55,6 +47,9 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.client": ClientError,
     "rideout.health": MetricError,
     "rideout.dns": DnsError,
+    "rideout.cluster": ClusterError,
+    "rideout.controlplane": ControlPlaneError,
+    "rideout.drill": DrillError,
 }
 
 
@@ -91,16 +86,15 @@ EXCEPTIONS = defined_exceptions()
 def test_the_walk_finds_every_package() -> None:
     packages = {name.split(".")[1] for name in EXCEPTIONS}
     assert {"store", "auth", "client", "dns", "health", "protocol", "errors"} <= packages
-    assert "rideout.realtime.app" in module_names()  # a package without __init__.py too
+    assert {"cluster", "controlplane", "drill"} <= packages
+    assert "rideout.realtime.app" in module_names()
 
 
 def test_every_exception_derives_from_rideout_error() -> None:
     outside = sorted(
         name
         for name, cls in EXCEPTIONS.items()
-        if not issubclass(cls, RideoutError)
-        and name not in CONTROL_FLOW
-        and name not in PENDING_OTHER_HELPERS
+        if not issubclass(cls, RideoutError) and name not in CONTROL_FLOW
     )
     assert not outside, f"derive these from RideoutError (or their package's base): {outside}"
 
@@ -118,11 +112,6 @@ def test_the_allow_lists_name_real_classes_that_need_them() -> None:
     for name in CONTROL_FLOW:
         assert name in EXCEPTIONS, f"{name} no longer exists: drop it from CONTROL_FLOW"
         assert name.rsplit(".", 1)[1].startswith("_"), f"{name} is public: it needs the root"
-    for name in PENDING_OTHER_HELPERS:
-        assert name in EXCEPTIONS, f"{name} no longer exists: drop it from PENDING_OTHER_HELPERS"
-        assert not issubclass(EXCEPTIONS[name], RideoutError), (
-            f"{name} derives from RideoutError now: drop it from PENDING_OTHER_HELPERS"
-        )
 
 
 def test_every_public_exception_is_in_the_doc() -> None:
