@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+from pathlib import Path
 
 import pytest
 
@@ -22,11 +23,22 @@ def test_top_level_api() -> None:
         assert hasattr(rideout, name)
 
 
+def test_the_walk_sees_every_package() -> None:
+    # pkgutil skips a directory without __init__.py, and every module in it, silently.
+    root = Path(rideout.__file__).parent
+    for directory in {p.parent for p in root.rglob("*.py")}:
+        assert (directory / "__init__.py").is_file(), f"{directory} has no __init__.py"
+    assert "rideout.realtime.connection" in MODULES
+
+
 @pytest.mark.parametrize("name", MODULES)
 def test_every_all_is_importable_and_public(name: str) -> None:
     module = importlib.import_module(name)
     exported = getattr(module, "__all__", None)
+    private = any(part.startswith("_") for part in name.split("."))
     if exported is None:
+        # A private module's names reach users only through a public module's __all__.
+        assert private, f"{name} is public but has no __all__"
         return
     assert len(set(exported)) == len(exported), f"{name}.__all__ has duplicates"
     for attr in exported:

@@ -28,6 +28,8 @@ from rideout.cluster.supervisor import ClusterError, LocalCluster
 from rideout.config import PROFILES, Config, ConfigError, config_to_dict, dump_toml, load_config
 from rideout.store.embedded import EmbeddedRedisError
 
+__all__ = ["app", "main"]
+
 app = typer.Typer(
     name="rideout",
     help="Keep live services up through regional outages, zone failures and traffic surges.",
