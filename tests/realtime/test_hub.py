@@ -8,6 +8,7 @@ from typing import Any
 from rideout.protocol import OffsetKey
 from rideout.realtime.hub import Hub
 from rideout.realtime.metrics import AppMetrics
+from tests.conftest import until
 from tests.realtime.conftest import Deployment, recv, recv_type, send
 
 
@@ -72,6 +73,4 @@ async def test_a_connection_that_leaves_is_unsubscribed(deployment: Deployment) 
         await send(ws, action="getState", room="lot-left")
         await recv_type(ws, "state")
         assert hub.subscriber_count("lot-left") == 1
-    async with asyncio.timeout(5):
-        while "lot-left" in hub.rooms:
-            await asyncio.sleep(0.01)
+    await until(lambda: "lot-left" not in hub.rooms, 5, message="the room left the hub")

@@ -10,8 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -182,12 +181,3 @@ class Sleeps:
 
 def of_type(events: Iterable[Event], kind: type[E]) -> list[E]:
     return [e for e in events if isinstance(e, kind)]
-
-
-async def until(predicate: Callable[[], object], timeout: float = 8.0, what: str = "") -> None:
-    """Poll `predicate` until it holds (the client's events arrive asynchronously)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or predicate}")
-        await asyncio.sleep(0.01)

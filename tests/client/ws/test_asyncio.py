@@ -45,9 +45,8 @@ from tests.client.ws.support import (
     of_type,
     running_dns,
     silent_server,
-    until,
 )
-from tests.conftest import ZONE_ADDRESSES, free_port
+from tests.conftest import ZONE_ADDRESSES, free_port, until
 from tests.realtime.conftest import Deployment, recv_type, running_deployment, send
 
 
@@ -135,7 +134,7 @@ async def test_connects_through_the_name_restores_state_and_bids(
             assert ack.amount == 10
             assert uuid.UUID(ack.id).version == 4
             assert ack.region == "us-east-1"
-            await until(lambda: client.rooms["lot-1"].position == ack.position, what="update")
+            await until(lambda: client.rooms["lot-1"].position == ack.position, message="update")
             assert client.rooms["lot-1"].state["bid"] == 10
             low = await client.bid_and_wait("lot-1", 3, id="too-low", timeout=5)
             assert (low.id, low.accepted, low.reason) == ("too-low", False, "too_low")
@@ -165,9 +164,9 @@ async def test_heartbeat_timeout_reconnects_to_the_address_the_dns_now_answers(
             config, dns, events, d.token("alice"), rooms=["lot-2"], settings=settings
         )
         async with client:
-            await until(lambda: silent.connections, what="the silent server")
+            await until(lambda: silent.connections, message="the silent server")
             dns.answer()  # the failover answer: the primary's zones
-            await until(lambda: of_type(events, Disconnected), what="the timeout")
+            await until(lambda: of_type(events, Disconnected), message="the timeout")
             await client.wait_ready(5)
             assert client.address == "127.0.1.1"
             assert client.region == "us-east-1"
@@ -199,16 +198,16 @@ async def test_two_bad_heartbeats_force_a_reconnect_and_the_missed_updates_are_r
             # The zone's backend fails behind open sockets; DNS has not failed over yet.
             dns.answer(DEAD)
             d.servers["a1"].set_mode("degraded")
-            await until(lambda: of_type(events, Disconnected), what="the forced close")
+            await until(lambda: of_type(events, Disconnected), message="the forced close")
             # While the client is away, bob bids three times through the other zone.
             async with d.connect("a2", "bob") as bob:
                 for amount in (11, 12, 13):
                     await send(bob, action="bid", room="lot-3", amount=amount, id=f"bob-{amount}")
                     assert (await recv_type(bob, "ack"))["accepted"]
             # It keeps trying the address DNS gives it, in vain, until DNS fails over.
-            await until(lambda: refused(events), what="a refused reconnect")
+            await until(lambda: refused(events), message="a refused reconnect")
             dns.answer("127.0.1.2")
-            await until(lambda: len(of_type(events, StateRestored)) == 2, what="the restore")
+            await until(lambda: len(of_type(events, StateRestored)) == 2, message="the restore")
     assert [h.count for h in of_type(events, HeartbeatFailed)] == [1, 2]
     assert of_type(events, Disconnected) == [Disconnected(Cause.DEGRADED, None, "", "127.0.1.1")]
     assert [c.address for c in of_type(events, Connected)] == ["127.0.1.1", "127.0.1.2"]
@@ -239,15 +238,15 @@ async def test_draining_reconnects_at_once_and_the_ttl_decides_when_to_re_resolv
             # the answer the client holds is good for its TTL (the cache clock stands).
             dns.answers.healthy["us-east-1"] = False
             d.servers["a1"].set_mode("draining")
-            await until(lambda: len(of_type(events, Connected)) == 2, what="the reconnect")
+            await until(lambda: len(of_type(events, Connected)) == 2, message="the reconnect")
             await client.wait_ready(5)
             assert client.address == "127.0.1.2"  # the primary's other zone, from the cache
             assert dns.answers.asked == 1
             # Healthy again, then the TTL runs out: the next reconnect follows the failover.
-            await until(lambda: client.planner.attempt == 0, what="a healthy connection")
+            await until(lambda: client.planner.attempt == 0, message="a healthy connection")
             dns.expire()
             d.servers["a2"].set_mode("draining")
-            await until(lambda: len(of_type(events, Connected)) == 3, what="the failover")
+            await until(lambda: len(of_type(events, Connected)) == 3, message="the failover")
             await client.wait_ready(5)
             assert (client.address, client.region) == ("127.0.2.1", "us-west-2")
             assert dns.answers.asked == 2
@@ -303,7 +302,7 @@ async def test_gives_up_after_max_attempts(
         async def bid_and_let_it_give_up() -> None:
             async with client:
                 await client.bid("lot-5", 10)  # queued: it never gets anywhere
-                await until(lambda: not client.running, what="giving up")
+                await until(lambda: not client.running, message="giving up")
 
         with pytest.raises(
             AllReconnectsFailed, match=r"gave up reconnecting to 'auction\.rideout\.test'"
@@ -353,9 +352,9 @@ async def test_bids_made_while_disconnected_are_queued_and_applied_once(
                 await client.bid("lot-6", 40)
             assert client.pending_bids == 3
             assert not client.connected
-            await until(lambda: len(of_type(events, ReconnectScheduled)) >= 2, what="retries")
+            await until(lambda: len(of_type(events, ReconnectScheduled)) >= 2, message="retries")
             dns.answer("127.0.1.1")
-            await until(lambda: len(of_type(events, Acked)) == 3, what="the acks")
+            await until(lambda: len(of_type(events, Acked)) == 3, message="the acks")
         acks = of_type(events, Acked)
         assert [(a.id, a.accepted, a.amount) for a in acks] == list(
             zip(ids, [True] * 3, [10, 20, 30], strict=True)
@@ -379,13 +378,13 @@ async def test_bids_in_flight_when_the_connection_dies_are_resent_with_their_ids
             await client.wait_ready(5)  # no rooms: ready as soon as it is open
             await client.bid("lot-7", 10, id="first-bid")
             second = await client.bid("lot-7", 20)
-            await until(lambda: len(silent.actions("bid")) == 2, what="both bids sent")
+            await until(lambda: len(silent.actions("bid")) == 2, message="both bids sent")
             # The first did reach the auction earlier (its ack was lost): it is applied.
             async with d.connect("a1", "alice") as ws:
                 await send(ws, action="bid", room="lot-7", amount=10, id="first-bid")
                 original = await recv_type(ws, "ack")
             dns.answer("127.0.1.1")
-            await until(lambda: len(of_type(events, Acked)) == 2, what="the acks")
+            await until(lambda: len(of_type(events, Acked)) == 2, message="the acks")
         first, again = of_type(events, Acked)
         assert (first.id, first.accepted, first.position) == (
             "first-bid", True, Position(**original["position"])
@@ -412,7 +411,7 @@ async def test_tokens_are_refreshed_on_401_and_after_a_1008_close(
 
         client = make_client(config, dns, events, token, rooms=["lot-8"], sleep=sleeps)
         async with client:
-            await until(lambda: len(of_type(events, Connected)) == 2, what="the reconnect")
+            await until(lambda: len(of_type(events, Connected)) == 2, message="the reconnect")
             await client.wait_ready(5)
         assert len(calls) == 3  # refused -> fresh token at once; 1008 -> a fresh one again
         assert of_type(events, Disconnected) == [
@@ -437,9 +436,9 @@ async def test_stop_leaves_nothing_running(
         dns.answer(SPARE)
         client = make_client(config, dns, events, "token")
         runner = asyncio.create_task(client.run())
-        await until(lambda: client.connected, what="connected")
+        await until(lambda: client.connected, message="connected")
         waiter = asyncio.create_task(client.bid_and_wait("lot-9", 5))
-        await until(lambda: silent.actions("bid"), what="the bid")
+        await until(lambda: silent.actions("bid"), message="the bid")
         await client.stop()
         await runner  # run() returns normally after stop()
         with pytest.raises(ClientClosed):
