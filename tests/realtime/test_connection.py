@@ -21,7 +21,8 @@ from rideout.auth import SigningKey
 from rideout.config import Config
 from rideout.protocol import CloseCode, parse_retry_hint
 from rideout.realtime import connection as connection_module
-from rideout.realtime.connection import Connection, TokenBucket, WebSocketEndpoint
+from rideout.realtime.connection import Connection, WebSocketEndpoint
+from rideout.realtime.limits import TokenBucket
 from rideout.realtime.metrics import AppMetrics
 from tests.realtime.conftest import (
     Deployment,
