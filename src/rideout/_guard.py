@@ -249,8 +249,8 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol, counted, with a deadline and a bounded head."""
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
         self._guard = _guard_of(config)
+        super().__init__(config, *args, **kwargs)
         self._counted = False
         self._line = self._head = 0
         self._too_large = ""
@@ -345,8 +345,8 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
     and a JSON answer where websockets refuses the handshake."""
 
     def __init__(self, config: uvicorn.Config, *args: Any, **kwargs: Any) -> None:
-        super().__init__(config, *args, **kwargs)
         self._guard = _guard_of(config)
+        super().__init__(config, *args, **kwargs)
         self._refused = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -245,7 +245,9 @@ async def test_one_user_hammering_replays_is_throttled_and_others_are_answered(
     are answered well within the canary's own timeout."""
     from rideout.health.canary import Canary, probe
 
-    bound = 1.0  # generous: the fast profile's canary times out at 0.4 s, seed's at 10 s
+    # Generous, for a loaded two-core machine: the fast profile's canary times out at
+    # 0.4 s (seed's at 10 s); before the budget, a tenth of the probes took over 0.4 s.
+    bound = 2.0
     since = await fill_room(deployment, "lot", deployment.config.realtime.history_size)
     stop = asyncio.Event()
     seen = {"state": 0, "throttled": 0}
@@ -305,3 +307,4 @@ async def test_one_user_hammering_replays_is_throttled_and_others_are_answered(
     assert max(latencies) < bound, sorted(latencies)[-5:]
     assert len(probes) > 10
     assert max(probes) < bound, sorted(probes)[-5:]
+    assert sorted(probes)[len(probes) // 2] < 0.2  # the median probe: not held up at all

@@ -129,19 +129,24 @@ class Refusal:
 class ConnectionCaps:
     """Open WebSocket connections by user and by client address, against their caps.
 
-    `max_connections` is the process's whole budget; `reserved` of it only probes (the
-    canary) may use, so a zone that attackers have filled still answers its canary.
+    `total` is the process's whole budget; `reserved` of it only probes (the canary) may
+    use (ordinary connections stop at ``total - reserved``), so a zone that attackers
+    have filled still answers its canary.
     Probes are exempt from the per-user and per-address caps. A cap of 0 is no cap.
     """
 
-    __slots__ = ("_by_address", "_by_user", "open", "per_address", "per_user", "reserved", "total")
+    __slots__ = (
+        "_by_address", "_by_user", "open", "per_address", "per_user", "probes", "reserved",
+        "total",
+    )  # fmt: skip
 
     def __init__(self, total: int, reserved: int, per_user: int, per_address: int) -> None:
         self.total = total
         self.reserved = reserved
         self.per_user = per_user
         self.per_address = per_address
-        self.open = 0
+        self.open = 0  # connections, probes included
+        self.probes = 0
         self._by_user: dict[str, int] = {}
         self._by_address: dict[str, int] = {}
 
@@ -158,7 +163,8 @@ class ConnectionCaps:
 
     def admit(self, user: str, address: str, *, probe: bool = False) -> Refusal | None:
         """Count a new connection, or say why it may not open (and count nothing)."""
-        if self.open >= self.total or (not probe and self.open >= self.total - self.reserved):
+        ordinary = self.open - self.probes
+        if self.open >= self.total or (not probe and ordinary >= self.total - self.reserved):
             return Refusal(503, ZONE_FULL, "this server is at its connection limit; retry later")
         if not probe:
             if self.per_user and self._by_user.get(user, 0) >= self.per_user:
@@ -172,7 +178,9 @@ class ConnectionCaps:
                     f"this address already has {self.per_address} connections open here",
                 )  # fmt: skip
         self.open += 1
-        if not probe:
+        if probe:
+            self.probes += 1
+        else:
             self._by_user[user] = self._by_user.get(user, 0) + 1
             self._by_address[address] = self._by_address.get(address, 0) + 1
         return None
@@ -180,7 +188,9 @@ class ConnectionCaps:
     def release(self, user: str, address: str, *, probe: bool = False) -> None:
         """Uncount a connection that :meth:`admit` let in."""
         self.open -= 1
-        if not probe:
+        if probe:
+            self.probes -= 1
+        else:
             _decrement(self._by_user, user)
             _decrement(self._by_address, address)
 
