@@ -183,6 +183,7 @@ class RealtimeConfig:
     # getState costs 1 plus the updates it replays.
     replay_rate: float = 200.0  # per second, sustained
     replay_burst: int = 1000  # at once (one full replay of history_size updates)
+    max_rooms_per_connection: int = 64  # rooms one connection may watch (the hub follows each)
     history_size: int = 1000  # updates kept per room for replay
     history_ttl: float = 3600.0  # seconds of updates kept per room for replay
     min_bid: int = 1

@@ -224,6 +224,7 @@ async def test_too_many_messages_are_throttled(make_config: Callable[..., Config
         replies = [await recv(ws) for _ in range(5)]
         assert replies[:3] == ["pong"] * 3
         assert [r["code"] for r in replies[3:]] == ["throttled", "throttled"]
+        assert 0 < (parse_retry_hint(replies[3]["message"]) or 0) <= 1.0  # when to retry
 
 
 async def test_token_expiry_closes_with_1008(deployment: Deployment) -> None:

@@ -122,6 +122,25 @@ async def test_a_slow_loris_upgrade_is_closed(deployment: Deployment) -> None:
         assert timeout * 0.9 <= time.monotonic() - started <= timeout + 2.0
 
 
+async def test_a_slow_body_and_a_slow_second_request_are_closed(deployment: Deployment) -> None:
+    """The same deadline covers a request body that never arrives, and the next request
+    on a kept-alive connection (a byte of it used to cancel uvicorn's idle timer)."""
+    timeout = deployment.config.timing.handshake_timeout
+    async with raw_sockets(deployment.urls["a1"], 2) as [(body_r, body_w), (next_r, next_w)]:
+        body_w.write(
+            b"POST /auth/demo-token HTTP/1.1\r\nHost: zone\r\nContent-Length: 100\r\n\r\n{"
+        )
+        next_w.write(b"GET /health HTTP/1.1\r\nHost: zone\r\n\r\n")
+        assert (await next_r.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        next_w.write(b"GET /health HTTP/1.1\r\n")  # and the rest never
+        started = time.monotonic()
+        closed = await asyncio.gather(
+            closed_by_server(body_r, timeout + 3.0), closed_by_server(next_r, timeout + 3.0)
+        )
+        assert closed == [True, True]
+        assert time.monotonic() - started <= timeout + 2.0
+
+
 @pytest.mark.parametrize("path", ["/ws", "/health"])
 async def test_an_over_long_request_line_gets_431_with_a_body(
     deployment: Deployment, path: str
@@ -217,6 +236,23 @@ async def test_the_canary_and_health_get_through_a_zone_at_its_cap(
         # The silent sockets made room for the probes: the oldest were pushed out.
         pushed_out = await asyncio.gather(*(closed_by_server(r, 0.5) for r, _ in sockets[:8]))
         assert all(pushed_out)
+
+
+async def test_a_connection_watches_a_bounded_number_of_rooms(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config(realtime={"max_rooms_per_connection": 3})
+    async with running_deployment(config) as d, d.connect() as ws:
+        for i in range(3):
+            await send(ws, action="getState", room=f"room-{i}")
+            assert (await recv(ws))["type"] == "state"
+        await send(ws, action="getState", room="room-3")
+        error = await recv(ws)
+        assert (error["code"], error["message"]) == (
+            "bad_request", "a connection may watch at most 3 rooms",
+        )  # fmt: skip
+        await send(ws, action="getState", room="room-1")  # one it watches already: fine
+        assert (await recv(ws))["type"] == "state"
 
 
 # ------------------------------------------------------------------ the replay budget

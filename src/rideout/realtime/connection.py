@@ -366,6 +366,14 @@ class Connection:
     async def _get_state(self, msg: GetState) -> str:
         room = msg.room
         server = self.server
+        fresh = room not in self._seen and room not in self._pending
+        rooms = server.config.realtime.max_rooms_per_connection
+        if fresh and len(self._seen) + len(self._pending) >= rooms:
+            # Each room watched costs the hub a stream to follow: bounded, like the rest.
+            self._send(
+                encode_error(ErrorCode.BAD_REQUEST, f"a connection may watch at most {rooms} rooms")
+            )
+            return "bad_request"
         # A cost budget per user, shared by its connections: a replay of a thousand
         # updates keeps the event loop busy for ~100 ms (reading and encoding them), and
         # one user must not be able to keep it busy. The most a request can cost is
@@ -381,7 +389,6 @@ class Connection:
         cost = 1
         # Subscribe first, then read: the hub's cursor is then at or before the state
         # we send, so no later change can slip between the two.
-        fresh = room not in self._seen and room not in self._pending
         self._pending[room] = []
         self._seen.pop(room, None)
         try:
