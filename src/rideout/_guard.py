@@ -175,7 +175,10 @@ class ConnectionTable:
 
 
 class Guard:
-    """One server's :class:`ConnectionTable` and the timer that expires its entries."""
+    """One server's :class:`ConnectionTable`, the timer that expires its entries, and a
+    warning (at most every :attr:`REPORT_EVERY` seconds) when it had to close any."""
+
+    REPORT_EVERY: Final = 10.0
 
     def __init__(self, limits: ServerLimits) -> None:
         self.limits = limits
@@ -183,6 +186,8 @@ class Guard:
             connection_cap(limits.max_connections), limits.handshake_timeout
         )
         self._timer: asyncio.TimerHandle | None = None
+        self._reported = (0, 0, 0)
+        self._reported_at = 0.0
 
     def wait(self, connection: Waiting, loop: asyncio.AbstractEventLoop) -> None:
         deadline = self.table.wait(connection)
@@ -199,6 +204,20 @@ class Guard:
         deadline = self.table.expire()
         if deadline is not None:
             self._arm(loop, deadline)
+        self._report()
+
+    def _report(self) -> None:
+        table, now = self.table, time.monotonic()
+        counts = (table.expired, table.evicted, table.refused)
+        if counts == self._reported or now - self._reported_at < self.REPORT_EVERY:
+            return
+        expired, evicted, refused = (a - b for a, b in zip(counts, self._reported, strict=True))
+        log.warning(
+            "closed %d connections that sent no request in %g s, pushed out %d waiting ones "
+            "at the cap of %d, refused %d (%d open)",
+            expired, self.limits.handshake_timeout, evicted, table.limit, refused, table.count,
+        )  # fmt: skip
+        self._reported, self._reported_at = counts, now
 
 
 class GuardedConfig(uvicorn.Config):
