@@ -1,7 +1,11 @@
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import resource
+import time
+from typing import Any
 
 import pytest
 import uvicorn
@@ -15,6 +19,7 @@ from rideout._guard import (
 )
 from rideout._serve import RedactTokens
 from rideout.errors import InvalidArgument
+from tests.conftest import free_port, serving
 
 
 def test_tokens_never_reach_the_logs() -> None:
@@ -93,3 +98,33 @@ def test_limits_are_checked_and_the_cap_fits_the_open_file_limit() -> None:
         ServerLimits(max_line=9000)  # over websockets' own line limit
     with pytest.raises(TypeError, match="GuardedConfig"):
         GuardedHttpProtocol(uvicorn.Config(app=None), server_state=None, app_state={})  # type: ignore[arg-type]
+
+
+async def test_an_upgrade_the_app_never_accepts_gets_503_at_the_deadline() -> None:
+    """The deadline holds for the server's side too: an app stuck before accepting
+    (say, on a slow dependency) does not keep the socket forever."""
+
+    async def stuck(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await asyncio.Event().wait()
+
+    port = free_port("127.0.0.1")
+    async with serving(stuck, "127.0.0.1", port, limits=ServerLimits(handshake_timeout=0.3)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        started = time.monotonic()
+        async with asyncio.timeout(3):
+            raw = await reader.read(-1)
+        waited = time.monotonic() - started
+        writer.close()
+    assert 0.25 <= waited < 2.0
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503")
+    assert json.loads(body)["error"] == "handshake_timeout"
