@@ -206,9 +206,12 @@ async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedi
 
 
 @contextlib.asynccontextmanager
-async def serving(app: ASGIApp, host: str, port: int) -> AsyncIterator[uvicorn.Server]:
-    """`app` on a real socket, in this event loop, with its lifespan run."""
-    server = uvicorn.Server(uvicorn_config(app, host, port, log_level="warning"))
+async def serving(
+    app: ASGIApp, host: str, port: int, **options: Any
+) -> AsyncIterator[uvicorn.Server]:
+    """`app` on a real socket, in this event loop, with its lifespan run (`options`:
+    more of :func:`uvicorn_config`'s, such as ``limits``)."""
+    server = uvicorn.Server(uvicorn_config(app, host, port, log_level="warning", **options))
     server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
     task = asyncio.create_task(server.serve())
     try:

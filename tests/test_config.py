@@ -308,6 +308,24 @@ def test_zero_or_negative_counts(key: str, value: int) -> None:
             "shorter than canary_interval",
         ),
         ({"timing": {"backoff_cap": 0.1}}, "timing.backoff_cap", "at least backoff_base"),
+        ({"timing": {"handshake_timeout": 0}}, "timing.handshake_timeout", "positive number"),
+        ({"realtime": {"max_connections": 0}}, "realtime.max_connections", "at least 1"),
+        (
+            {"realtime": {"max_connections_per_user": 0}},
+            "realtime.max_connections_per_user",
+            "at least 1",
+        ),
+        (
+            {"realtime": {"max_connections_per_address": -1}},
+            "realtime.max_connections_per_address",
+            "at least 0",
+        ),
+        (
+            {"realtime": {"max_connections": 64, "reserved_connections": 64}},
+            "realtime.reserved_connections",
+            "less than max_connections",
+        ),
+        ({"realtime": {"replay_rate": 0}}, "realtime.replay_rate", "positive number"),
     ],
 )
 def test_bad_values(data: dict[str, Any], key: str, problem: str) -> None:
@@ -315,6 +333,17 @@ def test_bad_values(data: dict[str, Any], key: str, problem: str) -> None:
     assert error.key == key
     assert problem in error.problem
     assert str(error) == f"config: {key}: {error.problem}"
+
+
+def test_connection_limits_and_their_profile_timeout() -> None:
+    fast, seed = parse_config({}), parse_config({"profile": "seed"})
+    assert (fast.timing.handshake_timeout, seed.timing.handshake_timeout) == (2.0, 10.0)
+    realtime = parse_config(
+        {"realtime": {"max_connections_per_address": 0, "reserved_connections": 0}}
+    ).realtime
+    assert (realtime.max_connections_per_address, realtime.reserved_connections) == (0, 0)
+    env = {"RIDEOUT_REALTIME__MAX_CONNECTIONS_PER_USER": "3"}
+    assert load_config(env=env).realtime.max_connections_per_user == 3
 
 
 def test_bad_region_names() -> None:
@@ -349,6 +378,7 @@ timings = st.builds(
     heartbeat_failures=st.integers(1, 10),
     backoff_base=st.floats(0.001, 1.0),
     backoff_cap=st.floats(1.0, 600.0),
+    handshake_timeout=st.floats(0.01, 600.0),
 )
 
 

@@ -1,8 +1,25 @@
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
+import resource
+import time
+from typing import Any
 
+import pytest
+import uvicorn
+
+from rideout._guard import (
+    FD_HEADROOM,
+    ConnectionTable,
+    GuardedHttpProtocol,
+    ServerLimits,
+    connection_cap,
+)
 from rideout._serve import RedactTokens
+from rideout.errors import InvalidArgument
+from tests.conftest import free_port, serving
 
 
 def test_tokens_never_reach_the_logs() -> None:
@@ -23,3 +40,91 @@ def test_tokens_never_reach_the_logs() -> None:
     )
     RedactTokens().filter(untouched)
     assert untouched.getMessage() == "mytoken=1 tokens=3"
+
+
+# --------------------------------------------------------------------------- the guard
+
+
+class Waiter:
+    def __init__(self, table: ConnectionTable) -> None:
+        self.table = table
+        self.gave_up = False
+
+    def give_up(self) -> None:
+        self.gave_up = True
+        self.table.closed(self)  # what the transport's connection_lost then does
+
+
+def test_the_table_expires_waiting_connections_oldest_first() -> None:
+    now = [0.0]
+    table = ConnectionTable(limit=10, timeout=2.0, clock=lambda: now[0])
+    first, second, done = Waiter(table), Waiter(table), Waiter(table)
+    for waiter in (first, second, done):
+        assert table.opened()
+        table.wait(waiter)
+        now[0] += 0.5
+    table.done(done)  # its request came in
+    assert table.expire() == 2.0  # nothing due yet: the first deadline
+    now[0] = 2.2
+    assert table.expire() == 2.5  # the first is overdue, the second not yet
+    assert (first.gave_up, second.gave_up) == (True, False)
+    now[0] = 10.0
+    assert table.expire() is None
+    assert (second.gave_up, done.gave_up) == (True, False)
+    assert (table.count, table.waiting, table.expired) == (1, 0, 2)
+
+
+def test_at_the_cap_the_longest_waiting_makes_room_and_without_any_the_new_is_refused() -> None:
+    table = ConnectionTable(limit=3, timeout=60.0)
+    waiters = [Waiter(table) for _ in range(3)]
+    for waiter in waiters:
+        assert table.opened()
+        table.wait(waiter)
+    table.done(waiters[0])  # being served: never pushed out
+    assert table.opened()  # the fourth pushes out the oldest still waiting
+    assert [w.gave_up for w in waiters] == [False, True, False]
+    table.done(waiters[2])
+    assert not table.opened()  # nobody waits: refused, not counted
+    assert (table.count, table.evicted, table.refused) == (3, 1, 1)
+
+
+def test_limits_are_checked_and_the_cap_fits_the_open_file_limit() -> None:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    assert connection_cap(10**9) == soft - FD_HEADROOM
+    assert connection_cap(100) == 100
+    with pytest.raises(InvalidArgument):
+        ServerLimits(handshake_timeout=0)
+    with pytest.raises(InvalidArgument):
+        ServerLimits(max_line=9000)  # over websockets' own line limit
+    with pytest.raises(TypeError, match="GuardedConfig"):
+        GuardedHttpProtocol(uvicorn.Config(app=None), server_state=None, app_state={})  # type: ignore[arg-type]
+
+
+async def test_an_upgrade_the_app_never_accepts_gets_503_at_the_deadline() -> None:
+    """The deadline holds for the server's side too: an app stuck before accepting
+    (say, on a slow dependency) does not keep the socket forever."""
+
+    async def stuck(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await asyncio.Event().wait()
+
+    port = free_port("127.0.0.1")
+    async with serving(stuck, "127.0.0.1", port, limits=ServerLimits(handshake_timeout=0.3)):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(
+            b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+            b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        started = time.monotonic()
+        async with asyncio.timeout(3):
+            raw = await reader.read(-1)
+        waited = time.monotonic() - started
+        writer.close()
+    assert 0.25 <= waited < 2.0
+    head, _, body = raw.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503")
+    assert json.loads(body)["error"] == "handshake_timeout"

@@ -10,7 +10,9 @@ import socket
 import uvicorn
 from starlette.types import ASGIApp
 
-__all__ = ["GC_THRESHOLDS", "RedactTokens", "serve", "tune_gc", "uvicorn_config"]
+from rideout._guard import GuardedConfig, ServerLimits, raise_fd_limit
+
+__all__ = ["GC_THRESHOLDS", "RedactTokens", "ServerLimits", "serve", "tune_gc", "uvicorn_config"]
 
 _TOKEN = re.compile(r"((?:^|[?&])token=)[^&\s\"']+")
 
@@ -51,23 +53,25 @@ def uvicorn_config(
     *,
     ws_max_size: int = 16 * 1024 * 1024,
     log_level: str = "info",
+    limits: ServerLimits | None = None,
 ) -> uvicorn.Config:
     """The settings every rideout server runs with (tests and benchmarks too).
 
-    uvloop + httptools + the sans-I/O websockets protocol measured fastest here;
+    uvloop + httptools + the sans-I/O websockets protocol measured fastest here, each
+    guarded by :mod:`rideout._guard` (`limits`: a cap on connections, a deadline for
+    request heads and upgrades, bounded heads; defaults: :class:`ServerLimits`);
     permessage-deflate is off (it costs ~33 KB per connection). Frames larger than
     `ws_max_size` close the connection with 1009. Every app is ASGI 3 (said outright: a
     class instance's plain ``__call__`` would be taken for ASGI 2), and no proxy-headers
-    middleware: nothing here reads the client address, and each layer keeps a frame
-    alive per WebSocket connection.
+    middleware: the client address the per-address cap counts is the TCP peer's, and
+    each layer keeps a frame alive per WebSocket connection.
     """
-    return uvicorn.Config(
+    return GuardedConfig(
         app,
+        limits=limits or ServerLimits(),
         host=host,
         port=port,
         loop="uvloop",
-        http="httptools",
-        ws="websockets-sansio",
         ws_per_message_deflate=False,
         ws_max_size=ws_max_size,
         interface="asgi3",
@@ -88,12 +92,17 @@ def serve(
     ws_max_size: int = 16 * 1024 * 1024,
     reuse_port: bool = False,
     log_level: str = "info",
+    limits: ServerLimits | None = None,
 ) -> None:
     """Serve `app` until SIGINT/SIGTERM, then shut down gracefully within a few seconds
     (settings: :func:`uvicorn_config`). With `reuse_port`, several processes serve one
-    address and port (SO_REUSEPORT): the kernel spreads connections.
+    address and port (SO_REUSEPORT): the kernel spreads connections. The open-file
+    limit is raised to its hard limit first, and the connection cap kept under it.
     """
-    config = uvicorn_config(app, host, port, ws_max_size=ws_max_size, log_level=log_level)
+    raise_fd_limit()
+    config = uvicorn_config(
+        app, host, port, ws_max_size=ws_max_size, log_level=log_level, limits=limits
+    )
     for name in ("uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).addFilter(RedactTokens())
     tune_gc()

@@ -432,6 +432,7 @@ def serve(
     config_path: ConfigOption = None,
 ) -> None:
     """Run one zone's app server in the foreground (`rideout up` starts one per zone)."""
+    from rideout._serve import ServerLimits
     from rideout._serve import serve as run
     from rideout.realtime.app import create_app
 
@@ -446,6 +447,7 @@ def serve(
         config.app_port,
         ws_max_size=config.realtime.max_message_size,
         reuse_port=config.realtime.workers > 1,
+        limits=ServerLimits.from_config(config),
     )
 
 
@@ -485,6 +487,7 @@ async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
 @app.command("control-plane")
 def control_plane(config_path: ConfigOption = None) -> None:
     """Run the control plane in the foreground (`rideout up` starts it)."""
+    from rideout._serve import ServerLimits
     from rideout._serve import serve as run
     from rideout.controlplane.app import create_app
 
@@ -499,7 +502,8 @@ def control_plane(config_path: ConfigOption = None) -> None:
         )
     else:
         app_ = create_app(config)
-    run(app_, config.control_plane.address, config.control_plane.port)
+    limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
+    run(app_, config.control_plane.address, config.control_plane.port, limits=limits)
 
 
 def main() -> None:

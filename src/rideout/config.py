@@ -76,6 +76,10 @@ class Timing:
     heartbeat_failures: int  # consecutive non-pong replies that force a reconnect
     backoff_base: float
     backoff_cap: float
+    # A new connection must send its whole request head (and a WebSocket complete its
+    # upgrade) within this, or it is closed: silent and slow-loris sockets hold a file
+    # descriptor each, and a process has only so many.
+    handshake_timeout: float
 
 
 # The seed documents' values (000/002), and the same loop scaled down for a local demo.
@@ -91,6 +95,7 @@ PROFILES: Mapping[str, Timing] = {
         heartbeat_failures=2,
         backoff_base=2.0,
         backoff_cap=20.0,
+        handshake_timeout=10.0,
     ),
     "fast": Timing(
         canary_interval=0.5,
@@ -105,6 +110,7 @@ PROFILES: Mapping[str, Timing] = {
         heartbeat_failures=2,
         backoff_base=0.25,
         backoff_cap=2.0,
+        handshake_timeout=2.0,
     ),
 }
 
@@ -167,6 +173,19 @@ class RealtimeConfig:
     rate_limit: float = 20.0  # messages per second per connection, sustained
     rate_burst: int = 40  # messages a connection may send at once
     send_queue: int = 256  # queued outgoing messages before a consumer counts as slow
+    # Connection caps, per app server process (worker). `max_connections` counts every
+    # open TCP connection, HTTP and WebSocket, and is lowered to fit the process's
+    # open-file limit; `reserved_connections` of them only the canary (and HTTP, such as
+    # /health) may use. 0 turns the per-address cap off (behind a proxy, say).
+    max_connections: int = 16384
+    reserved_connections: int = field(default=64, metadata={"zero_ok": True})
+    max_connections_per_user: int = 16
+    max_connections_per_address: int = field(default=4096, metadata={"zero_ok": True})
+    # Cost budget per user (`sub`), shared by that user's connections in the worker: a
+    # getState costs 1 plus the updates it replays.
+    replay_rate: float = 200.0  # per second, sustained
+    replay_burst: int = 1000  # at once (one full replay of history_size updates)
+    max_rooms_per_connection: int = 64  # rooms one connection may watch (the hub follows each)
     history_size: int = 1000  # updates kept per room for replay
     history_ttl: float = 3600.0  # seconds of updates kept per room for replay
     min_bid: int = 1
@@ -506,7 +525,8 @@ def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
         if isinstance(default, bool):
             values[f.name] = t.flag(f.name, default)
         elif isinstance(default, int):
-            values[f.name] = t.integer(f.name, default)
+            minimum = 0 if f.metadata.get("zero_ok", False) else 1
+            values[f.name] = t.integer(f.name, default, minimum=minimum)
         elif isinstance(default, float):
             values[f.name] = t.seconds(f.name, default, zero_ok=f.metadata.get("zero_ok", False))
         elif isinstance(default, str):
@@ -536,6 +556,8 @@ def _parse_realtime(t: _Reader) -> RealtimeConfig:
         raise ConfigError(t.key("max_bid"), "must be at least min_bid")
     if realtime.workers > 64:
         raise ConfigError(t.key("workers"), "at most 64 workers per zone")
+    if realtime.reserved_connections >= realtime.max_connections:
+        raise ConfigError(t.key("reserved_connections"), "must be less than max_connections")
     return realtime
 
 

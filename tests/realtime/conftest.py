@@ -13,6 +13,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
+from rideout._serve import ServerLimits
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
 from rideout.realtime.app import create_app
@@ -95,7 +96,8 @@ async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
             await writer.aclose()
         for name, region, zone, port in plan:
             app = create_app(config, region, zone.name)
-            await stack.enter_async_context(serving(app, zone.address, port))
+            limits = ServerLimits.from_config(config)
+            await stack.enter_async_context(serving(app, zone.address, port, limits=limits))
             deployment.urls[name] = f"ws://{zone.address}:{port}"
             deployment.servers[name] = app.state.zone
         yield deployment

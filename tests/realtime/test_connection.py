@@ -21,7 +21,8 @@ from rideout.auth import SigningKey
 from rideout.config import Config
 from rideout.protocol import CloseCode, parse_retry_hint
 from rideout.realtime import connection as connection_module
-from rideout.realtime.connection import Connection, TokenBucket, WebSocketEndpoint
+from rideout.realtime.connection import Connection, WebSocketEndpoint
+from rideout.realtime.limits import TokenBucket
 from rideout.realtime.metrics import AppMetrics
 from tests.realtime.conftest import (
     Deployment,
@@ -223,6 +224,7 @@ async def test_too_many_messages_are_throttled(make_config: Callable[..., Config
         replies = [await recv(ws) for _ in range(5)]
         assert replies[:3] == ["pong"] * 3
         assert [r["code"] for r in replies[3:]] == ["throttled", "throttled"]
+        assert 0 < (parse_retry_hint(replies[3]["message"]) or 0) <= 1.0  # when to retry
 
 
 async def test_token_expiry_closes_with_1008(deployment: Deployment) -> None:

@@ -27,7 +27,14 @@ from websockets.exceptions import WebSocketException
 from rideout import routes
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
-from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
+from rideout.health.names import (
+    CANARY_PROBE,
+    METRIC_NAME,
+    NAMESPACE,
+    PROBE_CLAIM,
+    REGION_DIMENSION,
+    ZONE_DIMENSION,
+)
 from rideout.protocol import PONG
 
 __all__ = ["METRIC_NAME", "NAMESPACE", "Canary", "ProbeResult", "metric_data", "probe"]
@@ -121,7 +128,9 @@ class Canary:
     def _current_token(self) -> str:
         now = self._clock()
         if now > self._token_expires - 60 or not self._token:
-            self._token = self._issuer.issue(f"canary-{self.region.name}")
+            self._token = self._issuer.issue(
+                f"canary-{self.region.name}", extra_claims={PROBE_CLAIM: CANARY_PROBE}
+            )
             self._token_expires = now + self.config.auth.token_ttl
         return self._token
 

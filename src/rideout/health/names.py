@@ -8,10 +8,24 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["METRIC_NAME", "NAMESPACE", "REGION_DIMENSION", "ZONE_DIMENSION"]
+__all__ = [
+    "CANARY_PROBE",
+    "METRIC_NAME",
+    "NAMESPACE",
+    "PROBE_CLAIM",
+    "REGION_DIMENSION",
+    "ZONE_DIMENSION",
+]
 
 NAMESPACE: Final = "App"
 METRIC_NAME: Final = "WebSocketHealth"
 REGION_DIMENSION: Final = "ApiId"
 """The region a datapoint is about (the seed's API Gateway ``ApiId``)."""
 ZONE_DIMENSION: Final = "Zone"
+
+PROBE_CLAIM: Final = "rideout_probe"
+"""The access-token claim that marks the canary's probes (value :data:`CANARY_PROBE`).
+Only a holder of the deployment's signing key can mint it (no issuing route sets extra
+claims): app servers keep connections in reserve for it, so a zone that attackers have
+filled still answers its canary."""
+CANARY_PROBE: Final = "canary"

@@ -35,6 +35,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from rideout import routes
+from rideout._guard import connection_cap
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
@@ -42,6 +43,7 @@ from rideout.realtime.admin import admin_mode
 from rideout.realtime.connection import WebSocketEndpoint
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.realtime.hub import Hub
+from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer
 from rideout.store.auction import AuctionSettings, AuctionStore
@@ -218,6 +220,10 @@ async def _open_zone(
         issuer=TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl),
         admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
         started_at=time.monotonic(), origins=frozenset(config.origins()),
+        caps=ConnectionCaps.for_config(
+            config.realtime, connection_cap(config.realtime.max_connections)
+        ),
+        budget=CostBudget.for_config(config.realtime),
     )  # fmt: skip
     await epoch.refresh()
     epoch.start()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -23,6 +24,7 @@ from typing import Any
 
 from rideout._eager import Resumption, run_eagerly
 from rideout.auth import AuthError, extract_token
+from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
 from rideout.protocol import (
     MESSAGE_TOO_BIG,
     PONG,
@@ -41,10 +43,11 @@ from rideout.protocol import (
     overloaded_reason,
     parse_client_message,
 )
+from rideout.realtime.limits import TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 
-__all__ = ["Connection", "TokenBucket", "WebSocketEndpoint"]
+__all__ = ["REPLAY_YIELD", "Connection", "WebSocketEndpoint"]
 
 log = logging.getLogger("rideout.realtime")
 
@@ -55,31 +58,8 @@ Receive = Callable[[], Awaitable[Message]]
 _CLOSE = object()  # queued after the last message when a close has to wait its turn
 _GONE = (1006, "")  # the client went away (never sent: 1006 is not a code to send)
 CLOSE_GRACE = 2.0  # seconds a queued close frame may take to leave before we hang up
-
-
-class TokenBucket:
-    """`rate` tokens per second, at most `burst` at once. Pure: the clock is injected."""
-
-    __slots__ = ("_clock", "_last", "_tokens", "burst", "rate")
-
-    def __init__(
-        self, rate: float, burst: int, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.rate = rate
-        self.burst = burst
-        self._clock = clock
-        self._tokens = float(burst)
-        self._last = clock()
-
-    def take(self) -> bool:
-        """Spend one token if there is one."""
-        now = self._clock()
-        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
-        self._last = now
-        if self._tokens >= 1:
-            self._tokens -= 1
-            return True
-        return False
+REPLAY_YIELD = 100
+"""Replays of more updates than this let the event loop serve others before encoding."""
 
 
 class WebSocketEndpoint:
@@ -96,12 +76,17 @@ class WebSocketEndpoint:
             return
         # The handshake's objects (claims, headers) die with its frame; this one lives
         # as long as the connection, so it keeps nothing but the Connection.
-        connection = await _handshake(self._state.zone, scope, send)
+        server: ZoneServer = self._state.zone
+        connection = await _handshake(server, scope, send)
         if connection is not None:
-            await connection.serve(receive)
+            try:
+                await connection.serve(receive)
+            finally:
+                server.caps.release(connection.sub, connection.address, probe=connection.probe)
 
 
 async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connection | None:
+    """Authorize, then admit against the caps; the Connection, counted, or None."""
     if server.mode == ZoneMode.DRAINING:
         await _deny(
             scope, send, server, 503, "draining", "this zone is draining; reconnect elsewhere"
@@ -119,9 +104,23 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     except AuthError as exc:
         await _deny(scope, send, server, exc.status, exc.reason, exc.message)
         return None
-    await send({"type": "websocket.accept", "subprotocol": bearer.subprotocol})
+    probe = claims.raw.get(PROBE_CLAIM) == CANARY_PROBE
+    client = scope.get("client")
+    address = str(client[0]) if client else ""
+    refusal = server.caps.admit(claims.sub, address, probe=probe)
+    if refusal is not None:
+        await _deny(
+            scope, send, server, refusal.status, refusal.reason, refusal.message,
+            retry_after=server.config.timing.backoff_cap,
+        )  # fmt: skip
+        return None
+    try:
+        await send({"type": "websocket.accept", "subprotocol": bearer.subprotocol})
+    except BaseException:
+        server.caps.release(claims.sub, address, probe=probe)
+        raise
     server.metrics.handshakes.labels("accepted").inc()
-    return Connection(send, claims.sub, claims.exp, server)
+    return Connection(send, claims.sub, claims.exp, server, address=address, probe=probe)
 
 
 def _header(scope: Message, name: bytes) -> str | None:
@@ -132,25 +131,30 @@ def _header(scope: Message, name: bytes) -> str | None:
 
 
 async def _deny(
-    scope: Message, send: Send, server: ZoneServer, status: int, reason: str, message: str
+    scope: Message,
+    send: Send,
+    server: ZoneServer,
+    status: int,
+    reason: str,
+    message: str,
+    *,
+    retry_after: float | None = None,
 ) -> None:
-    """Refuse the upgrade with an HTTP response and a JSON reason (or, on a server
+    """Refuse the upgrade with an HTTP response and a JSON reason, with `retry_after`
+    (seconds) in the body and a ``Retry-After`` header when given (or, on a server
     without the denial-response extension, a bare close: 403)."""
     server.metrics.handshakes.labels(reason).inc()
     if "websocket.http.response" not in scope.get("extensions", {}):
         await send({"type": "websocket.close", "code": CloseCode.POLICY})
         return
-    body = json.dumps({"error": reason, "message": message}).encode()
-    await send(
-        {
-            "type": "websocket.http.response.start",
-            "status": status,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
+    content: dict[str, object] = {"error": reason, "message": message}
+    headers = [(b"content-type", b"application/json")]
+    if retry_after is not None:
+        content["retry_after"] = retry_after
+        headers.append((b"retry-after", str(max(1, math.ceil(retry_after))).encode()))
+    body = json.dumps(content).encode()
+    headers.append((b"content-length", str(len(body)).encode()))
+    await send({"type": "websocket.http.response.start", "status": status, "headers": headers})
     await send({"type": "websocket.http.response.body", "body": body})
 
 
@@ -159,14 +163,19 @@ class Connection:
 
     __slots__ = (
         "_asgi_send", "_bucket", "_close", "_flusher", "_limit", "_pending", "_queue",
-        "_seen", "expires", "server", "sub",
+        "_seen", "address", "expires", "probe", "server", "sub",
     )  # fmt: skip
 
-    def __init__(self, send: Send, sub: str, expires: float, server: ZoneServer) -> None:
+    def __init__(
+        self, send: Send, sub: str, expires: float, server: ZoneServer,
+        *, address: str = "", probe: bool = False,
+    ) -> None:  # fmt: skip
         self._asgi_send = send
         self.sub = sub
         self.expires = expires
         self.server = server
+        self.address = address  # the client's, as the caps count it
+        self.probe = probe  # the canary's: counted in the reserve
         realtime = server.config.realtime
         self._limit = realtime.send_queue
         self._bucket = TokenBucket(realtime.rate_limit, realtime.rate_burst)
@@ -305,10 +314,8 @@ class Connection:
         if not self._bucket.take():
             metrics.count_message(action, "throttled")
             rate = server.config.realtime.rate_limit
-            self._send(
-                encode_error(
-                    ErrorCode.THROTTLED, f"more than {rate:g} messages per second", request_id
-                )
+            self._throttled(
+                f"more than {rate:g} messages per second", self._bucket.wait(), request_id
             )
             return
         if server.mode == ZoneMode.DEGRADED:
@@ -351,22 +358,52 @@ class Connection:
             )
         metrics.count_message(action, outcome)
 
+    def _throttled(self, why: str, wait: float, request_id: str | None = None) -> None:
+        """``error/throttled``; the message carries the hint: ``…; retry-after=0.25``."""
+        hint = overloaded_reason(wait).partition("; ")[2]
+        self._send(encode_error(ErrorCode.THROTTLED, f"{why}; {hint}", request_id))
+
     async def _get_state(self, msg: GetState) -> str:
         room = msg.room
         server = self.server
+        fresh = room not in self._seen and room not in self._pending
+        rooms = server.config.realtime.max_rooms_per_connection
+        if fresh and len(self._seen) + len(self._pending) >= rooms:
+            # Each room watched costs the hub a stream to follow: bounded, like the rest.
+            self._send(
+                encode_error(ErrorCode.BAD_REQUEST, f"a connection may watch at most {rooms} rooms")
+            )
+            return "bad_request"
+        # A cost budget per user, shared by its connections: a replay of a thousand
+        # updates keeps the event loop busy for ~100 ms (reading and encoding them), and
+        # one user must not be able to keep it busy. The most a request can cost is
+        # charged up front (so a user's connections cannot all start at once), the rest
+        # given back once the real cost is known.
+        budget = server.budget
+        wait = budget.wait(self.sub)
+        if wait > 0:
+            self._throttled("this user's replay budget is spent", wait)
+            return "throttled"
+        most = 1 + (server.store.settings.replay_limit if msg.since is not None else 0)
+        budget.charge(self.sub, most)
+        cost = 1
         # Subscribe first, then read: the hub's cursor is then at or before the state
         # we send, so no later change can slip between the two.
-        fresh = room not in self._seen and room not in self._pending
         self._pending[room] = []
         self._seen.pop(room, None)
         try:
             if fresh:
                 await server.hub.subscribe(room, self)
             result = await server.store.get_state(room, self.sub, msg.since)
+            cost += len(result.missed)
         except BaseException:
             self._pending.pop(room, None)
             server.hub.unsubscribe(room, self)
             raise
+        finally:
+            budget.charge(self.sub, cost - most)
+        if len(result.missed) > REPLAY_YIELD:
+            await asyncio.sleep(0)  # let others' messages through between read and encode
         region = server.region.name
         missed = [Update(room, e.state, e.position, region) for e in result.missed]
         self._send(

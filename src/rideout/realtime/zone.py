@@ -22,7 +22,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
+from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
+from rideout.realtime.limits import ConnectionCaps, CostBudget
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -68,6 +70,9 @@ class ZoneConnection(Protocol):
         """Drop what is queued and close with `code`."""
 
 
+_DEFAULTS = RealtimeConfig()
+
+
 @dataclass(eq=False)
 class ZoneServer:
     """What one app server process holds; kept on ``app.state.zone``."""
@@ -89,6 +94,10 @@ class ZoneServer:
     mode: ZoneMode = ZoneMode.SERVING
     connections: set[ZoneConnection] = field(default_factory=set)
     unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements
+    # What users and addresses may take of this process (see rideout.realtime.limits);
+    # the app builds both from its [realtime]; the defaults are the default settings'.
+    caps: ConnectionCaps = field(default_factory=lambda: ConnectionCaps.for_config(_DEFAULTS))
+    budget: CostBudget = field(default_factory=lambda: CostBudget.for_config(_DEFAULTS))
 
     def __post_init__(self) -> None:
         self._show_mode()

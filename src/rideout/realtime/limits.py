@@ -1,0 +1,209 @@
+"""What one user, one client address or the zone as a whole may take of an app server:
+connection caps with a reserve for the canary, and a cost budget per user.
+
+Pure: no I/O, the clock is injected. The WebSocket endpoint
+(:mod:`~rideout.realtime.connection`) asks :class:`ConnectionCaps` before every upgrade
+and :class:`CostBudget` before every ``getState``; both count per app server process
+(worker), as the per-connection :class:`TokenBucket` does for messages.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from rideout.config import RealtimeConfig
+
+__all__ = ["ConnectionCaps", "CostBudget", "Refusal", "TokenBucket"]
+
+Clock = Callable[[], float]
+
+TOO_MANY_FOR_USER: Final = "too_many_connections"
+TOO_MANY_FROM_ADDRESS: Final = "too_many_connections_from_address"
+ZONE_FULL: Final = "zone_full"
+
+
+class TokenBucket:
+    """`rate` tokens per second, at most `burst` at once. Pure: the clock is injected.
+
+    :meth:`take` spends one token if there is one (a message); :meth:`spend` spends a
+    cost known only afterwards and may leave the bucket in debt, which :meth:`wait`
+    reports until it is paid back.
+    """
+
+    __slots__ = ("_clock", "_last", "_tokens", "burst", "rate")
+
+    def __init__(self, rate: float, burst: int, clock: Clock = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def _refill(self) -> float:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.rate)
+        self._last = now
+        return self._tokens
+
+    def take(self) -> bool:
+        """Spend one token if there is one."""
+        if self._refill() >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+    def spend(self, cost: float) -> None:
+        """Spend `cost` tokens, going into debt if there are fewer (a negative cost gives
+        tokens back, never beyond the burst)."""
+        self._tokens = min(self.burst, self._refill() - cost)
+
+    def wait(self) -> float:
+        """Seconds until a token is there (0 when one is there now)."""
+        missing = 1 - self._refill()
+        return max(0.0, missing / self.rate)
+
+    def full(self) -> bool:
+        """As good as a new bucket: forgetting it loses nothing."""
+        return self._refill() >= self.burst
+
+
+class CostBudget:
+    """A :class:`TokenBucket` per user, shared by that user's connections.
+
+    A request may start while its user's bucket is not in debt (:meth:`wait` is 0); the
+    caller charges the most it can cost before it starts and gives back the difference
+    once the real cost is known (:meth:`charge` with a negative cost): one expensive
+    request goes through, the next waits until the debt is paid back. Buckets that have refilled
+    are forgotten, so the table holds only users who spent recently.
+    """
+
+    __slots__ = ("_buckets", "_clock", "_prune_at", "burst", "rate")
+
+    def __init__(self, rate: float, burst: int, clock: Clock = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._buckets: dict[str, TokenBucket] = {}
+        self._prune_at = 64
+
+    @classmethod
+    def for_config(cls, realtime: RealtimeConfig) -> CostBudget:
+        """The replay budget of ``[realtime]``."""
+        return cls(realtime.replay_rate, realtime.replay_burst)
+
+    def wait(self, user: str) -> float:
+        """Seconds until `user` may start another request (0: now)."""
+        bucket = self._buckets.get(user)
+        return 0.0 if bucket is None else bucket.wait()
+
+    def charge(self, user: str, cost: float) -> None:
+        """Charge `user` for a request that cost `cost`."""
+        bucket = self._buckets.get(user)
+        if bucket is None:
+            if len(self._buckets) >= self._prune_at:
+                self._prune()
+            bucket = self._buckets[user] = TokenBucket(self.rate, self.burst, self._clock)
+        bucket.spend(cost)
+
+    def __len__(self) -> int:
+        return len(self._buckets)
+
+    def _prune(self) -> None:
+        self._buckets = {u: b for u, b in self._buckets.items() if not b.full()}
+        self._prune_at = max(64, 2 * len(self._buckets))
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why an upgrade is refused: the HTTP status, the JSON ``error``, a message."""
+
+    status: int
+    reason: str
+    message: str
+
+
+class ConnectionCaps:
+    """Open WebSocket connections by user and by client address, against their caps.
+
+    `total` is the process's whole budget; `reserved` of it only probes (the canary) may
+    use (ordinary connections stop at ``total - reserved``), so a zone that attackers
+    have filled still answers its canary.
+    Probes are exempt from the per-user and per-address caps. A cap of 0 is no cap.
+    """
+
+    __slots__ = (
+        "_by_address", "_by_user", "open", "per_address", "per_user", "probes", "reserved",
+        "total",
+    )  # fmt: skip
+
+    def __init__(self, total: int, reserved: int, per_user: int, per_address: int) -> None:
+        self.total = total
+        self.reserved = reserved
+        self.per_user = per_user
+        self.per_address = per_address
+        self.open = 0  # connections, probes included
+        self.probes = 0
+        self._by_user: dict[str, int] = {}
+        self._by_address: dict[str, int] = {}
+
+    @classmethod
+    def for_config(cls, realtime: RealtimeConfig, total: int | None = None) -> ConnectionCaps:
+        """The caps of ``[realtime]``; `total` in place of ``max_connections`` (the app
+        passes it lowered to fit the open-file limit)."""
+        return cls(
+            realtime.max_connections if total is None else total,
+            realtime.reserved_connections,
+            realtime.max_connections_per_user,
+            realtime.max_connections_per_address,
+        )
+
+    def admit(self, user: str, address: str, *, probe: bool = False) -> Refusal | None:
+        """Count a new connection, or say why it may not open (and count nothing)."""
+        ordinary = self.open - self.probes
+        if self.open >= self.total or (not probe and ordinary >= self.total - self.reserved):
+            return Refusal(503, ZONE_FULL, "this server is at its connection limit; retry later")
+        if not probe:
+            if self.per_user and self._by_user.get(user, 0) >= self.per_user:
+                return Refusal(
+                    429, TOO_MANY_FOR_USER,
+                    f"this user already has {self.per_user} connections open here",
+                )  # fmt: skip
+            if self.per_address and self._by_address.get(address, 0) >= self.per_address:
+                return Refusal(
+                    429, TOO_MANY_FROM_ADDRESS,
+                    f"this address already has {self.per_address} connections open here",
+                )  # fmt: skip
+        self.open += 1
+        if probe:
+            self.probes += 1
+        else:
+            self._by_user[user] = self._by_user.get(user, 0) + 1
+            self._by_address[address] = self._by_address.get(address, 0) + 1
+        return None
+
+    def release(self, user: str, address: str, *, probe: bool = False) -> None:
+        """Uncount a connection that :meth:`admit` let in."""
+        self.open -= 1
+        if probe:
+            self.probes -= 1
+        else:
+            _decrement(self._by_user, user)
+            _decrement(self._by_address, address)
+
+    def of_user(self, user: str) -> int:
+        return self._by_user.get(user, 0)
+
+    def from_address(self, address: str) -> int:
+        return self._by_address.get(address, 0)
+
+
+def _decrement(counts: dict[str, int], key: str) -> None:
+    left = counts[key] - 1
+    if left:
+        counts[key] = left
+    else:
+        del counts[key]
