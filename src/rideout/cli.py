@@ -237,12 +237,17 @@ def _state(ok: bool | None, good: str, bad: str) -> Text:
 
 
 def _supervised(process: dict[str, Any], state: Text) -> Text:
-    """`state`, unless the supervisor says why the process does not run."""
+    """`state`, unless the supervisor says why the process does not run; with the
+    number of restarts once there were any."""
     supervision, note = process.get("supervision"), process.get("note")
     if supervision in ("restarting", "starting"):
         return Text(note or supervision, style="yellow")
     if supervision in ("gave-up", "stopped"):
         return Text(note or supervision, style="bold red")
+    restarts = process.get("restarts", 0)
+    if restarts:
+        state = state.copy()
+        state.append(f" ({restarts} restart{'' if restarts == 1 else 's'})", style="yellow")
     return state
 
 
@@ -260,12 +265,10 @@ def _print_status(view: dict[str, Any], title: str) -> None:
     table.add_column("region / zone")
     table.add_column("address", no_wrap=True)
     table.add_column("pid", justify="right")
-    table.add_column("restarts", justify="right")
     table.add_column("state")
 
     def row(what: str, where: str, address: str, process: dict[str, Any], state: Text) -> None:
-        pid, restarts = process.get("pid"), process.get("restarts", 0)
-        table.add_row(what, where, address, str(pid or "-"), str(restarts),
+        table.add_row(what, where, address, str(process.get("pid") or "-"),
                       _supervised(process, state))  # fmt: skip
 
     cp = view["control_plane"]

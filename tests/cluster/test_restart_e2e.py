@@ -95,7 +95,7 @@ def test_a_killed_app_server_is_restarted_and_counted(workdir: Path) -> None:
             env={**os.environ, "COLUMNS": "250"},
         ).stdout  # fmt: skip
         row = next(line for line in table.splitlines() if "use1-az1" in line)
-        assert row.split("│")[5].strip() == "1"  # the restarts column
+        assert row.split("│")[5].strip() == "healthy (1 restart)"
         assert wait_for(lambda: restarts_metric(config, "app-use1-az1") == 1.0)
         assert restarts_metric(config, "app-use1-az2") == 0.0
         assert "app-use1-az1 exited with code -9; restarting in" in up.output.read_text()

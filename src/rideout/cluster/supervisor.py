@@ -37,7 +37,7 @@ from typing import Any
 import httpx
 
 from rideout import routes
-from rideout._process import LineSink, ManagedProcess, ProcessError
+from rideout._process import LineSink, ManagedProcess
 from rideout.auth import SigningKey
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.client.resolve import NameserverResolver, ResolutionError
@@ -53,7 +53,7 @@ from rideout.cluster.runstate import (
 from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, RegionConfig, dump_toml
 from rideout.realtime.admin import DEGRADE_SIGNAL, SERVE_SIGNAL
 from rideout.store.client import probe_client
-from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec
+from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch
 
 __all__ = ["ClusterError", "LocalCluster", "PortInUse", "RestartPolicy"]
@@ -437,7 +437,17 @@ class LocalCluster:
     def _keep(self, child: _Child) -> None:
         task = asyncio.create_task(self._keeper(child), name=f"rideout-keep-{child.name}")
         self._keepers.add(task)
-        task.add_done_callback(self._keepers.discard)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._keepers.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                # Never silently: a child nobody looks after any more must say so.
+                child.note = f"no longer restarted: the supervisor failed ({task.exception()!r})"
+                self._say(f"{child.name}: {child.note}")
+                with contextlib.suppress(OSError):
+                    self._write_state()
+
+        task.add_done_callback(done)
 
     def _wanted(self, child: _Child, generation: int) -> bool:
         """Whether the keeper of `generation` still looks after `child`."""
@@ -476,7 +486,7 @@ class LocalCluster:
                     return
                 try:
                     await self._spawn(child)
-                except (ProcessError, EmbeddedRedisError, OSError) as exc:
+                except Exception as exc:  # a failed start is one more death, not the end
                     self._say(f"cannot restart {child.name}: {exc}")
                     child.generation += 1  # the next wait returns at once: another death
                     continue
