@@ -517,8 +517,10 @@ class LocalCluster:
                 if child.state != "running":
                     child.state, child.note = "running", None
                 return False
-            await self._spawn(child)
-        self._keep(child)
+            try:
+                await self._spawn(child)
+            finally:  # if it did not start, its keeper retries as after any death
+                self._keep(child)
         return True
 
     # ------------------------------------------------------------------ chaos
