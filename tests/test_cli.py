@@ -27,7 +27,7 @@ def test_version_and_help() -> None:
     assert runner.invoke(app, ["--version"]).stdout.strip() == f"rideout {__version__}"
     result = runner.invoke(app, ["--help"])
     assert result.exit_code == 0
-    for command in ("up", "down", "status", "config", "serve", "control-plane"):
+    for command in ("up", "down", "status", "config", "serve", "control-plane", "dns"):
         assert command in result.stdout
 
 

@@ -35,6 +35,7 @@ DOC = SRC.parents[1] / "docs" / "errors.md"
 CONTROL_FLOW = {
     "rideout.protocol._Invalid": "raised by the field checks, re-raised as ProtocolError",
     "rideout.idempotency._BodyTooLarge": "raised by _read_body, answered with HTTP 413",
+    "rideout._guard._HeadTooLarge": "raised by the header callbacks, answered with HTTP 431",
 }
 
 # The one base of each package (or leaf module) and what it sits beneath.

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -100,3 +101,58 @@ def test_pid_alive() -> None:
     proc = subprocess.Popen(["true"])
     proc.wait()
     assert not pid_alive(proc.pid)
+
+
+def test_pid_alive_is_false_for_process_groups() -> None:
+    # os.kill(0, ...) signals the caller's whole process group: a record with no process
+    # (pid 0) must never look alive to whoever kills what is alive.
+    assert not pid_alive(0)
+    assert not pid_alive(-1)
+
+
+LOTS = "import sys\nfor i in range(20000): print('line', i, 'x' * 40)\nprint('done')"
+
+
+async def test_a_failing_sink_does_not_stop_the_output_being_drained(tmp_path: Path) -> None:
+    """A closed terminal (the sink raises) must not leave the child blocked on a full pipe."""
+
+    def broken(name: str, line: str) -> None:
+        raise BrokenPipeError("the terminal is gone")
+
+    proc = ManagedProcess(
+        "chatty", [sys.executable, "-c", LOTS], log_file=tmp_path / "c.log", sink=broken
+    )
+    await proc.start()
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    assert (tmp_path / "c.log").read_text().splitlines()[-1] == "done"
+
+
+async def test_a_full_disk_does_not_stop_the_output_being_drained(tmp_path: Path) -> None:
+    seen: list[str] = []
+    proc = ManagedProcess(
+        "chatty",
+        [sys.executable, "-c", LOTS],
+        log_file=Path("/dev/full"),  # every write fails with ENOSPC
+        sink=lambda name, line: seen.append(line),
+    )
+    await proc.start()
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    assert (len(seen), seen[-1]) == (20001, "done")  # every line still reaches the sink
+
+
+async def test_an_over_long_line_does_not_stop_the_output_being_drained(tmp_path: Path) -> None:
+    script = "print('x' * 200_000)\n" + LOTS
+    proc = ManagedProcess("long", [sys.executable, "-c", script], log_file=tmp_path / "l.log")
+    await proc.start()
+    assert await asyncio.wait_for(proc.wait(), 30) == 0
+    lines = (tmp_path / "l.log").read_text().splitlines()
+    assert lines[-1] == "done"
+    assert "[rideout: a line over 64 KiB was cut]" in lines
+
+
+async def test_a_log_that_cannot_be_opened_starts_nothing(tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    proc = ManagedProcess("x", [sys.executable, "-c", "pass"], log_file=tmp_path / "dir")
+    with pytest.raises(ProcessError, match="cannot open x's log"):
+        await proc.start()
+    assert proc.pid is None

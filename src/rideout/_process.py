@@ -8,7 +8,10 @@ Every process rideout starts goes through :class:`ManagedProcess`:
   SIGTERM unless told otherwise), so even a supervisor killed with SIGKILL leaves
   nothing running;
 - its stdout and stderr are merged, written line by line to its log file and handed
-  to an optional sink (the supervisor's prefixed console output);
+  to an optional sink (the supervisor's prefixed console output). The pipe is drained
+  for as long as the child lives, whatever happens to the log file (a full disk) or the
+  sink (a closed terminal): a child whose pipe fills up blocks on its next write, which
+  would freeze it without a trace;
 - :meth:`ManagedProcess.stop` sends SIGTERM, waits, then SIGKILLs.
 """
 
@@ -44,7 +47,12 @@ def _die_with_parent(signum: int) -> Callable[[], None]:
 
 
 def pid_alive(pid: int) -> bool:
-    """True while `pid` names a process that has not exited (zombies count as exited)."""
+    """True while `pid` names a process that has not exited (zombies count as exited).
+
+    Never for 0 or a negative number, which name process groups to ``kill``, not processes.
+    """
+    if pid <= 0:
+        return False
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             state = f.read().rsplit(")", 1)[1].split()[0]
@@ -111,7 +119,12 @@ class ManagedProcess:
         """Spawn the process; its output starts flowing to the log file at once."""
         if self._proc is not None:
             raise ProcessError(f"{self.name} was already started")
-        self.log_file.parent.mkdir(parents=True, exist_ok=True)
+        # The log first: a child spawned without a pump to drain its pipe would block.
+        try:
+            self.log_file.parent.mkdir(parents=True, exist_ok=True)
+            log = self.log_file.open("a", encoding="utf-8", buffering=1)
+        except OSError as exc:
+            raise ProcessError(f"cannot open {self.name}'s log {self.log_file}: {exc}") from exc
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self.argv,
@@ -123,25 +136,40 @@ class ManagedProcess:
                 start_new_session=True,
                 preexec_fn=_die_with_parent(self._death_signal),
             )
-        except OSError as exc:
-            raise ProcessError(f"cannot start {self.name} ({self.argv[0]}): {exc}") from exc
-        log = self.log_file.open("a", encoding="utf-8", buffering=1)
+        except BaseException as exc:
+            log.close()
+            if isinstance(exc, OSError):
+                raise ProcessError(f"cannot start {self.name} ({self.argv[0]}): {exc}") from exc
+            raise
         assert self._proc.stdout is not None
         self._pump = asyncio.create_task(self._copy_output(self._proc.stdout, log))
 
     async def _copy_output(self, stream: asyncio.StreamReader, log: IO[str]) -> None:
+        writing = True
         try:
             while True:
-                raw = await stream.readline()
+                try:
+                    raw = await stream.readline()
+                except ValueError:  # a line over the reader's limit, dropped by the reader
+                    raw = b"[rideout: a line over 64 KiB was cut]\n"
                 if not raw:
                     return
                 line = raw.decode("utf-8", errors="replace").rstrip("\r\n")
                 self._tail.append(line)
-                log.write(line + "\n")
+                if writing:
+                    try:
+                        log.write(line + "\n")
+                    except OSError as exc:
+                        writing = False
+                        self._tail.append(f"[rideout: {self.log_file} cannot be written: {exc}]")
                 if self._sink is not None:
-                    self._sink(self.name, line)
+                    try:
+                        self._sink(self.name, line)
+                    except Exception:  # the console is gone: keep the log, drop the echo
+                        self._sink = None
         finally:
-            log.close()
+            with contextlib.suppress(OSError):
+                log.close()
 
     async def wait(self) -> int:
         """Wait for the process to exit and its output to be written; its exit code."""

@@ -238,6 +238,29 @@ def _state(ok: bool | None, good: str, bad: str) -> Text:
     return Text(good, style="green") if ok else Text(bad, style="bold red")
 
 
+def _supervised(process: dict[str, Any], state: Text) -> Text:
+    """`state`, unless the supervisor says why the process does not run; with the
+    number of restarts once there were any."""
+    supervision, note = process.get("supervision"), process.get("note")
+    if supervision in ("restarting", "starting"):
+        return Text(note or supervision, style="yellow")
+    if supervision in ("gave-up", "stopped"):
+        return Text(note or supervision, style="bold red")
+    restarts = process.get("restarts", 0)
+    if restarts:
+        state = state.copy()
+        state.append(f" ({restarts} restart{'' if restarts == 1 else 's'})", style="yellow")
+    return state
+
+
+def _dns_state(answer: dict[str, Any] | None) -> Text:
+    if not answer:
+        return _state(None, "", "")
+    if not answer["up"]:
+        return _state(False, "", "not answering")
+    return Text(f"answering {answer['region'] or ', '.join(answer['addresses'])}", style="green")
+
+
 def _print_status(view: dict[str, Any], title: str) -> None:
     table = Table(title=title, title_justify="left")
     table.add_column("component")
@@ -245,29 +268,29 @@ def _print_status(view: dict[str, Any], title: str) -> None:
     table.add_column("address", no_wrap=True)
     table.add_column("pid", justify="right")
     table.add_column("state")
+
+    def row(what: str, where: str, address: str, process: dict[str, Any], state: Text) -> None:
+        table.add_row(what, where, address, str(process.get("pid") or "-"),
+                      _supervised(process, state))  # fmt: skip
+
     cp = view["control_plane"]
     health = cp.get("health", {})
-    table.add_row(
-        "control plane", "global", f"{cp['url']}/status",
-        str(cp["pid"] or "-"), _state(health.get("up") if health else None, "up", "down"),
-    )  # fmt: skip
+    row("control plane", "global", f"{cp['url']}/status", cp,
+        _state(health.get("up") if health else None, "up", "down"))  # fmt: skip
+    dns = view.get("dns")
+    if dns is not None:
+        row("dns", "global", f"{dns['address']} (UDP/TCP)", dns, _dns_state(dns.get("answer")))
     for region in view["regions"]:
         redis = region["redis"]
-        table.add_row(
-            "redis", f"{region['name']} ({region['role']})", redis["address"],
-            str(redis["pid"] or "-"), _redis_state(redis.get("state")),
-        )  # fmt: skip
+        row("redis", f"{region['name']} ({region['role']})", redis["address"], redis,
+            _redis_state(redis.get("state")))  # fmt: skip
         canary = region["canary"]
-        table.add_row(
-            "canary", region["name"], "probes its zones every interval", str(canary["pid"] or "-"),
-            _state(canary["alive"] if canary["pid"] else None, "running", "stopped"),
-        )  # fmt: skip
+        row("canary", region["name"], "probes its zones every interval", canary,
+            _state(canary["alive"] if canary["pid"] else None, "running", "stopped"))  # fmt: skip
         for zone in region["zones"]:
             zh = zone.get("health")
-            table.add_row(
-                "app server", f"{region['name']} / {zone['name']}", f"{zone['url']}/health",
-                str(zone["pid"] or "-"), _state(zh.get("up") if zh else None, "healthy", "down"),
-            )  # fmt: skip
+            row("app server", f"{region['name']} / {zone['name']}", f"{zone['url']}/health",
+                zone, _state(zh.get("up") if zh else None, "healthy", "down"))  # fmt: skip
     console.print(table)
     probe = cp.get("summary") or {}
     if probe.get("up"):
@@ -485,25 +508,86 @@ async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
 
 
 @app.command("control-plane")
-def control_plane(config_path: ConfigOption = None) -> None:
+def control_plane(
+    config_path: ConfigOption = None,
+    dns: Annotated[
+        bool,
+        typer.Option(
+            "--dns/--no-dns",
+            help="Serve DNS (UDP/TCP) in this process, or (--no-dns) publish the DNS view "
+            "to DATA_DIR/run/dns-view.json for `rideout dns` to serve (`rideout up` does).",
+        ),
+    ] = True,
+) -> None:
     """Run the control plane in the foreground (`rideout up` starts it)."""
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
+    from rideout.cluster.runstate import DNS_VIEW
     from rideout.controlplane.app import create_app
+    from rideout.controlplane.runtime import ControlPlane
+    from rideout.dns.feed import ViewFile
 
     config = _load(config_path)
+    runtime = ControlPlane(config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW))
     if config.mode == "local":
-        # The supervisor of `rideout up` owns the processes: chaos and the inventory are its.
+        # The supervisor of `rideout up` owns the processes: chaos, the inventory and the
+        # processes' metrics are its.
         from rideout.cluster.chaos import LocalChaos
+        from rideout.cluster.metrics import ProcessMetrics
         from rideout.cluster.status import LocalInventory
 
+        runtime.registry.register(ProcessMetrics(config.run_dir))
         app_ = create_app(
-            config, chaos=LocalChaos(config.run_dir), inventory=LocalInventory(config)
+            config,
+            runtime=runtime,
+            chaos=LocalChaos(config.run_dir),
+            inventory=LocalInventory(config),
         )
     else:
-        app_ = create_app(config)
+        app_ = create_app(config, runtime=runtime)
     limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
     run(app_, config.control_plane.address, config.control_plane.port, limits=limits)
+
+
+@app.command("dns")
+def dns_server(config_path: ConfigOption = None) -> None:
+    """Serve the app domain's DNS (UDP and TCP) from the view the control plane publishes.
+
+    Answers from the last view it read while the control plane is down or restarting, so
+    name resolution outlives a control-plane crash (`rideout up` starts it; the control
+    plane then runs with --no-dns).
+    """
+    import logging
+
+    config = _load(config_path)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_until_terminated(_serve_dns(config)))
+
+
+async def _serve_dns(config: Config) -> None:
+    import logging
+
+    from rideout.cluster.runstate import DNS_VIEW
+    from rideout.dns.feed import DnsFollower, DnsView, ViewFile
+    from rideout.dns.records import Answer, DnsZoneConfig
+    from rideout.dns.server import DnsMetrics, DnsServer
+
+    log = logging.getLogger("rideout.dns")
+    zone = DnsZoneConfig.from_config(config)
+
+    def changed(view: DnsView, answer: Answer) -> None:
+        log.info("%s answers %s %s (%s), serial %d", zone.app_domain, answer.region,
+                 ",".join(answer.addresses), answer.reason, view.serial)  # fmt: skip
+
+    follower = DnsFollower(zone, ViewFile(config.run_dir / DNS_VIEW), on_change=changed)
+    follower.refresh()
+    if follower.view is None:
+        log.warning("no DNS view in %s yet: SERVFAIL until the control plane publishes one",
+                    follower.source.path)  # fmt: skip
+    cp = config.control_plane
+    async with DnsServer(follower.resolve, cp.address, cp.dns_port, metrics=DnsMetrics()):
+        await follower.run()
 
 
 def main() -> None:

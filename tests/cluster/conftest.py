@@ -64,7 +64,7 @@ class Up:
                     and "ready in" in self.output.read_text()
                 ):
                     state = json.loads((self.workdir / ".rideout" / "run" / "up.json").read_text())
-                    self.pids = [p["pid"] for p in state["processes"]]
+                    self.pids = [p["pid"] for p in state["processes"] if p["pid"] > 0]
                     return view
             time.sleep(0.2)
         raise AssertionError(f"not ready within {READY_WITHIN} s:\n{self.output.read_text()}")
@@ -83,8 +83,9 @@ class Up:
                 self.proc.kill()
                 self.proc.wait()
         for pid in self.pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+            if pid > 0:  # 0 would be this process group
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
         self._out.close()
 
 

@@ -30,7 +30,8 @@ async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
     try:
         await cluster.start()
         pids = all_pids(cluster)
-        assert len(pids) == 2 + 4 + 2 + 1  # two Redis, four zones, two canaries, one control plane
+        # two Redis, four zones, two canaries, one control plane, one DNS server
+        assert len(pids) == 2 + 4 + 2 + 1 + 1
         assert all(pid_alive(p) for p in pids)
         view = await collect_status(config)
         assert view["running"]

@@ -31,7 +31,7 @@ def test_up_serves_every_zone_refuses_a_second_up_and_stops_on_sigint(workdir: P
         t0 = time.monotonic()
         view = up.wait_ready()
         assert time.monotonic() - t0 < READY_WITHIN
-        assert len(up.pids) == 9  # 2 Redis, 4 app servers, 2 canaries, 1 control plane
+        assert len(up.pids) == 10  # 2 Redis, 4 app servers, 2 canaries, control plane, DNS
         assert all(isinstance(p, int) and pid_alive(p) for p in up.pids)
         with httpx.Client(trust_env=False) as http:
             for region in config.regions:
@@ -115,7 +115,7 @@ async def test_the_auction_through_up_with_two_workers_per_zone(
     )
     with started(workdir) as up:
         up.wait_ready()
-        assert len(up.pids) == 2 + 1 + 4 * 2 + 2  # Redis, control plane, workers, canaries
+        assert len(up.pids) == 2 + 2 + 4 * 2 + 2  # Redis, control plane + DNS, workers, canaries
         assert all(pid_alive(p) for p in up.pids)
         issued = rideout("token", "issue", "--sub", "alice", "-c", "rideout.toml", cwd=workdir)
         assert issued.returncode == 0, issued.stderr

@@ -2,8 +2,10 @@
 
 ``run/up.lock`` is held with ``flock`` for as long as the supervisor lives (the kernel
 drops it when the process dies, so a crash never leaves a stale lock) and holds its pid.
-``run/up.json`` records which process serves what, and ``run/control.sock`` is where
-the supervisor takes chaos commands (see :mod:`rideout.cluster.chaos`).
+``run/up.json`` records which process serves what, how often each was restarted and
+whether the supervisor still restarts it; ``run/control.sock`` is where the supervisor
+takes chaos commands (see :mod:`rideout.cluster.chaos`); ``run/dns-view.json`` is the
+DNS view the control plane publishes for ``rideout dns`` (see :mod:`rideout.dns.feed`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from rideout.cluster.errors import ClusterError
 
 __all__ = [
     "CONTROL_SOCKET",
+    "DNS_VIEW",
+    "PROCESS_STATES",
     "AlreadyRunning",
     "ProcessRecord",
     "RunLock",
@@ -32,6 +36,12 @@ LOCK_FILE = "up.lock"
 STATE_FILE = "up.json"
 EFFECTIVE_CONFIG = "effective.toml"
 CONTROL_SOCKET = "control.sock"
+DNS_VIEW = "dns-view.json"
+
+PROCESS_STATES = ("starting", "running", "restarting", "gave-up", "stopped")
+"""A supervised process's state: ``restarting`` waits out its backoff, ``gave-up`` is
+crash-looping and left down, ``stopped`` was stopped on purpose (chaos) and is not
+restarted until ``rideout chaos restore``."""
 
 
 class AlreadyRunning(ClusterError):
@@ -100,16 +110,19 @@ def read_lock_pid(run_dir: Path) -> int | None:
 
 @dataclass(frozen=True, slots=True)
 class ProcessRecord:
-    """One supervised process."""
+    """One supervised process (`pid` 0 while it does not run)."""
 
     name: str
-    kind: str  # "redis" | "app" | "control-plane"
+    kind: str  # "redis" | "app" | "canary" | "control-plane" | "dns"
     pid: int
     region: str | None = None
     zone: str | None = None
     address: str | None = None
     port: int | None = None
     log: str | None = None
+    state: str = "running"  # one of PROCESS_STATES
+    restarts: int = 0  # restarts by the supervisor since `up` started
+    note: str | None = None  # why it is not running, in words
 
 
 @dataclass(slots=True)

@@ -1,5 +1,10 @@
 """What runs where, and is it healthy: one view for `rideout status` and the control plane.
 
+Each process's entry has its ``pid`` (None while it does not run), whether it is
+``alive``, its ``restarts`` by the supervisor, its ``supervision`` state (see
+:data:`rideout.cluster.runstate.PROCESS_STATES`) and a ``note`` saying why it is not
+running, if it is not.
+
 :class:`LocalInventory` hands that view to the control plane's ``GET /status`` in local
 mode (its :class:`~rideout.controlplane.ports.Inventory` port).
 """
@@ -14,7 +19,8 @@ import httpx
 
 from rideout import routes
 from rideout._process import pid_alive
-from rideout.cluster.runstate import RunState, read_lock_pid
+from rideout.client.resolve import NameserverResolver, ResolutionError
+from rideout.cluster.runstate import ProcessRecord, RunState, read_lock_pid
 from rideout.config import Config
 from rideout.routes import control_plane_url, zone_url
 from rideout.store.client import probe_client
@@ -49,15 +55,40 @@ async def _probe_redis(address: str, port: int) -> dict[str, Any]:
         await client.aclose()
 
 
+async def _probe_dns(config: Config) -> dict[str, Any]:
+    cp = config.control_plane
+    try:
+        resolved = await NameserverResolver(cp.address, cp.dns_port, timeout=1.0).resolve(
+            config.app_domain
+        )
+    except ResolutionError as exc:
+        return {"up": False, "error": str(exc)}
+    addresses = sorted(resolved.addresses)
+    region = next(
+        (r.name for r in config.regions if sorted(z.address for z in r.zones) == addresses),
+        None,
+    )
+    return {"up": True, "addresses": list(resolved.addresses), "region": region}
+
+
 async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any]:
     """The deployment as the run files record it, plus live probes when `probe` is set."""
     run = RunState.read(config.run_dir)
     supervisor = read_lock_pid(config.run_dir)
-    pids = {p.name: p.pid for p in run.processes} if run and supervisor else {}
+    records: dict[str, ProcessRecord] = (
+        {p.name: p for p in run.processes} if run and supervisor else {}
+    )
 
     def pid_of(name: str) -> dict[str, Any]:
-        pid = pids.get(name)
-        return {"pid": pid, "alive": bool(pid and pid_alive(pid))}
+        record = records.get(name)
+        pid = (record.pid or None) if record else None
+        return {
+            "pid": pid,
+            "alive": bool(pid and pid_alive(pid)),
+            "restarts": record.restarts if record else 0,
+            "supervision": record.state if record else None,
+            "note": record.note if record else None,
+        }
 
     view: dict[str, Any] = {
         "app_domain": config.app_domain,
@@ -71,6 +102,11 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
             "name": "control-plane",
             "url": control_plane_url(config),
             **pid_of("control-plane"),
+        },
+        "dns": {
+            "name": "dns",
+            "address": f"{config.control_plane.address}:{config.control_plane.dns_port}",
+            **pid_of("dns"),
         },
         "regions": [],
     }
@@ -117,6 +153,7 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
         jobs: list[tuple[dict[str, Any], str, Any]] = [
             (view["control_plane"], "health", _probe_http(client, cp_url + routes.HEALTH)),
             (view["control_plane"], "summary", _probe_http(client, cp_url + routes.SUMMARY)),
+            (view["dns"], "answer", _probe_dns(config)),
         ]
         for region_view, region in zip(view["regions"], config.regions, strict=True):
             jobs.append(

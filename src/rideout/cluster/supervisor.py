@@ -1,16 +1,21 @@
-"""Start and stop the whole local two-region topology on one machine, and break it on
-purpose.
+"""Start and stop the whole local two-region topology on one machine, keep it running,
+and break it on purpose.
 
 Order matters: the primary's Redis first, then its replica in the secondary region,
-then the control plane, every zone's app servers and each region's canary together.
-Stopping goes the other way: servers first (they drain their clients), Redis last (it
-flushes its append-only file). Whatever was started is stopped on every exit path: an
-error during start, a cancelled start (Ctrl-C), or a normal stop.
+then the control plane, the DNS server and every zone's app servers together, then
+each region's canary. Stopping goes the other way: servers first (they drain their
+clients), Redis last (it flushes its append-only file). Whatever was started is stopped
+on every exit path: an error during start, a cancelled start (Ctrl-C), or a normal stop.
+
+Every child that dies on its own is restarted, after a backoff and within a limit
+(:mod:`rideout.cluster.restarts`): past the limit it stays down and ``status`` says
+it is crash-looping. A child stopped on purpose (``rideout chaos kill``/``kill-redis``,
+``down``, Ctrl-C) is never restarted; ``rideout chaos restore`` brings it back and
+forgets its restart history. Redis is restarted in its configured role, as ``restore``
+does; which Redis is the writer is the failover controller's to reconcile.
 
 Fault injection (`rideout chaos`) goes through the supervisor, which owns the processes:
 it listens on ``run/control.sock`` for one-line JSON commands (see :mod:`.chaos`).
-A region that is restored comes back with its configured Redis role; the failover
-controller then reconciles which Redis is the writer.
 """
 
 from __future__ import annotations
@@ -24,7 +29,8 @@ import signal
 import socket
 import sys
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +40,9 @@ from rideout import routes
 from rideout._process import LineSink, ManagedProcess
 from rideout.auth import SigningKey
 from rideout.auth.admin import load_or_create_admin_token
+from rideout.client.resolve import NameserverResolver, ResolutionError
 from rideout.cluster.errors import ClusterError
+from rideout.cluster.restarts import RestartHistory, RestartPolicy
 from rideout.cluster.runstate import (
     CONTROL_SOCKET,
     EFFECTIVE_CONFIG,
@@ -48,7 +56,7 @@ from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch
 
-__all__ = ["ClusterError", "LocalCluster", "PortInUse"]
+__all__ = ["ClusterError", "LocalCluster", "PortInUse", "RestartPolicy"]
 
 
 class PortInUse(ClusterError):
@@ -67,8 +75,8 @@ def _endpoints(config: Config) -> list[_Endpoint]:
     cp = config.control_plane
     found = [
         _Endpoint("control-plane", cp.address, cp.port),
-        _Endpoint("the DNS server", cp.address, cp.dns_port),
-        _Endpoint("the DNS server", cp.address, cp.dns_port, udp=True),
+        _Endpoint("dns", cp.address, cp.dns_port),
+        _Endpoint("dns", cp.address, cp.dns_port, udp=True),
     ]
     for region in config.regions:
         found.append(_Endpoint(f"redis-{region.name}", region.redis.address, region.redis.port))
@@ -105,30 +113,134 @@ def child_env() -> dict[str, str]:
     return env
 
 
-@dataclass
-class _Server:
-    """A server process the supervisor can (re)start: app server, canary, control plane."""
+Probe = Callable[[httpx.AsyncClient], Awaitable[str | None]]
+"""Is a server ready? None when it is, else what it answered instead."""
+
+
+def _http_probe(url: str) -> Probe:
+    async def probe(client: httpx.AsyncClient) -> str | None:
+        try:
+            response = await client.get(url)
+        except httpx.HTTPError as exc:
+            return type(exc).__name__
+        return None if response.status_code == 200 else f"HTTP {response.status_code}"
+
+    return probe
+
+
+def _dns_probe(config: Config) -> Probe:
+    cp = config.control_plane
+    resolver = NameserverResolver(cp.address, cp.dns_port, timeout=1.0)
+
+    async def probe(client: httpx.AsyncClient) -> str | None:
+        try:
+            await resolver.resolve(config.app_domain)
+        except ResolutionError as exc:
+            return str(exc)
+        return None
+
+    return probe
+
+
+@dataclass(eq=False)
+class _Child:
+    """A process the supervisor keeps running, and what it knows about its restarts."""
 
     record: ProcessRecord
-    argv: list[str]
-    health_url: str | None
+    history: RestartHistory
+    state: str = "starting"  # see runstate.PROCESS_STATES
+    note: str | None = None
+    held: bool = False  # stopped on purpose: never restarted until restored
+    generation: int = 0  # one more per spawn: a keeper looks after one generation
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)  # held while spawning
+
+    @property
+    def name(self) -> str:
+        return self.record.name
+
+    @property
+    def pid(self) -> int | None:
+        raise NotImplementedError
+
+    @property
+    def running(self) -> bool:
+        raise NotImplementedError
+
+    async def wait(self) -> int | None:
+        """Until the current process exits; its exit code (None: none was started)."""
+        raise NotImplementedError
+
+
+@dataclass(eq=False)
+class _Server(_Child):
+    """An app server, canary, control plane or DNS server: one ``rideout`` subcommand."""
+
+    argv: list[str] = field(default_factory=list)
+    probe: Probe | None = None
     proc: ManagedProcess | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.running
+
+    async def wait(self) -> int | None:
+        if self.proc is None or self.proc.pid is None:
+            return None
+        return await self.proc.wait()
+
+
+@dataclass(eq=False)
+class _Redis(_Child):
+    """A region's redis-server."""
+
+    region: RegionConfig | None = None
+    server: EmbeddedRedis | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.server.pid if self.server else None
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None and self.server.running
+
+    async def wait(self) -> int | None:
+        # EmbeddedRedis offers no wait() (store is not this package's); `running` is cheap.
+        while self.running:  # noqa: ASYNC110
+            await asyncio.sleep(0.1)
+        return None
 
 
 class LocalCluster:
-    """The local deployment described by `config`, supervised by this process."""
+    """The local deployment described by `config`, supervised by this process.
+
+    `restart_policy` decides when a child that died is restarted (see
+    :mod:`rideout.cluster.restarts`); `clock` is what its window is measured on.
+    """
 
     def __init__(
-        self, config: Config, *, sink: LineSink | None = None, ready_timeout: float = 30.0
+        self,
+        config: Config,
+        *,
+        sink: LineSink | None = None,
+        ready_timeout: float = 30.0,
+        restart_policy: RestartPolicy | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.config = config
         self.ready_timeout = ready_timeout
+        self.restart_policy = restart_policy or RestartPolicy()
+        self._clock = clock
         self._sink = sink
         self._lock = RunLock(config.run_dir)
-        self._redis: dict[str, EmbeddedRedis] = {}
+        self._redis: dict[str, _Redis] = {}
         self._servers: dict[str, _Server] = {}
         self._frozen: set[str] = set()
-        self._watchers: list[asyncio.Task[None]] = []
+        self._keepers: set[asyncio.Task[None]] = set()
         self._control: asyncio.Server | None = None
         self._stopping = False
         self.started_at = time.time()
@@ -145,6 +257,12 @@ class LocalCluster:
         if self._sink is not None:
             self._sink("rideout", line)
 
+    def _children(self) -> list[_Child]:
+        return [*self._redis.values(), *self._servers.values()]
+
+    def _history(self) -> RestartHistory:
+        return RestartHistory(self.restart_policy, clock=self._clock)
+
     # ------------------------------------------------------------------ start
 
     async def start(self) -> None:
@@ -160,7 +278,15 @@ class LocalCluster:
             SigningKey.load_or_create(self.config.keys_dir)
             load_or_create_admin_token(self.config.keys_dir)
             for region in (self.config.primary, self.config.secondary):
-                await self._start_redis(region)
+                redis = _Redis(
+                    ProcessRecord(f"redis-{region.name}", "redis", 0, region=region.name,
+                                  address=region.redis.address, port=region.redis.port,
+                                  log=str(self.config.logs_dir / f"redis-{region.name}.log")),
+                    self._history(), region=region,
+                )  # fmt: skip
+                self._redis[region.name] = redis
+                await self._spawn(redis)
+                self._keep(redis)
             self._plan_servers()
             # Canaries last: probing zones that are still starting would look like an outage.
             servers = list(self._servers.values())
@@ -172,41 +298,107 @@ class LocalCluster:
             raise
 
     def _write_state(self) -> None:
-        """run/up.json, rewritten whenever a process starts: `status` and `down` see a
-        deployment that is still starting (or failed half-way)."""
+        """run/up.json, rewritten whenever a process starts, dies or changes state:
+        `status` and `down` see a deployment that is still starting (or failed half-way)."""
         records = [
-            ProcessRecord(f"redis-{name}", "redis", r.pid, region=name, address=r.spec.address,
-                          port=r.spec.port, log=str(r.spec.log_file))
-            for name, r in self._redis.items() if r.pid is not None
-        ]  # fmt: skip
-        records += [
-            replace(s.record, pid=s.proc.pid)
-            for s in self._servers.values()
-            if s.proc is not None and s.proc.pid is not None
+            replace(
+                child.record,
+                pid=(child.pid or 0) if child.running else 0,
+                state=child.state,
+                restarts=child.history.total,
+                note=child.note,
+            )
+            for child in self._children()
         ]
         RunState(os.getpid(), self.started_at, str(self.config_file), records).write(
             self.config.run_dir
         )
 
-    async def _start_redis(self, region: RegionConfig) -> None:
+    def _plan_servers(self) -> None:
+        base = [sys.executable, "-m", "rideout"]
+        config = ["--config", str(self.config_file)]
+        cp = self.config.control_plane
+
+        def server(record: ProcessRecord, argv: list[str], probe: Probe | None) -> None:
+            log = str(self.config.logs_dir / f"{record.name}.log")
+            self._servers[record.name] = _Server(
+                replace(record, log=log), self._history(), argv=argv, probe=probe
+            )
+
+        server(
+            ProcessRecord("control-plane", "control-plane", 0, address=cp.address, port=cp.port),
+            [*base, "control-plane", *config, "--no-dns"],
+            _http_probe(routes.control_plane_url(self.config, routes.HEALTH)),
+        )
+        server(
+            ProcessRecord("dns", "dns", 0, address=cp.address, port=cp.dns_port),
+            [*base, "dns", *config],
+            _dns_probe(self.config),
+        )
+        for region in self.config.regions:
+            for zone in region.zones:
+                for worker in range(self.config.realtime.workers):
+                    name = f"app-{zone.name}" + (f"-w{worker + 1}" if worker else "")
+                    server(
+                        ProcessRecord(name, "app", 0, region=region.name, zone=zone.name,
+                                      address=zone.address, port=self.config.app_port),
+                        [*base, "serve", *config, "--region", region.name, "--zone", zone.name],
+                        _http_probe(routes.zone_url(self.config, zone.address, routes.HEALTH)),
+                    )  # fmt: skip
+            server(
+                ProcessRecord(f"canary-{region.name}", "canary", 0, region=region.name),
+                [*base, "canary", *config, "--region", region.name],
+                None,
+            )
+
+    async def _start_servers(self, servers: list[_Server]) -> None:
+        """Spawn `servers`, wait until each is ready, then keep them running."""
+        for server in servers:
+            await self._spawn(server)
+        async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
+            await asyncio.gather(*(self._await_ready(client, s) for s in servers))
+        for server in servers:
+            self._keep(server)
+
+    async def _spawn(self, child: _Child) -> None:
+        """Start one process for `child` (a Redis is also waited for until ready)."""
+        if isinstance(child, _Redis):
+            await self._spawn_redis(child)
+        else:
+            assert isinstance(child, _Server)
+            record = child.record
+            assert record.log is not None
+            proc = ManagedProcess(
+                record.name, child.argv, log_file=Path(record.log), sink=self._sink,
+                env=child_env(),
+            )  # fmt: skip
+            where = f" on {record.address}:{record.port}" if record.address else ""
+            self._say(f"starting {record.name}{where}")
+            child.proc = proc
+            await proc.start()
+        child.generation += 1
+        child.state, child.note = "running", None
+        self._write_state()
+
+    async def _spawn_redis(self, child: _Redis) -> None:
+        region = child.region
+        assert region is not None
         primary = self.config.primary
         replica_of = None if region is primary else (primary.redis.address, primary.redis.port)
-        name = f"redis-{region.name}"
         server = EmbeddedRedis(
             RedisSpec(
-                name=name,
+                name=child.name,
                 address=region.redis.address,
                 port=region.redis.port,
                 data_dir=self.config.region_data_dir(region.name),
-                log_file=self.config.logs_dir / f"{name}.log",
+                log_file=self.config.logs_dir / f"{child.name}.log",
                 replica_of=replica_of,
             ),
             sink=self._sink,
         )
-        self._redis[region.name] = server
-        self._say(f"starting {name} on {region.redis.address}:{region.redis.port}")
+        child.server = server
+        self._say(f"starting {child.name} on {region.redis.address}:{region.redis.port}")
         await server.start(timeout=self.ready_timeout)
-        self._write_state()
         if replica_of is None:
             client = probe_client(region.redis.address, region.redis.port)
             try:
@@ -214,53 +406,7 @@ class LocalCluster:
             finally:
                 await client.aclose()
 
-    def _plan_servers(self) -> None:
-        base = [sys.executable, "-m", "rideout"]
-        config = ["--config", str(self.config_file)]
-        cp = self.config.control_plane
-        self._servers["control-plane"] = _Server(
-            ProcessRecord("control-plane", "control-plane", 0, address=cp.address, port=cp.port),
-            [*base, "control-plane", *config],
-            routes.control_plane_url(self.config, routes.HEALTH),
-        )
-        for region in self.config.regions:
-            for zone in region.zones:
-                for worker in range(self.config.realtime.workers):
-                    name = f"app-{zone.name}" + (f"-w{worker + 1}" if worker else "")
-                    self._servers[name] = _Server(
-                        ProcessRecord(name, "app", 0, region=region.name, zone=zone.name,
-                                      address=zone.address, port=self.config.app_port),
-                        [*base, "serve", *config, "--region", region.name, "--zone", zone.name],
-                        routes.zone_url(self.config, zone.address, routes.HEALTH),
-                    )  # fmt: skip
-            name = f"canary-{region.name}"
-            self._servers[name] = _Server(
-                ProcessRecord(name, "canary", 0, region=region.name),
-                [*base, "canary", *config, "--region", region.name],
-                None,
-            )
-
-    async def _start_servers(self, servers: list[_Server]) -> None:
-        env = child_env()
-        for server in servers:
-            log = self.config.logs_dir / f"{server.record.name}.log"
-            server.record = replace(server.record, log=str(log))
-            server.proc = ManagedProcess(
-                server.record.name, server.argv, log_file=log, sink=self._sink, env=env
-            )
-            where = (
-                f" on {server.record.address}:{server.record.port}" if server.record.address else ""
-            )
-            self._say(f"starting {server.record.name}{where}")
-            await server.proc.start()
-            self._write_state()
-        async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
-            await asyncio.gather(*(self._await_health(client, s) for s in servers))
-        for server in servers:
-            assert server.proc is not None
-            self._watchers.append(asyncio.create_task(self._watch(server.proc)))
-
-    async def _await_health(self, client: httpx.AsyncClient, server: _Server) -> None:
+    async def _await_ready(self, client: httpx.AsyncClient, server: _Server) -> None:
         proc = server.proc
         assert proc is not None
         deadline = time.monotonic() + self.ready_timeout
@@ -273,26 +419,109 @@ class LocalCluster:
                     f"{proc.name} exited with code {proc.returncode} while starting; "
                     f"see {proc.log_file}{tail}"
                 )
-            if server.health_url is None:
+            if server.probe is None:
                 return  # nothing to ask; it runs
-            try:
-                response = await client.get(server.health_url)
-                if response.status_code == 200:
-                    return
-                last = f"HTTP {response.status_code}"
-            except httpx.HTTPError as exc:
-                last = type(exc).__name__
+            why = await server.probe(client)
+            if why is None:
+                return
+            last = why
             if time.monotonic() >= deadline:
                 raise ClusterError(
-                    f"{proc.name} did not answer {server.health_url} within {self.ready_timeout:g} s "
-                    f"({last}); see {proc.log_file}"
+                    f"{proc.name} was not ready within {self.ready_timeout:g} s ({last}); "
+                    f"see {proc.log_file}"
                 )
             await asyncio.sleep(0.1)
 
-    async def _watch(self, proc: ManagedProcess) -> None:
-        code = await proc.wait()
-        if not self._stopping:
-            self._say(f"{proc.name} exited with code {code}; see {proc.log_file}")
+    # ------------------------------------------------------------------ restarts
+
+    def _keep(self, child: _Child) -> None:
+        task = asyncio.create_task(self._keeper(child), name=f"rideout-keep-{child.name}")
+        self._keepers.add(task)
+
+        def done(task: asyncio.Task[None]) -> None:
+            self._keepers.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                # Never silently: a child nobody looks after any more must say so.
+                child.note = f"no longer restarted: the supervisor failed ({task.exception()!r})"
+                self._say(f"{child.name}: {child.note}")
+                with contextlib.suppress(OSError):
+                    self._write_state()
+
+        task.add_done_callback(done)
+
+    def _wanted(self, child: _Child, generation: int) -> bool:
+        """Whether the keeper of `generation` still looks after `child`."""
+        return not (self._stopping or child.held or child.generation != generation)
+
+    async def _keeper(self, child: _Child) -> None:
+        """Restart `child` whenever it dies on its own, as long as its history allows."""
+        while True:
+            generation = child.generation
+            code = await child.wait()
+            exited = "exited" if code is None else f"exited with code {code}"
+            if not self._wanted(child, generation):
+                if child.held and not self._stopping:
+                    self._say(f"{child.name} {exited}; stopped on purpose")
+                    self._write_state()
+                return
+            verdict = child.history.died()
+            if not verdict.restart:
+                child.state, child.note = "gave-up", verdict.reason
+                region = child.record.region or self.config.primary.name
+                self._say(
+                    f"{child.name} {exited}: {verdict.reason}; see "
+                    f"{child.record.log}; `rideout chaos restore {region}` starts it again"
+                )
+                self._write_state()
+                return
+            child.state = "restarting"
+            child.note = f"restarting ({exited}; {verdict.reason})"
+            self._say(
+                f"{child.name} {exited}; restarting in {verdict.delay:.1f} s ({verdict.reason})"
+            )
+            self._write_state()
+            await asyncio.sleep(verdict.delay)
+            async with child.lock:
+                if not self._wanted(child, generation):
+                    return
+                try:
+                    await self._spawn(child)
+                except Exception as exc:  # a failed start is one more death, not the end
+                    self._say(f"cannot restart {child.name}: {exc}")
+                    child.generation += 1  # the next wait returns at once: another death
+                    continue
+                if child.held:  # `chaos kill` came while it was starting
+                    self._kill(child)
+
+    def _kill(self, child: _Child) -> bool:
+        pid = child.pid
+        if not child.running or pid is None:
+            return False
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        return True
+
+    def _hold(self, children: list[_Child], why: str) -> None:
+        """Stopped on purpose: no keeper restarts these until they are restored."""
+        for child in children:
+            child.held = True
+            child.state, child.note = "stopped", why
+        self._write_state()
+
+    async def _revive(self, child: _Child) -> bool:
+        """Restart `child` on purpose if it does not run (restore); whether it did."""
+        child.held = False
+        child.history.reset()
+        async with child.lock:
+            if child.running:
+                if child.state != "running":
+                    child.state, child.note = "running", None
+                return False
+            try:
+                await self._spawn(child)
+            finally:  # if it did not start, its keeper retries as after any death
+                self._keep(child)
+        return True
 
     # ------------------------------------------------------------------ chaos
 
@@ -308,35 +537,35 @@ class LocalCluster:
             if s.record.region == region and (kind is None or s.record.kind == kind)
         ]  # fmt: skip
 
+    def _region_children(self, region: str) -> list[_Child]:
+        children: list[_Child] = list(self._region_servers(region))
+        if region in self._redis:
+            children.append(self._redis[region])
+        return children
+
     def _region_pids(self, region: str) -> list[int]:
-        pids = [
-            s.proc.pid
-            for s in self._region_servers(region)
-            if s.proc and s.proc.running and s.proc.pid
-        ]
-        redis = self._redis.get(region)
-        if redis is not None and redis.running and redis.pid is not None:
-            pids.append(redis.pid)
-        return pids
+        return [c.pid for c in self._region_children(region) if c.running and c.pid]
 
     async def kill(self, region: str) -> str:
         """SIGKILL every process of `region`, Redis included: the region is gone."""
         self._region(region)
         self._frozen.discard(region)
-        pids = self._region_pids(region)
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        return f"killed {region}: {len(pids)} processes (SIGKILL), Redis included"
+        children = self._region_children(region)
+        self._hold(children, "stopped by `rideout chaos kill`")
+        killed = sum(self._kill(child) for child in children)
+        return f"killed {region}: {killed} processes (SIGKILL), Redis included"
 
     async def kill_redis(self, region: str) -> str:
         """SIGKILL only the region's Redis: servers stay up with their state store gone."""
         self._region(region)
         redis = self._redis.get(region)
-        if redis is None or not redis.running or redis.pid is None:
+        if redis is None:
             return f"redis-{region} is not running"
-        os.kill(redis.pid, signal.SIGKILL)
-        return f"killed redis-{region} (pid {redis.pid})"
+        pid = redis.pid
+        self._hold([redis], "stopped by `rideout chaos kill-redis`")
+        if not self._kill(redis):
+            return f"redis-{region} is not running"
+        return f"killed redis-{region} (pid {pid})"
 
     async def freeze(self, region: str) -> str:
         """SIGSTOP every process of `region`: connections hang, like a network blackhole."""
@@ -358,7 +587,11 @@ class LocalCluster:
         return f"throttled {region}: {len(apps)} app servers answer error/unavailable, connections stay open"
 
     async def restore(self, region: str) -> str:
-        """Undo kill, kill-redis, freeze and throttle: the region comes back."""
+        """Undo kill, kill-redis, freeze and throttle: the region comes back.
+
+        Also brings back the global processes (control plane, DNS) if they are down,
+        and forgets the restart history of everything it restores.
+        """
         self._region(region)
         done: list[str] = []
         if region in self._frozen:
@@ -368,17 +601,22 @@ class LocalCluster:
             self._frozen.discard(region)
             done.append("resumed (SIGCONT)")
         redis = self._redis.get(region)
-        if redis is None or not redis.running:
-            await self._start_redis(self._region(region))
+        if redis is not None and await self._revive(redis):
             done.append(f"restarted redis-{region}")
-        dead = [s for s in self._region_servers(region) if s.proc is None or not s.proc.running]
+        candidates = [
+            *(s for s in self._servers.values() if s.record.region is None),
+            *self._region_servers(region),
+        ]
+        dead = [s for s in candidates if await self._revive(s)]
         if dead:
-            await self._start_servers(dead)
+            async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
+                await asyncio.gather(*(self._await_ready(client, s) for s in dead))
             done.append(f"restarted {len(dead)} servers")
         for server in self._region_servers(region, "app"):
             if server.proc is not None:
                 server.proc.signal(SERVE_SIGNAL)
         done.append("app servers serving")
+        self._write_state()
         return f"restored {region}: " + ", ".join(done)
 
     async def _serve_control_socket(self) -> None:
@@ -432,30 +670,39 @@ class LocalCluster:
     # ------------------------------------------------------------------ stop
 
     async def stop(self, timeout: float = 5.0) -> bool:
-        """Stop servers and control plane, then Redis; release the data directory.
+        """Stop servers, control plane and DNS, then Redis; release the data directory.
 
         Returns whether there was anything to stop.
         """
         self._stopping = True
-        procs = [s.proc for s in self._servers.values() if s.proc is not None]
-        anything = bool(procs or self._redis)
+        anything = any(c.pid is not None for c in self._children())
         try:
             if self._control is not None:
                 self._control.close()
                 with contextlib.suppress(FileNotFoundError):
                     self.control_socket.unlink()
+            # No keeper may start anything now: let a spawn under way finish (its process
+            # is stopped below), then end every keeper.
+            for child in self._children():
+                async with child.lock:
+                    pass
+            keepers = list(self._keepers)
+            for task in keepers:
+                task.cancel()
+            await asyncio.gather(*keepers, return_exceptions=True)
             for region in list(self._frozen):  # a stopped process cannot handle SIGTERM
                 for pid in self._region_pids(region):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGCONT)
+            procs = [s.proc for s in self._servers.values() if s.proc is not None]
             if procs:
-                self._say("stopping app servers, canaries and control plane")
+                self._say("stopping app servers, canaries, DNS and control plane")
                 await asyncio.gather(*(p.stop(timeout) for p in procs))
-            for task in self._watchers:
-                task.cancel()
             for name in reversed(list(self._redis)):
-                self._say(f"stopping redis-{name}")
-                await self._redis[name].stop(timeout)
+                server = self._redis[name].server
+                if server is not None:
+                    self._say(f"stopping redis-{name}")
+                    await server.stop(timeout)
         finally:
             if self._lock.held:
                 with contextlib.suppress(OSError):
@@ -463,6 +710,6 @@ class LocalCluster:
                 self._lock.release()
             self._servers.clear()
             self._redis.clear()
-            self._watchers.clear()
+            self._keepers.clear()
             self._frozen.clear()
         return anything

@@ -4,7 +4,8 @@ Every period it evaluates each region's canary alarm (CloudWatch semantics,
 ``TreatMissingData: breaching``: a region whose canary went silent is failing), feeds
 the alarm state to the region's health check (Route 53 ``CLOUDWATCH_METRIC`` semantics,
 ``InsufficientDataHealthStatus: LastKnownStatus``), lets the failover controller move
-the writer, and answers DNS from the controller's view.
+the writer, and answers DNS from the controller's view (or, given a ``dns_feed``,
+publishes that view to a DNS server in another process: see :mod:`rideout.dns.feed`).
 
 Restarts: alarm, health check and controller state are saved to
 ``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
@@ -31,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from rideout import routes
 from rideout.config import Config
 from rideout.controlplane.errors import IngestError
+from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
     Answer,
     DnsZoneConfig,
@@ -63,8 +65,16 @@ def state_path(config: Config) -> Path:
 class ControlPlane:
     """Alarms, health checks, failover controller and DNS for one deployment."""
 
-    def __init__(self, config: Config, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Callable[[], float] = time.time,
+        dns_feed: ViewPublisher | None = None,
+    ) -> None:
         self.config = config
+        self.dns_feed = dns_feed
+        self._published: DnsView | None = None
         self._clock = clock
         timing = config.timing
         self.period = timing.canary_interval
@@ -244,7 +254,24 @@ class ControlPlane:
                          ",".join(answer.addresses), answer.reason)  # fmt: skip
             self._serial = bump_serial(self._serial, self._answer, answer)
             self._answer = answer
+        self._publish()
         return answer
+
+    def _publish(self) -> None:
+        """Hand the DNS view to the DNS server of another process, when it changed."""
+        if self.dns_feed is None:
+            return
+        health = self.controller.dns_health(self.healthy())
+        view = DnsView(self.zone.app_domain, health, self._serial, self._clock())
+        last = self._published
+        if last is not None and view.same_decision(last) and view.serial == last.serial:
+            return
+        try:
+            self.dns_feed.publish(view)
+        except OSError as exc:  # tried again next round; DNS keeps the last view meanwhile
+            log.warning("cannot publish the DNS view: %s", exc)
+            return
+        self._published = view
 
     def resolve(self, qname: str, qtype: str) -> Resolution:
         """The DNS server's (and DoH endpoint's) resolver: answers from the current view."""
@@ -255,7 +282,10 @@ class ControlPlane:
     # ------------------------------------------------------------------ running
 
     async def start(self) -> None:
-        await self.dns.start()
+        if self.dns_feed is None:
+            await self.dns.start()
+        else:
+            self._refresh_answer()  # the restored decision, before the first round
         self._task = asyncio.create_task(self._run(), name="rideout-control-plane")
 
     async def stop(self) -> None:

@@ -1,0 +1,89 @@
+"""The control plane hands its DNS decision to `rideout dns` through the view file, and a
+restarted control plane hands over the same decision (the answer does not flip)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from rideout.config import Config
+from rideout.controlplane.runtime import ControlPlane
+from rideout.dns.feed import DnsFollower, ViewFile
+from rideout.dns.records import DnsZoneConfig
+from rideout.health.canary import ProbeResult, metric_data
+from rideout.store.client import probe_client
+from rideout.store.replication import ensure_epoch
+from tests.conftest import running_redis_pair
+
+P, S = "us-east-1", "us-west-2"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def round_of(plane: ControlPlane, clock: Clock, *regions: str) -> None:
+    """One period in which `regions` report healthy (the others are silent)."""
+    clock.now += plane.period
+    for region in regions:
+        zones = plane.config.region(region).zones
+        plane.put_metric_data(
+            metric_data([ProbeResult(region, z.name, True, 0.01, None, clock.now) for z in zones])
+        )
+    await plane.evaluate()
+
+
+def answer(follower: DnsFollower) -> str | None:
+    follower.refresh()
+    return follower.view.answer(follower.zone).region if follower.view else None
+
+
+async def test_the_view_follows_the_writer_and_survives_a_restart(
+    make_config: Callable[..., Config], tmp_path: Path
+) -> None:
+    config = make_config()
+    clock = Clock()
+    feed = ViewFile(tmp_path / "dns-view.json")
+    follower = DnsFollower(DnsZoneConfig.from_config(config), feed)
+    async with running_redis_pair(config):
+        writer = probe_client(config.primary.redis.address, config.primary.redis.port)
+        try:
+            await ensure_epoch(writer)
+        finally:
+            await writer.aclose()
+        plane = ControlPlane(config, clock=clock, dns_feed=feed)
+        try:
+            await plane.start()
+            assert not plane.dns.running  # DNS is served elsewhere
+            assert answer(follower) == P  # published at start, before any round
+            for _ in range(12):
+                await round_of(plane, clock, P, S)
+            assert answer(follower) == P
+            for _ in range(20):  # the primary goes silent
+                await round_of(plane, clock, S)
+                if answer(follower) == S:
+                    break
+            assert answer(follower) == S
+            assert plane.summary()["failover"]["writer"] == S
+        finally:
+            await plane.stop()
+        published = follower.view
+
+        clock.now += 30  # down for a while; the view stays as it was meanwhile
+        assert answer(follower) == S
+        again = ControlPlane(config, clock=clock, dns_feed=feed)
+        try:
+            await again.start()
+            assert answer(follower) == S  # the restored decision, not a fresh one
+            for _ in range(4):
+                await round_of(again, clock, S)
+                assert answer(follower) == S
+        finally:
+            await again.stop()
+        assert follower.view is not None
+        assert published is not None
+        assert follower.view.same_decision(published)
