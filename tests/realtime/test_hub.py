@@ -74,3 +74,45 @@ async def test_a_connection_that_leaves_is_unsubscribed(deployment: Deployment) 
         await recv_type(ws, "state")
         assert hub.subscriber_count("lot-left") == 1
     await until(lambda: "lot-left" not in hub.rooms, 5, message="the room left the hub")
+
+
+class Broken:
+    def deliver(self, room: str, key: OffsetKey, text: str) -> None:
+        raise RuntimeError("a subscriber's bug")
+
+
+class FailsOnce:
+    """The region's store, whose first stream read fails with an unexpected error."""
+
+    def __init__(self, store: Any) -> None:
+        self.store, self.failed = store, False
+
+    async def last_offset(self, room: str) -> str:
+        return str(await self.store.last_offset(room))
+
+    async def read_updates(self, cursors: dict[str, str], **options: Any) -> Any:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a bug in the read path")
+        return await self.store.read_updates(cursors, **options)
+
+
+async def test_fan_out_outlives_an_unexpected_error_and_a_failing_subscriber(
+    deployment: Deployment,
+) -> None:
+    server = deployment.servers["a1"]
+    store = FailsOnce(server.store)
+    hub = Hub(store, server.region.name, AppMetrics("r", "z"), block_ms=50)  # type: ignore[arg-type]
+    inbox = Inbox()
+    await hub.subscribe("lot-survive", Broken())
+    await hub.subscribe("lot-survive", inbox)
+    hub.start()
+    try:
+        await until(lambda: store.failed, 5, message="the failing read")
+        async with deployment.connect("a1", "alice") as ws:
+            await send(ws, action="bid", room="lot-survive", amount=10, id="s1")
+            assert (await recv_type(ws, "ack"))["accepted"] is True
+        await until(lambda: inbox.updates, 5, message="the update past the broken subscriber")
+        assert inbox.updates[0][0] == "lot-survive"
+    finally:
+        await hub.stop()

@@ -134,6 +134,14 @@ class Hub:
                     log.warning("fan-out cannot read the room streams: %s", exc)
                 await asyncio.sleep(min(2.0, 0.05 * 2**failures))
                 continue
+            except Exception:
+                # A bug must not end fan-out for every subscriber of the zone for good
+                # while /health stays green: log it loudly and keep following.
+                failures += 1
+                self._metrics.store_errors.labels("fanout_internal").inc()
+                log.exception("fan-out failed reading the room streams; retrying")
+                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                continue
             for room, entry in updates:
                 if room not in self._cursors:
                     continue  # the last subscriber left while we read
@@ -144,7 +152,11 @@ class Hub:
                     room=room, state=entry.state, position=entry.position, region=self._region
                 )
                 for subscriber in tuple(self._subscribers.get(room, ())):
-                    subscriber.deliver(room, key, text)
+                    try:
+                        subscriber.deliver(room, key, text)
+                    except Exception:  # one connection's failure is not the room's
+                        self._metrics.store_errors.labels("fanout_internal").inc()
+                        log.exception("delivering an update of %s failed", room)
                 # The entry id is the writer's clock (ms) at append time; on one machine
                 # (or NTP-synced hosts) this is append-to-queued latency.
                 self._metrics.fanout_latency.observe(max(0.0, self._clock() - key[0] / 1000))
