@@ -75,6 +75,7 @@ from redis.typing import KeyT, StreamIdT
 
 from rideout.protocol import MAX_AMOUNT, MAX_EPOCH, Position, is_valid_offset
 from rideout.store import keys, scripts
+from rideout.store.errors import NotWriter, StoreCorrupt, StoreError, StoreUnavailable
 from rideout.store.pipelining import ScriptPipeliner
 
 __all__ = [
@@ -101,25 +102,6 @@ _EPOCH_RE: Final = re.compile(r"[0-9]{1,19}")
 _UNAVAILABLE_RE: Final = re.compile(
     r"(?:^|-)(?:BUSY|LOADING|MASTERDOWN|OOM|NOREPLICAS|MISCONF|TRYAGAIN|CLUSTERDOWN)\b"
 )
-
-
-# ----------------------------------------------------------------------------- errors
-
-
-class StoreError(Exception):
-    """The auction store could not do what was asked."""
-
-
-class StoreUnavailable(StoreError):
-    """The Redis server could not be reached or refused for now: retry, or fail over."""
-
-
-class NotWriter(StoreUnavailable):
-    """The Redis server is a read-only replica; writes must go to the region's writer."""
-
-
-class StoreCorrupt(StoreError):
-    """Redis holds data that rideout did not write in this shape (type, epoch, entry)."""
 
 
 # ------------------------------------------------------------------------------ values

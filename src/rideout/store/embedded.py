@@ -22,13 +22,14 @@ from redis.exceptions import RedisError
 
 from rideout._process import LineSink, ManagedProcess
 from rideout.store.client import check_cancelled, probe_client
+from rideout.store.errors import StoreError
 
 __all__ = ["EmbeddedRedis", "EmbeddedRedisError", "RedisSpec", "find_redis_server"]
 
 MIN_VERSION = (6, 2)
 
 
-class EmbeddedRedisError(RuntimeError):
+class EmbeddedRedisError(StoreError, RuntimeError):
     """A Redis server could not be found, started, or did not become ready."""
 
 

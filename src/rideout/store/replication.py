@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from rideout.store import keys
+from rideout.store.errors import StoreError
 
 __all__ = [
     "ReplicationError",
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 
-class ReplicationError(RuntimeError):
+class ReplicationError(StoreError, RuntimeError):
     """A role change did not happen (server unreachable, refused, or timed out)."""
 
 
