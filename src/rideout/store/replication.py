@@ -191,7 +191,7 @@ async def count_unreplicated(stale: aioredis.Redis, writer: aioredis.Redis) -> i
     """
     lost = 0
     try:
-        async for key in stale.scan_iter(match=keys.PREFIX + "room:*:stream", count=500):
+        async for key in stale.scan_iter(match=keys.ROOM_STREAMS, count=500):
             newest: Any = await writer.xrevrange(key, count=1)
             after = _text(newest[0][0]) if newest else "0-0"
             entries: Any = await stale.xrange(key, min=f"({after}", max="+")
