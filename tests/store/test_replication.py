@@ -42,6 +42,15 @@ async def test_roles_links_and_epoch(make_config: Callable[..., Config]) -> None
             assert replica.to_dict()["role"] == "replica"
             assert not replica.replica_online  # a replica has no replica of its own
 
+            # On a replica (a restarted writer the controller demoted at once): nothing.
+            on_replica = aioredis.Redis(
+                host=s.address, port=s.port, **as_user(config, RedisRole.CONTROLLER)
+            )
+            try:
+                assert await ensure_epoch(on_replica) is None
+            finally:
+                await on_replica.aclose()
+
             await writer.set(keys.EPOCH, "garbage")
             with pytest.raises(ValueError, match="not an integer"):
                 await ensure_epoch(writer)
