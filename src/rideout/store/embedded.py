@@ -114,6 +114,10 @@ class RedisSpec:
             "--repl-diskless-sync", "yes",
             "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
+        if _version(str(binary)) >= (7, 0):
+            # 7.x connects to its master from the default source address (127.0.0.1),
+            # and the master then knows it by that: FAILOVER TO its own address fails.
+            args += ["--bind-source-addr", self.address]
         if self.replica_of is not None:
             args += ["--replicaof", self.replica_of[0], str(self.replica_of[1])]
         return args
