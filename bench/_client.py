@@ -251,6 +251,9 @@ class Client:
         self,
         host: str,
         port: int,
+        keys_dir: str,
+        username: str,
+        password: str,
         mode: str,
         start: float,
         end: float,
@@ -268,14 +271,18 @@ class Client:
         import redis.asyncio as aioredis
 
         from rideout.store import keys, scripts
+        from rideout.store.acl import RedisRole, load_credentials
         from rideout.store.auction import AuctionSettings, AuctionStore
         from rideout.store.client import state_client
 
         counted = [0]
-        if mode == "store":  # rideout's own store layer, one bid per round trip
-            client = state_client(host, port, max_connections=tasks)
-        else:
-            client = aioredis.Redis(host=host, port=port, decode_responses=True)
+        if mode == "store":  # rideout's own store layer and user, one bid per round trip
+            app = load_credentials(Path(keys_dir), RedisRole.APP)
+            client = state_client(host, port, credentials=app, max_connections=tasks)
+        else:  # the references, as the benchmark's own user (its keys, INCR)
+            client = aioredis.Redis(
+                host=host, port=port, decode_responses=True, username=username, password=password
+            )
         try:
             epoch = int(await client.get(keys.EPOCH) or 0)
             sha = await client.script_load(scripts.BID)

@@ -19,6 +19,7 @@ import math
 import os
 import random
 import resource
+import secrets
 import signal
 import socket
 import sys
@@ -26,6 +27,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from rideout.store.acl import RedisCredentials, ServerAuth, UserRules, prepare_server_auth
 
 __all__ = [
     "BENCH_ROOT",
@@ -277,3 +280,12 @@ def median(values: Sequence[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def locked_redis(keys_dir: Path) -> tuple[ServerAuth, RedisCredentials]:
+    """Rideout's Redis users (as `rideout up` makes them) and a superuser of the
+    benchmark's own, for what no rideout user may do (CONFIG RESETSTAT, reference loads
+    on keys of its own); the servers rideout starts have no such user."""
+    bench = RedisCredentials("rideout-bench", secrets.token_hex(32), "bench/_harness.py")
+    superuser = UserRules(commands=("@all",), keys=("*",))
+    return prepare_server_auth(keys_dir, extra_users=[(bench, superuser)]), bench

@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
-from bench._harness import Child, free_port
+from bench._harness import Child, free_port, locked_redis
 from rideout.store import keys, scripts
 from rideout.store.embedded import RedisSpec, find_redis_server
 from rideout.store.replication import ensure_epoch
@@ -80,13 +80,20 @@ async def measure(
 
 async def run(work_dir: Path, seconds: float) -> list[dict[str, Any]]:
     port = free_port(ADDRESS)
-    spec = RedisSpec("redis", ADDRESS, port, work_dir / "data", work_dir / "redis.log")
+    auth, bench = locked_redis(work_dir / "keys")
+    spec = RedisSpec("redis", ADDRESS, port, work_dir / "data", work_dir / "redis.log", auth=auth)
     spec.data_dir.mkdir(parents=True)
     redis_server = Child("redis", spec.argv(find_redis_server()), spec.log_file)
     rows: list[dict[str, Any]] = []
     try:
         await redis_server.start()
-        client = aioredis.Redis(host=ADDRESS, port=port, decode_responses=True)
+        client = aioredis.Redis(
+            host=ADDRESS,
+            port=port,
+            decode_responses=True,
+            username=bench.username,
+            password=bench.password,
+        )
         try:
             for _ in range(100):
                 try:

@@ -55,6 +55,7 @@ from bench._harness import (
     ClientWorker,
     cpu_seconds,
     free_port,
+    locked_redis,
     machine_busy_seconds,
     median,
     own_cpu_seconds,
@@ -125,6 +126,7 @@ class Run:
         self.config_file = work_dir / "rideout.toml"
         self.config_file.write_text(dump_toml(self.config), encoding="utf-8")
         key = SigningKey.load_or_create(self.config.keys_dir)
+        self.redis_auth, self.bench_user = locked_redis(self.config.keys_dir)
         self.issuer = TokenIssuer(key, self.config.auth.issuer, self.config.auth.audience, 3600)
         self.auth = {
             "keys_dir": str(self.config.keys_dir),
@@ -194,10 +196,13 @@ class Run:
             port=region.redis.port,
             data_dir=self.config.region_data_dir(region.name),
             log_file=self.logs / "redis.log",
+            auth=self.redis_auth,
         )
         spec.data_dir.mkdir(parents=True, exist_ok=True)
         self.redis = await self.spawn(Child("redis", spec.argv(find_redis_server()), spec.log_file))
-        client = probe_client(region.redis.address, region.redis.port, timeout=0.5)
+        client = probe_client(
+            region.redis.address, region.redis.port, credentials=self.bench_user, timeout=0.5
+        )
         try:
             deadline = monotonic() + 15
             while True:
@@ -216,7 +221,14 @@ class Run:
 
     def redis_client(self) -> aioredis.Redis:
         r = self.config.primary.redis
-        return aioredis.Redis(host=r.address, port=r.port, decode_responses=True)
+        user = self.bench_user
+        return aioredis.Redis(
+            host=r.address,
+            port=r.port,
+            decode_responses=True,
+            username=user.username,
+            password=user.password,
+        )
 
     async def start_clients(self) -> None:
         workers = [
@@ -523,6 +535,9 @@ async def bench_bids(run: Run) -> dict[str, Any]:
                 "ceiling",
                 host=REDIS_ADDRESS,
                 port=run.config.primary.redis.port,
+                keys_dir=str(run.config.keys_dir),
+                username=run.bench_user.username,
+                password=run.bench_user.password,
                 mode=mode,
                 start=start,
                 end=end,

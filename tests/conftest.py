@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from rideout.config import Config, parse_config
+from rideout.store.acl import load_or_create_users
 
 ZONE_ADDRESSES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
 
@@ -79,10 +80,14 @@ def config_data(data_dir: Path, **overrides: Any) -> dict[str, Any]:
 
 @pytest.fixture
 def make_config(tmp_path: Path) -> Callable[..., Config]:
-    """Build a Config on fresh ports with its data under the test's tmp_path."""
+    """Build a Config on fresh ports with its data under the test's tmp_path, and the
+    deployment's Redis credentials in its keys directory (as `rideout up` leaves them:
+    the failover controller and the app servers need them to start)."""
 
     def make(**overrides: Any) -> Config:
-        return parse_config(config_data(tmp_path / ".rideout", **overrides))
+        config = parse_config(config_data(tmp_path / ".rideout", **overrides))
+        load_or_create_users(config.keys_dir)
+        return config
 
     return make
 
@@ -179,27 +184,63 @@ class FakeClock:
 # --------------------------------------------------------------------------- real servers
 
 import contextlib  # noqa: E402
+import secrets  # noqa: E402
 from collections.abc import AsyncIterator  # noqa: E402
 
 import uvicorn  # noqa: E402
 from starlette.types import ASGIApp  # noqa: E402
 
 from rideout._serve import uvicorn_config  # noqa: E402
+from rideout.store.acl import (  # noqa: E402
+    RedisCredentials,
+    RedisRole,
+    ServerAuth,
+    UserRules,
+    load_credentials,
+    prepare_server_auth,
+)
 from rideout.store.embedded import EmbeddedRedis, RedisSpec  # noqa: E402
+
+# A superuser only the tests' servers know, for what no rideout user may do (FLUSHALL,
+# SCRIPT FLUSH, CONFIG SET, keys outside rideout's, corrupting data on purpose).
+# `rideout up` never has it: its ACL file holds rideout's four users only.
+TEST_ADMIN = RedisCredentials("rideout-test-admin", secrets.token_hex(32), "tests/conftest.py")
+ADMIN = {"username": TEST_ADMIN.username, "password": TEST_ADMIN.password}
+"""Keyword arguments that make a raw redis-py client the test superuser."""
+
+
+def locked_auth(keys_dir: Path) -> ServerAuth:
+    """A deployment's Redis users (as `rideout up` makes them) plus :data:`TEST_ADMIN`."""
+    superuser = UserRules(commands=("@all",), keys=("*",))
+    return prepare_server_auth(keys_dir, extra_users=[(TEST_ADMIN, superuser)])
+
+
+def credentials(config: Config, role: RedisRole = RedisRole.APP) -> RedisCredentials:
+    """The credentials rideout's `role` uses in `config`'s deployment."""
+    return load_credentials(config.keys_dir, role)
+
+
+def as_user(config: Config, role: RedisRole) -> dict[str, str]:
+    """Keyword arguments that make a raw redis-py client one of rideout's users."""
+    found = credentials(config, role)
+    return {"username": found.username, "password": found.password}
 
 
 @contextlib.asynccontextmanager
 async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
-    """The config's primary Redis and its replica in the secondary region, both ready."""
+    """The config's primary Redis and its replica in the secondary region, both ready
+    and locked as `rideout up` locks them (with :data:`TEST_ADMIN` besides)."""
     p, s = config.primary, config.secondary
+    auth = locked_auth(config.keys_dir)
     primary = EmbeddedRedis(
         RedisSpec("redis-" + p.name, p.redis.address, p.redis.port,
-                  config.region_data_dir(p.name), config.logs_dir / f"redis-{p.name}.log")
+                  config.region_data_dir(p.name), config.logs_dir / f"redis-{p.name}.log",
+                  auth=auth)
     )  # fmt: skip
     replica = EmbeddedRedis(
         RedisSpec("redis-" + s.name, s.redis.address, s.redis.port,
                   config.region_data_dir(s.name), config.logs_dir / f"redis-{s.name}.log",
-                  replica_of=(p.redis.address, p.redis.port))
+                  replica_of=(p.redis.address, p.redis.port), auth=auth)
     )  # fmt: skip
     async with primary, replica:
         yield primary, replica

@@ -29,8 +29,16 @@ from rideout.idempotency import (
     request_fingerprint,
 )
 from rideout.store import keys
+from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client, state_client
-from tests.conftest import free_port, running_redis_pair, serving, until
+from tests.conftest import (
+    TEST_ADMIN,
+    credentials,
+    free_port,
+    running_redis_pair,
+    serving,
+    until,
+)
 
 APP_ADDRESSES = ("127.0.6.1", "127.0.6.2")
 
@@ -165,11 +173,14 @@ def wrap(app: ASGIApp, client: aioredis.Redis, **kwargs: Any) -> IdempotencyMidd
 
 @dataclass
 class Site:
-    """The primary's and the replica's Redis clients, and helpers to serve apps."""
+    """The primary's and the replica's Redis clients (as app servers make them, and the
+    test superuser's for what no rideout user may do), and helpers to serve apps."""
 
     config: Config
     primary: aioredis.Redis
     replica: aioredis.Redis
+    admin: aioredis.Redis
+    replica_admin: aioredis.Redis
     stack: contextlib.AsyncExitStack
     port: int
 
@@ -184,11 +195,16 @@ async def site(make_config: Callable[..., Config]) -> AsyncIterator[Site]:
     config = make_config()
     async with running_redis_pair(config), contextlib.AsyncExitStack() as stack:
         p, s = config.primary.redis, config.secondary.redis
-        primary = state_client(p.address, p.port)
-        replica = state_client(s.address, s.port)
-        stack.push_async_callback(primary.aclose)
-        stack.push_async_callback(replica.aclose)
-        yield Site(config, primary, replica, stack, free_port(*APP_ADDRESSES))
+        app = credentials(config, RedisRole.APP)
+        clients = (
+            state_client(p.address, p.port, credentials=app),
+            state_client(s.address, s.port, credentials=app),
+            state_client(p.address, p.port, credentials=TEST_ADMIN),
+            state_client(s.address, s.port, credentials=TEST_ADMIN),
+        )
+        for client in clients:
+            stack.push_async_callback(client.aclose)
+        yield Site(config, *clients, stack, free_port(*APP_ADDRESSES))
 
 
 @pytest.fixture
@@ -233,7 +249,7 @@ async def test_first_request_runs_and_repeats_replay(site: Site, http: httpx.Asy
     quoted = await http.post(f"{url}/orders", json={"item": 1}, headers=key('"k1"'))
     assert quoted.headers[REPLAYED_HEADER] == "true"
     assert orders.runs["create"] == 2
-    ttl = await site.primary.pttl(keys.idempotency("rest", "k1"))
+    ttl = await site.admin.pttl(keys.idempotency("rest", "k1"))
     assert 86_000_000 < ttl <= 86_400_000
     count = registry.get_sample_value
     assert count("rideout_idempotency_requests_total", {"outcome": "stored"}) == 2
@@ -267,7 +283,7 @@ async def test_repeat_while_in_flight_is_409(site: Site, http: httpx.AsyncClient
         assert second.status_code == 409
         assert second.headers["retry-after"] == "1"
         assert problem(second)["type"] == "urn:rideout:problem:idempotency-request-in-flight"
-        pttl = await site.primary.pttl(keys.idempotency("rest", "s1"))
+        pttl = await site.admin.pttl(keys.idempotency("rest", "s1"))
         assert 0 < pttl <= 1000
         # A different request under the same key is still a misuse, in flight or not.
         mismatch = await http.post(f"{url}/slow", content=b"y", headers=key("s1"))
@@ -319,7 +335,7 @@ async def test_5xx_is_not_stored(site: Site, http: httpx.AsyncClient) -> None:
     url = await site.serve(wrap(orders.app(), site.primary))
     first = await http.post(f"{url}/flaky", content=b"pay", headers=key("f1"))
     assert first.status_code == 503
-    assert await site.primary.exists(keys.idempotency("rest", "f1")) == 0  # released
+    assert await site.admin.exists(keys.idempotency("rest", "f1")) == 0  # released
     second = await http.post(f"{url}/flaky", content=b"pay", headers=key("f1"))
     assert second.status_code == 201  # the retry ran for real
     assert REPLAYED_HEADER.lower() not in second.headers
@@ -374,7 +390,7 @@ async def test_keys_are_per_user(site: Site, http: httpx.AsyncClient) -> None:
         )
         assert response.json()["user"] == who
     assert orders.runs["create"] == 2
-    assert await site.primary.exists(keys.idempotency("rest", "same", "bob")) == 1
+    assert await site.admin.exists(keys.idempotency("rest", "same", "bob")) == 1
 
 
 async def test_replay_across_two_app_servers(site: Site, http: httpx.AsyncClient) -> None:
@@ -410,7 +426,7 @@ async def test_replay_from_the_replica_after_failover(site: Site, http: httpx.As
     assert problem(new)["type"] == "urn:rideout:problem:idempotency-store-read-only"
     assert orders.runs["create"] == 1
     # Failover promotes the replica: new keys run there, old ones still replay.
-    await site.replica.execute_command("REPLICAOF", "NO", "ONE")
+    await site.replica_admin.execute_command("REPLICAOF", "NO", "ONE")
     new = await http.post(f"{west}/orders", json={"item": 5}, headers=key("r2"))
     assert new.status_code == 201
     assert REPLAYED_HEADER.lower() not in new.headers
@@ -421,7 +437,7 @@ async def test_replay_from_the_replica_after_failover(site: Site, http: httpx.As
 
 async def test_store_down_is_503(http: httpx.AsyncClient) -> None:
     orders = Orders()
-    dead = probe_client("127.0.6.1", free_port("127.0.6.1"), timeout=0.5)
+    dead = probe_client("127.0.6.1", free_port("127.0.6.1"), credentials=TEST_ADMIN, timeout=0.5)
     port = free_port(APP_ADDRESSES[0])
     try:
         async with serving(wrap(orders.app(), dead), APP_ADDRESSES[0], port):
@@ -445,7 +461,7 @@ async def test_corrupt_record_is_500(site: Site, http: httpx.AsyncClient) -> Non
         ("bad2", json.dumps({"state": "done", "fp": fingerprint, "status": 201})),
         ("bad3", json.dumps({"state": "weird", "fp": fingerprint})),
     ):
-        await site.primary.set(keys.idempotency("rest", name), value)
+        await site.admin.set(keys.idempotency("rest", name), value)
         response = await http.post(f"{url}/orders", content=b"{}", headers=key(name))
         assert response.status_code == 500
         assert problem(response)["type"] == "urn:rideout:problem:idempotency-record-corrupt"

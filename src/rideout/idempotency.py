@@ -5,8 +5,8 @@ and Stripe's practice. A request that carries a key is run at most once per key;
 repeats get the first response back, byte for byte, with ``Idempotent-Replayed:
 true``::
 
-    app = IdempotencyMiddleware(app, state_client(host, port), scope="rest",
-                                required_paths={"/v1/orders"})
+    redis = state_client(host, port, credentials=credentials_for(config, RedisRole.APP))
+    app = IdempotencyMiddleware(app, redis, scope="rest", required_paths={"/v1/orders"})
 
 How a keyed request (``methods``, POST and PATCH by default) is handled:
 

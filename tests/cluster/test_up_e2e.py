@@ -18,7 +18,10 @@ from websockets.asyncio.client import connect
 
 from rideout._process import pid_alive
 from rideout.config import parse_config
+from rideout.store import keys
+from rideout.store.acl import RedisRole, credentials_dir
 from tests.cluster.conftest import READY_WITHIN, STOP_WITHIN, assert_all_gone, rideout, started
+from tests.conftest import as_user
 
 pytestmark = pytest.mark.slow
 
@@ -75,8 +78,12 @@ def test_data_survives_down_and_up(workdir: Path) -> None:
     primary = config.primary.redis
     with started(workdir) as up:
         up.wait_ready()
-        client = redis.Redis(primary.address, primary.port)
-        client.set("rideout:test:persisted", "yes")
+        passwords = {
+            p.name: p.read_text() for p in credentials_dir(config.keys_dir).glob("*.password")
+        }
+        assert sorted(passwords) == [f"{role}.password" for role in sorted(RedisRole)]
+        client = redis.Redis(primary.address, primary.port, **as_user(config, RedisRole.APP))
+        client.hset(keys.room_state("persisted"), "bid", "7")
         client.close()
         down = rideout("down", "-c", "rideout.toml", cwd=workdir)
         assert down.returncode == 0, down.stderr
@@ -86,8 +93,11 @@ def test_data_survives_down_and_up(workdir: Path) -> None:
     assert "nothing to stop" in rideout("down", "-c", "rideout.toml", cwd=workdir).stdout
     with started(workdir) as up:
         up.wait_ready()
-        client = redis.Redis(primary.address, primary.port)
-        assert client.get("rideout:test:persisted") == b"yes"
+        # The same credentials (made once), and the data they guard.
+        again = {p.name: p.read_text() for p in credentials_dir(config.keys_dir).glob("*.password")}
+        assert again == passwords
+        client = redis.Redis(primary.address, primary.port, **as_user(config, RedisRole.APP))
+        assert client.hget(keys.room_state("persisted"), "bid") == b"7"
         client.close()
         up.proc.send_signal(signal.SIGTERM)
         assert up.wait_exit() == 0

@@ -9,9 +9,10 @@ import pytest
 from rideout.config import Config
 from rideout.controlplane.runtime import ControlPlane, IngestError
 from rideout.health.canary import ProbeResult, metric_data
+from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client
 from rideout.store.replication import ensure_epoch
-from tests.conftest import running_redis_pair
+from tests.conftest import credentials, running_redis_pair
 
 P, S = "us-east-1", "us-west-2"
 
@@ -41,7 +42,10 @@ async def healthy_for(plane: ControlPlane, clock: Clock, periods: int = 12) -> N
 
 
 async def started_writer(config: Config) -> None:
-    writer = probe_client(config.primary.redis.address, config.primary.redis.port)
+    controller = credentials(config, RedisRole.CONTROLLER)  # as the supervisor does it
+    writer = probe_client(
+        config.primary.redis.address, config.primary.redis.port, credentials=controller
+    )
     try:
         await ensure_epoch(writer)
     finally:

@@ -12,7 +12,7 @@ from rideout.failover.controller import ControllerState, FailoverController, dec
 from rideout.store import keys
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch, replication_status
-from tests.conftest import running_redis_pair, until
+from tests.conftest import ADMIN, running_redis_pair, until
 
 P, S = "us-east-1", "us-west-2"
 
@@ -61,13 +61,18 @@ async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
     """A running primary/replica and a client to each (decoded responses)."""
     config = make_config()
     async with running_redis_pair(config) as (primary, _):
+        # The test's own moves (a detached replica, writes) need more than any rideout user.
         p = aioredis.Redis(
-            host=config.primary.redis.address, port=config.primary.redis.port, decode_responses=True
+            host=config.primary.redis.address,
+            port=config.primary.redis.port,
+            decode_responses=True,
+            **ADMIN,
         )
         s = aioredis.Redis(
             host=config.secondary.redis.address,
             port=config.secondary.redis.port,
             decode_responses=True,
+            **ADMIN,
         )
         try:
             await ensure_epoch(p)

@@ -21,7 +21,7 @@ from rideout.realtime.zone import ZoneServer
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch
-from tests.conftest import free_port, running_redis_pair, serving
+from tests.conftest import TEST_ADMIN, free_port, running_redis_pair, serving
 
 
 @dataclass
@@ -86,7 +86,10 @@ async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
     async with running_redis_pair(config) as pair, contextlib.AsyncExitStack() as stack:
         deployment.redis = {primary.name: pair[0], secondary.name: pair[1]}
         # The read must outlast WAIT's own 5 s bound, or a slow replica fails the fixture.
-        writer = probe_client(primary.redis.address, primary.redis.port, timeout=6.0)
+        # WAIT covers the writes of its own connection: the superuser does both.
+        writer = probe_client(
+            primary.redis.address, primary.redis.port, credentials=TEST_ADMIN, timeout=6.0
+        )
         try:
             await ensure_epoch(writer)
             # The replica region's server reads the epoch from its own Redis when no

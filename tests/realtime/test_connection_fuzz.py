@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from rideout.config import Config
 from rideout.store import keys
+from tests.conftest import ADMIN
 from tests.realtime.conftest import Deployment, recv, recv_type, running_deployment, send
 
 ROOMS = ["fz-1", "fz-2"]
@@ -105,7 +106,7 @@ async def test_redis_is_consistent_after_the_fuzzing(live: Deployment, ws: Any) 
         await send(ws, action="bid", room=ROOMS[0], amount=amount, id=f"consistency-{amount}")
         await recv_type(ws, "ack")  # updates may come first: the fuzzer may have subscribed
     redis = live.config.primary.redis
-    client = aioredis.Redis(host=redis.address, port=redis.port, decode_responses=True)
+    client = aioredis.Redis(host=redis.address, port=redis.port, decode_responses=True, **ADMIN)
     try:
         for room in ROOMS:
             state = await client.hgetall(keys.room_state(room))

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.store import keys
-from tests.conftest import free_port, serving
+from tests.conftest import ADMIN, free_port, serving
 from tests.realtime.conftest import Deployment, recv_type, send
 
 
@@ -69,7 +69,9 @@ async def test_control_plane_epoch_over_http() -> None:
 
 async def test_a_fenced_server_cannot_change_state(deployment: Deployment) -> None:
     config = deployment.config
-    writer = aioredis.Redis(host=config.primary.redis.address, port=config.primary.redis.port)
+    writer = aioredis.Redis(
+        host=config.primary.redis.address, port=config.primary.redis.port, **ADMIN
+    )
     try:
         async with deployment.connect("a1", "alice") as ws:
             await send(ws, action="getState", room="lot-5")

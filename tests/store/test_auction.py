@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from rideout.config import Config, parse_config
 from rideout.protocol import MAX_AMOUNT, Position
 from rideout.store import keys
+from rideout.store.acl import RedisRole
 from rideout.store.auction import (
     AuctionSettings,
     AuctionStore,
@@ -34,7 +35,16 @@ from rideout.store.auction import (
     empty_state,
 )
 from rideout.store.client import probe_client, state_client
-from tests.conftest import config_data, free_port, running_redis_pair, until
+from tests.conftest import (
+    ADMIN,
+    TEST_ADMIN,
+    as_user,
+    config_data,
+    credentials,
+    free_port,
+    running_redis_pair,
+    until,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -49,9 +59,14 @@ def fresh(prefix: str = "room") -> str:
 
 @dataclass
 class Pair:
+    """Clients as the app servers make them (writer, reader), and the test superuser's
+    (admin, admin_reader) for what the tests do that no rideout user may."""
+
     config: Config
     writer: aioredis.Redis
     reader: aioredis.Redis
+    admin: aioredis.Redis
+    admin_reader: aioredis.Redis
 
     def store(self, **kw: object) -> AuctionStore:
         return AuctionStore(self.writer, AuctionSettings(**kw), REGION)  # type: ignore[arg-type]
@@ -66,20 +81,27 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pai
     config = parse_config(config_data(data_dir))
     async with running_redis_pair(config):
         p, s = config.primary.redis, config.secondary.redis
-        pair = Pair(config, state_client(p.address, p.port), state_client(s.address, s.port))
+        app = credentials(config, RedisRole.APP)
+        pair = Pair(
+            config,
+            state_client(p.address, p.port, credentials=app),
+            state_client(s.address, s.port, credentials=app),
+            aioredis.Redis(host=p.address, port=p.port, decode_responses=True, **ADMIN),
+            aioredis.Redis(host=s.address, port=s.port, decode_responses=True, **ADMIN),
+        )
         try:
             yield pair
         finally:
-            await pair.writer.aclose()
-            await pair.reader.aclose()
+            for client in (pair.writer, pair.reader, pair.admin, pair.admin_reader):
+                await client.aclose()
 
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def pair(servers: Pair) -> Pair:
     """The module's pair, emptied, with epoch 1 on both servers."""
-    await servers.writer.flushall()
-    await servers.writer.set(keys.EPOCH, 1)
-    assert await servers.writer.wait(1, 2000) == 1
+    await servers.admin.flushall()
+    await servers.admin.set(keys.EPOCH, 1)
+    assert await servers.admin.wait(1, 2000) == 1
     return servers
 
 
@@ -110,12 +132,12 @@ async def test_an_accepted_bid_updates_state_stream_session_and_position(pair: P
     assert result.state["bid"] == 10
     assert result.state["bidder"] == "alice"
     assert result.state["bids"] == 1
-    (server_ms, _) = await pair.writer.time()
+    (server_ms, _) = await pair.admin.time()
     assert abs(result.state["updated_at"] - server_ms * 1000) < 5000
 
     entries = await stream_states(pair.writer, room)
     assert entries == [RoomEntry(result.position, result.state)]
-    raw: Any = await pair.writer.xrange(keys.room_stream(room))
+    raw: Any = await pair.admin.xrange(keys.room_stream(room))
     assert set(raw[0][1]) == {"state", "epoch"}  # the contract with the fan-out hub
 
     view = await store.get_state(room, "alice")
@@ -213,7 +235,7 @@ async def test_a_duplicate_request_id_returns_the_same_ack_and_changes_nothing(
     assert retried.reason == Reason.TOO_LOW
     assert (await store.get_state(room, "carol")).state["bid"] == 11
 
-    ttl = await pair.writer.pttl(keys.bid_ack("alice", "same"))
+    ttl = await pair.admin.pttl(keys.bid_ack("alice", "same"))
     assert 86_000_000 < ttl <= 86_400_000
 
 
@@ -221,7 +243,7 @@ async def test_the_ack_expires_after_ack_ttl(pair: Pair) -> None:
     store, room = pair.store(ack_ttl=0.05), fresh()
     await store.bid(room, "alice", 10, "r", epoch=1)
     await asyncio.sleep(0.1)  # Redis's own clock expires the key: time has to pass
-    assert await pair.writer.exists(keys.bid_ack("alice", "r")) == 0
+    assert await pair.admin.exists(keys.bid_ack("alice", "r")) == 0
 
 
 async def test_concurrent_bids_keep_the_room_consistent(pair: Pair) -> None:
@@ -229,8 +251,9 @@ async def test_concurrent_bids_keep_the_room_consistent(pair: Pair) -> None:
     # pool queues them instead, as an app server under load should.
     p = pair.config.primary.redis
     pool = aioredis.BlockingConnectionPool(
-        host=p.address, port=p.port, max_connections=32, timeout=5, decode_responses=True
-    )
+        host=p.address, port=p.port, max_connections=32, timeout=5, decode_responses=True,
+        **as_user(pair.config, RedisRole.APP),
+    )  # fmt: skip
     client = aioredis.Redis.from_pool(pool)  # closing the client closes the pool
     store, room = AuctionStore(client, AuctionSettings(), REGION), fresh()
     rng = random.Random(7)
@@ -270,7 +293,7 @@ async def test_concurrent_bids_keep_the_room_consistent(pair: Pair) -> None:
 async def test_a_stale_epoch_is_fenced_and_changes_nothing(pair: Pair) -> None:
     store, room = pair.store(), fresh()
     first = await store.bid(room, "alice", 10, "r1", epoch=1)
-    await pair.writer.set(keys.EPOCH, 2)
+    await pair.admin.set(keys.EPOCH, 2)
     assert await store.current_epoch() == 2
 
     refused = await store.bid(room, "bob", 20, "r2", epoch=1)
@@ -281,7 +304,7 @@ async def test_a_stale_epoch_is_fenced_and_changes_nothing(pair: Pair) -> None:
     )
     assert refused.position == Position(2, first.position.offset)  # the writer's epoch
     assert refused.state == first.state
-    assert await pair.writer.exists(keys.bid_ack("bob", "r2")) == 0  # not stored
+    assert await pair.admin.exists(keys.bid_ack("bob", "r2")) == 0  # not stored
     assert len(await stream_states(pair.writer, room)) == 1
     assert (await store.get_state(room, "bob")).session == {}
 
@@ -296,7 +319,7 @@ async def test_a_stale_epoch_is_fenced_and_changes_nothing(pair: Pair) -> None:
 
 async def test_an_unset_epoch_is_zero(pair: Pair) -> None:
     store = pair.store()
-    await pair.writer.delete(keys.EPOCH)
+    await pair.admin.delete(keys.EPOCH)
     assert await store.current_epoch() == 0
     assert (await store.bid(fresh(), "alice", 10, "r", epoch=0)).accepted
     assert (await store.bid(fresh(), "alice", 10, "s", epoch=1)).reason == Reason.STALE_EPOCH
@@ -304,16 +327,16 @@ async def test_an_unset_epoch_is_zero(pair: Pair) -> None:
 
 async def test_a_corrupt_epoch_is_reported(pair: Pair) -> None:
     store = pair.store()
-    await pair.writer.set(keys.EPOCH, "garbage")
+    await pair.admin.set(keys.EPOCH, "garbage")
     with pytest.raises(StoreCorrupt, match="epoch"):
         await store.current_epoch()
     with pytest.raises(StoreCorrupt, match="epoch"):
         await store.bid(fresh(), "alice", 10, "r", epoch=1)
     with pytest.raises(StoreCorrupt, match="epoch"):
         await store.get_state(fresh(), "alice")
-    await pair.writer.set(keys.EPOCH, 1)
+    await pair.admin.set(keys.EPOCH, 1)
     room = fresh()
-    await pair.writer.set(keys.room_state(room), "not a hash")
+    await pair.admin.set(keys.room_state(room), "not a hash")
     with pytest.raises(StoreCorrupt, match="WRONGTYPE"):
         await store.bid(room, "alice", 10, "r", epoch=1)
 
@@ -329,8 +352,8 @@ async def test_a_bid_on_the_replica_raises_not_writer(pair: Pair) -> None:
 async def test_a_dead_server_raises_store_unavailable() -> None:
     port = free_port("127.0.1.100")
     for client in (
-        probe_client("127.0.1.100", port, timeout=0.5),
-        state_client("127.0.1.100", port),
+        probe_client("127.0.1.100", port, credentials=TEST_ADMIN, timeout=0.5),
+        state_client("127.0.1.100", port, credentials=TEST_ADMIN),
     ):
         store = AuctionStore(client, AuctionSettings(), REGION)
         try:
@@ -350,7 +373,13 @@ async def test_a_dead_server_raises_store_unavailable() -> None:
 
 async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
     p = pair.config.primary.redis
-    client = aioredis.Redis(host=p.address, port=p.port, max_connections=1, decode_responses=True)
+    client = aioredis.Redis(
+        host=p.address,
+        port=p.port,
+        max_connections=1,
+        decode_responses=True,
+        **as_user(pair.config, RedisRole.APP),
+    )
     store = AuctionStore(client, AuctionSettings(), REGION)
     try:
         results = await asyncio.gather(
@@ -367,7 +396,13 @@ async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
 async def test_concurrent_bids_share_one_pipeline(pair: Pair) -> None:
     """50 bids at once on a pool of one connection: one at a time would exhaust it."""
     p = pair.config.primary.redis
-    client = aioredis.Redis(host=p.address, port=p.port, max_connections=1, decode_responses=True)
+    client = aioredis.Redis(
+        host=p.address,
+        port=p.port,
+        max_connections=1,
+        decode_responses=True,
+        **as_user(pair.config, RedisRole.APP),
+    )
     store, room = AuctionStore(client, AuctionSettings(), REGION), fresh()
     try:
         results = await asyncio.gather(
@@ -385,9 +420,9 @@ async def test_concurrent_bids_share_one_pipeline(pair: Pair) -> None:
 async def test_scripts_survive_script_flush(pair: Pair) -> None:
     store, room = pair.store(), fresh()
     first = await store.bid(room, "alice", 10, "r1", epoch=1)
-    await pair.writer.script_flush()
+    await pair.admin.script_flush()
     assert (await store.bid(room, "alice", 11, "r2", epoch=1)).accepted
-    await pair.writer.script_flush()
+    await pair.admin.script_flush()
     view = await store.get_state(room, "alice", first.position)
     assert view.recovered
     assert [e.state["bid"] for e in view.missed] == [11]
@@ -397,7 +432,7 @@ async def test_state_written_on_the_primary_reads_on_the_replica(pair: Pair) -> 
     store, room = pair.store(), fresh()
     results = [await store.bid(room, "alice", 10 * i, f"r{i}", epoch=1) for i in range(1, 4)]
     assert await pair.writer.wait(1, 1000) == 1
-    await pair.reader.script_flush()  # a fresh server: the script is loaded on demand
+    await pair.admin_reader.script_flush()  # a fresh server: the script is loaded on demand
     replica = pair.replica_store()
     view = await replica.get_state(room, "alice", results[0].position)
     primary_view = await store.get_state(room, "alice", results[0].position)
@@ -465,7 +500,7 @@ async def test_a_position_ahead_of_the_history_is_not_recovered(pair: Pair) -> N
 async def test_history_trimmed_by_size(pair: Pair) -> None:
     store, room = pair.store(history_size=3), fresh()
     results = [await store.bid(room, "alice", i, f"r{i}", epoch=1) for i in range(1, 6)]
-    assert await pair.writer.xlen(keys.room_stream(room)) == 3
+    assert await pair.admin.xlen(keys.room_stream(room)) == 3
     # The newest trimmed entry (bid 2) is still a position to replay from...
     view = await store.get_state(room, "alice", results[1].position)
     assert view.recovered
@@ -492,7 +527,7 @@ async def test_history_trimmed_by_age(pair: Pair) -> None:
     second = await store.bid(room, "alice", 2, "r2", epoch=1)
 
     async def both_older_than_the_ttl() -> bool:  # by the writer's clock, which trims
-        seconds, micros = await pair.writer.time()
+        seconds, micros = await pair.admin.time()
         return seconds * 1000 + micros // 1000 > ms(second.position.offset) + 200
 
     await until(both_older_than_the_ttl)
@@ -510,7 +545,7 @@ async def test_lost_stream_entries_are_not_replayed(pair: Pair) -> None:
     store, room = pair.store(), fresh()
     first = await store.bid(room, "alice", 1, "r1", epoch=1)
     await store.bid(room, "alice", 2, "r2", epoch=1)
-    await pair.writer.delete(keys.room_stream(room))  # e.g. evicted under maxmemory
+    await pair.admin.delete(keys.room_stream(room))  # e.g. evicted under maxmemory
     view = await store.get_state(room, "alice", first.position)
     assert (view.recovered, view.reason) == (False, NotRecovered.TRIMMED)
 
@@ -536,7 +571,7 @@ async def test_read_updates_and_decode_stream_entry(pair: Pair) -> None:
     waiting = asyncio.create_task(store.read_updates({a: "$"}, block_ms=1000))
 
     async def blocked_in_xread() -> bool:
-        clients: Any = await pair.writer.client_list()
+        clients: Any = await pair.admin.client_list()
         return any(c["cmd"] == "xread" and "b" in c["flags"] for c in clients)
 
     await until(blocked_in_xread, 5, interval=0.01, message="the XREAD blocked on the server")
@@ -595,7 +630,7 @@ async def test_bad_arguments_are_refused_before_anything_is_sent(pair: Pair) -> 
         await store.get_state("room", "")
     with pytest.raises(ValueError, match="offset"):
         await store.read_updates({"room": "nope"})
-    assert await pair.writer.dbsize() == 1  # only the epoch
+    assert await pair.admin.dbsize() == 1  # only the epoch
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rideout.store.client import cancel_and_wait, check_cancelled, probe_client, state_client
 from rideout.store.embedded import RedisSpec
-from tests.conftest import free_port
+from tests.conftest import TEST_ADMIN, free_port
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -31,8 +31,8 @@ def socket_that_never_answers() -> Iterator[int]:
 
 async def test_both_clients_talk_to_a_real_server(redis_server: RedisSpec) -> None:
     for client in (
-        probe_client(redis_server.address, redis_server.port),
-        state_client(redis_server.address, redis_server.port),
+        probe_client(redis_server.address, redis_server.port, credentials=TEST_ADMIN),
+        state_client(redis_server.address, redis_server.port, credentials=TEST_ADMIN),
     ):
         try:
             assert await client.ping()
@@ -43,7 +43,9 @@ async def test_both_clients_talk_to_a_real_server(redis_server: RedisSpec) -> No
 
 
 async def test_a_probe_of_a_dead_server_fails_at_once_without_retrying() -> None:
-    client = probe_client("127.0.1.100", free_port("127.0.1.100"), timeout=0.5)
+    client = probe_client(
+        "127.0.1.100", free_port("127.0.1.100"), timeout=0.5, credentials=TEST_ADMIN
+    )
     started = time.monotonic()
     try:
         with pytest.raises(RedisConnectionError):
@@ -55,7 +57,7 @@ async def test_a_probe_of_a_dead_server_fails_at_once_without_retrying() -> None
 
 async def test_a_silent_server_times_out_within_the_timeout() -> None:
     with socket_that_never_answers() as port:
-        client = probe_client("127.0.1.100", port, timeout=0.3)
+        client = probe_client("127.0.1.100", port, timeout=0.3, credentials=TEST_ADMIN)
         started = time.monotonic()
         try:
             with pytest.raises((RedisTimeoutError, RedisConnectionError)):
@@ -68,7 +70,9 @@ async def test_a_silent_server_times_out_within_the_timeout() -> None:
 async def test_the_state_pool_queues_past_its_limit_instead_of_failing(
     redis_server: RedisSpec,
 ) -> None:
-    client = state_client(redis_server.address, redis_server.port, max_connections=2)
+    client = state_client(
+        redis_server.address, redis_server.port, max_connections=2, credentials=TEST_ADMIN
+    )
     try:
         replies = await asyncio.gather(*(client.blpop(["nothing"], timeout=0.1) for _ in range(4)))
         assert replies == [None] * 4  # four calls through two connections, none refused

@@ -11,13 +11,16 @@ import redis
 from rideout._process import pid_alive
 from rideout.config import Config
 from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
-from tests.conftest import free_port, running_redis_pair, until, until_sync
+from tests.conftest import ADMIN, free_port, locked_auth, running_redis_pair, until, until_sync
 
 
 def spec(tmp_path: Path, name: str = "r", **kw: object) -> RedisSpec:
     address = str(kw.pop("address", "127.0.1.100"))
     port = int(kw.pop("port", free_port(address)))  # type: ignore[call-overload]
-    return RedisSpec(name, address, port, tmp_path / name, tmp_path / f"{name}.log", **kw)  # type: ignore[arg-type]
+    auth = locked_auth(tmp_path / "keys")
+    return RedisSpec(
+        name, address, port, tmp_path / name, tmp_path / f"{name}.log", auth=auth, **kw
+    )  # type: ignore[arg-type]
 
 
 def test_find_redis_server_is_recent_enough() -> None:
@@ -52,8 +55,8 @@ async def test_primary_and_replica_on_loopback(make_config: Callable[..., Config
         assert primary.running
         assert replica.running
         pids = [primary.pid, replica.pid]
-        writer = redis.Redis(config.primary.redis.address, config.primary.redis.port)
-        reader = redis.Redis(config.secondary.redis.address, config.secondary.redis.port)
+        writer = redis.Redis(config.primary.redis.address, config.primary.redis.port, **ADMIN)
+        reader = redis.Redis(config.secondary.redis.address, config.secondary.redis.port, **ADMIN)
         try:
             writer.set("greeting", "hello")
             assert writer.wait(1, 2000) == 1  # acknowledged by the replica
@@ -63,20 +66,21 @@ async def test_primary_and_replica_on_loopback(make_config: Callable[..., Config
             writer.close()
             reader.close()
     assert not any(pid_alive(p) for p in pids if p is not None)
-    # Each region keeps its own append-only file.
-    assert (config.region_data_dir("us-east-1") / "appendonly.aof").exists()
-    assert (config.region_data_dir("us-west-2") / "appendonly.aof").exists()
+    # Each region keeps its own append-only file (7.x: a directory of them).
+    for region in ("us-east-1", "us-west-2"):
+        found = {p.name for p in config.region_data_dir(region).iterdir()}
+        assert found & {"appendonly.aof", "appendonlydir"}, found
 
 
 async def test_data_survives_a_restart(tmp_path: Path) -> None:
     s = spec(tmp_path)
     async with EmbeddedRedis(s) as server:
-        client = redis.Redis(s.address, s.port)
+        client = redis.Redis(s.address, s.port, **ADMIN)
         client.set("bid", 42)
         client.close()
         assert server.url == f"redis://{s.address}:{s.port}/0"
     async with EmbeddedRedis(s):
-        client = redis.Redis(s.address, s.port)
+        client = redis.Redis(s.address, s.port, **ADMIN)
         assert client.get("bid") == b"42"
         client.close()
 
@@ -137,13 +141,16 @@ def test_redis_dies_with_a_killed_parent_even_right_after_replica_sync(tmp_path:
     parent = textwrap.dedent(
         f"""
         import asyncio, pathlib
+        from rideout.store.acl import prepare_server_auth
         from rideout.store.embedded import EmbeddedRedis, RedisSpec
         d = pathlib.Path({str(tmp_path)!r})
+        auth = prepare_server_auth(d / "keys")
         async def main():
-            p = EmbeddedRedis(RedisSpec("p", "127.0.1.100", {primary_port}, d / "p", d / "p.log"))
+            p = EmbeddedRedis(RedisSpec("p", "127.0.1.100", {primary_port}, d / "p", d / "p.log",
+                                        auth=auth))
             await p.start()
             r = EmbeddedRedis(RedisSpec("r", "127.0.2.100", {replica_port}, d / "r", d / "r.log",
-                                        replica_of=("127.0.1.100", {primary_port})))
+                                        replica_of=("127.0.1.100", {primary_port}), auth=auth))
             await r.start()
             print(p.pid, r.pid, flush=True)
             await asyncio.sleep(60)

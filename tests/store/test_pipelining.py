@@ -15,7 +15,7 @@ from redis.exceptions import ResponseError
 from rideout.config import parse_config
 from rideout.store.client import state_client
 from rideout.store.pipelining import ScriptPipeliner
-from tests.conftest import config_data, free_port, running_redis_pair
+from tests.conftest import TEST_ADMIN, config_data, free_port, running_redis_pair
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -32,7 +32,8 @@ async def redis_pair(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[
     config = parse_config(config_data(data_dir))
     async with running_redis_pair(config):
         p = config.primary.redis
-        client = state_client(p.address, p.port)
+        # The pipeliner itself, with a script and keys of the tests' own: the superuser.
+        client = state_client(p.address, p.port, credentials=TEST_ADMIN)
         try:
             yield client
         finally:

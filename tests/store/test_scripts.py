@@ -18,6 +18,7 @@ from redis.exceptions import ResponseError
 
 from rideout.store import keys, scripts
 from rideout.store.embedded import RedisSpec
+from tests.conftest import ADMIN
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -28,7 +29,9 @@ LIMITS = ["1", "1000000", "1", "100", "3600000", "60000"]
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def client(redis_server: RedisSpec) -> AsyncIterator[aioredis.Redis]:
-    redis = aioredis.Redis(host=redis_server.address, port=redis_server.port, decode_responses=True)
+    redis = aioredis.Redis(
+        host=redis_server.address, port=redis_server.port, decode_responses=True, **ADMIN
+    )
     await redis.flushall()
     await redis.script_flush()
     await redis.set(keys.EPOCH, "1")

@@ -23,8 +23,9 @@ from rideout.client.resolve import NameserverResolver, ResolutionError
 from rideout.cluster.runstate import ProcessRecord, RunState, read_lock_pid
 from rideout.config import Config
 from rideout.routes import control_plane_url, zone_url
+from rideout.store.acl import CredentialsUnavailable, RedisRole, credentials_for
 from rideout.store.client import probe_client
-from rideout.store.replication import read_epoch, replication_status
+from rideout.store.replication import ReplicationStatus, read_epoch, replication_status
 
 __all__ = ["LocalInventory", "collect_status"]
 
@@ -45,8 +46,13 @@ async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
         }
 
 
-async def _probe_redis(address: str, port: int) -> dict[str, Any]:
-    client = probe_client(address, port)
+async def _probe_redis(address: str, port: int, config: Config) -> dict[str, Any]:
+    try:
+        credentials = credentials_for(config, RedisRole.MONITOR)
+    except CredentialsUnavailable as exc:
+        status = ReplicationStatus(False, "unknown", "n/a", None, None, 0, str(exc))
+        return {**status.to_dict(), "epoch": None}
+    client = probe_client(address, port, credentials=credentials)
     try:
         status = await replication_status(client)
         epoch = await read_epoch(client) if status.reachable else None
@@ -160,7 +166,7 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
                 (
                     region_view["redis"],
                     "state",
-                    _probe_redis(region.redis.address, region.redis.port),
+                    _probe_redis(region.redis.address, region.redis.port, config),
                 )
             )
             for zone_view in region_view["zones"]:

@@ -52,6 +52,13 @@ from rideout.cluster.runstate import (
 )
 from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, RegionConfig, dump_toml
 from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL
+from rideout.store.acl import (
+    RedisRole,
+    ServerAuth,
+    StoreAuthError,
+    credentials_for,
+    prepare_server_auth,
+)
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch
@@ -238,6 +245,7 @@ class LocalCluster:
         self._sink = sink
         self._lock = RunLock(config.run_dir)
         self._redis: dict[str, _Redis] = {}
+        self._redis_auth: ServerAuth | None = None
         self._servers: dict[str, _Server] = {}
         self._frozen: set[str] = set()
         self._keepers: set[asyncio.Task[None]] = set()
@@ -277,6 +285,10 @@ class LocalCluster:
             # so that a damaged key file stops `up` before anything runs.
             SigningKey.load_or_create(self.config.keys_dir)
             load_or_create_admin_token(self.config.keys_dir)
+            try:  # the Redis users' credentials (made once), their ACL file, masterauth
+                self._redis_auth = prepare_server_auth(self.config.keys_dir)
+            except StoreAuthError as exc:
+                raise ClusterError(str(exc)) from exc
             for region in (self.config.primary, self.config.secondary):
                 redis = _Redis(
                     ProcessRecord(f"redis-{region.name}", "redis", 0, region=region.name,
@@ -385,6 +397,7 @@ class LocalCluster:
         assert region is not None
         primary = self.config.primary
         replica_of = None if region is primary else (primary.redis.address, primary.redis.port)
+        assert self._redis_auth is not None, "start() prepares the Redis credentials"
         server = EmbeddedRedis(
             RedisSpec(
                 name=child.name,
@@ -393,6 +406,7 @@ class LocalCluster:
                 data_dir=self.config.region_data_dir(region.name),
                 log_file=self.config.logs_dir / f"{child.name}.log",
                 replica_of=replica_of,
+                auth=self._redis_auth,
             ),
             sink=self._sink,
         )
@@ -400,7 +414,8 @@ class LocalCluster:
         self._say(f"starting {child.name} on {region.redis.address}:{region.redis.port}")
         await server.start(timeout=self.ready_timeout)
         if replica_of is None:
-            client = probe_client(region.redis.address, region.redis.port)
+            controller = credentials_for(self.config, RedisRole.CONTROLLER)
+            client = probe_client(region.redis.address, region.redis.port, credentials=controller)
             try:
                 await ensure_epoch(client)
             finally:

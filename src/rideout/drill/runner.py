@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis.asyncio as aioredis
 
 from rideout import routes
 from rideout.auth.admin import load_or_create_admin_token
@@ -52,6 +51,8 @@ from rideout.drill.records import (
 )
 from rideout.errors import RideoutError
 from rideout.realtime.zone import ZoneMode
+from rideout.store.acl import RedisRole, credentials_for
+from rideout.store.client import state_client
 from rideout.store.keys import room_stream
 
 __all__ = ["DrillError", "DrillOptions", "run_region_outage"]
@@ -189,7 +190,12 @@ async def _set_zone_mode(config: Config, region: str, mode: ZoneMode) -> None:
 
 async def _read_streams(config: Config, region: str, rooms: list[str]) -> list[StreamEntry]:
     redis = config.region(region).redis
-    client = aioredis.Redis(host=redis.address, port=redis.port, decode_responses=True)
+    client = state_client(
+        redis.address,
+        redis.port,
+        credentials=credentials_for(config, RedisRole.MONITOR),
+        timeout=10.0,
+    )
     entries: list[StreamEntry] = []
     try:
         for room in rooms:

@@ -34,6 +34,7 @@ from typing import Any, Literal
 import redis.asyncio as aioredis
 
 from rideout.config import Config
+from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import (
     ReplicationError,
@@ -148,8 +149,10 @@ class FailoverController:
         self.state = state
         self._clock = clock
         self._on_change = on_change
+        credentials = credentials_for(config, RedisRole.CONTROLLER)
         self._clients: dict[str, aioredis.Redis] = {
-            r.name: probe_client(r.redis.address, r.redis.port) for r in config.regions
+            r.name: probe_client(r.redis.address, r.redis.port, credentials=credentials)
+            for r in config.regions
         }
         self.redis: dict[str, ReplicationStatus] = {}
         self.last_decision: Decision | None = None

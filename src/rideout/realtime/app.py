@@ -46,6 +46,7 @@ from rideout.realtime.hub import Hub
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer
+from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.client import state_client
 from rideout.store.replication import read_epoch, replication_status
@@ -195,10 +196,11 @@ async def _open_zone(
         JWKSet(key.jwks()), issuer=config.auth.issuer, audience=config.auth.audience,
         leeway=config.auth.leeway,
     )  # fmt: skip
-    client = state_client(region.redis.address, region.redis.port)
+    credentials = credentials_for(config, RedisRole.APP)
+    client = state_client(region.redis.address, region.redis.port, credentials=credentials)
     stack.push_async_callback(client.aclose)
     # Blocking stream reads get a connection pool of their own.
-    follower = state_client(region.redis.address, region.redis.port)
+    follower = state_client(region.redis.address, region.redis.port, credentials=credentials)
     stack.push_async_callback(follower.aclose)
     app_metrics = AppMetrics(region.name, zone.name)
     store = AuctionStore(client, auction_settings(config), region.name)

@@ -54,8 +54,10 @@ can detect only while no bid followed.
 Errors: redis-py never leaks out. :class:`StoreUnavailable` (with the server named)
 for connection failures, timeouts and a server that refuses for now;
 :class:`NotWriter` (a :class:`StoreUnavailable`) when the server is a read-only
-replica; :class:`StoreCorrupt` when Redis holds data of another shape. Bad arguments
-raise ``ValueError`` before anything is sent.
+replica; :class:`StoreCorrupt` when Redis holds data of another shape;
+:class:`~rideout.store.acl.CredentialsRejected` and
+:class:`~rideout.store.acl.PermissionDenied` when the client's ACL user is refused.
+Bad arguments raise ``ValueError`` before anything is sent.
 """
 
 from __future__ import annotations
@@ -70,11 +72,19 @@ from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
 import redis.asyncio as aioredis
-from redis.exceptions import MaxConnectionsError, ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import (
+    AuthenticationError,
+    MaxConnectionsError,
+    NoPermissionError,
+    ReadOnlyError,
+    RedisError,
+    ResponseError,
+)
 from redis.typing import KeyT, StreamIdT
 
 from rideout.protocol import MAX_AMOUNT, MAX_EPOCH, Position, is_valid_offset
 from rideout.store import keys, scripts
+from rideout.store.acl import CredentialsRejected, PermissionDenied
 from rideout.store.errors import NotWriter, StoreCorrupt, StoreError, StoreUnavailable
 from rideout.store.pipelining import ScriptPipeliner
 
@@ -393,6 +403,10 @@ def _describe(client: aioredis.Redis, region: str) -> str:
 
 def _translate(exc: BaseException, server: str, what: str) -> StoreError:
     text = str(exc)
+    if isinstance(exc, AuthenticationError):
+        return CredentialsRejected(f"{what}: {text}")  # the text names server and file
+    if isinstance(exc, NoPermissionError):
+        return PermissionDenied(f"{what}: {server}: {text}")
     if isinstance(exc, ReadOnlyError) or (isinstance(exc, ResponseError) and "READONLY" in text):
         # a write inside a script on a replica fails with "... -READONLY ..."
         return NotWriter(f"{what}: {server} is a read-only replica, not the region's writer")

@@ -1,8 +1,15 @@
-"""Redis clients with explicit timeouts and retries: the one place they are made.
+"""Redis clients with credentials, explicit timeouts and retries: the one place they are made.
 
 redis-py 8's default retry policy (three retries with exponential backoff) turns one
 PING against a silent server into ~15 s. A failover loop must notice a dead server in
 a bounded time, so every client rideout makes states its own limits.
+
+Every client authenticates as one of the deployment's ACL users
+(:class:`~rideout.store.acl.RedisCredentials`). Its connections reword Redis's refusals
+so that they can be acted on: ``WRONGPASS`` names the credential file and the server,
+``NOPERM`` the user and the command (the error classes stay redis-py's, so pipelines
+and callers handle them as before; :mod:`.auction` turns them into
+:class:`~rideout.store.acl.StoreAuthError`).
 """
 
 from __future__ import annotations
@@ -14,6 +21,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
+
+from rideout.store.acl import RedisCredentials, denied_message, rejected_message
 
 __all__ = ["cancel_and_wait", "check_cancelled", "probe_client", "state_client"]
 
@@ -43,20 +53,69 @@ async def cancel_and_wait(task: asyncio.Task[Any], timeout: float = 5.0) -> None
         log.error("%s failed: %r", task.get_name(), task.exception())
 
 
-def probe_client(address: str, port: int, *, timeout: float = 1.0) -> aioredis.Redis:
+# A command a Lua script calls was refused (Redis words it so, not as NOPERM).
+_SCRIPT_DENIED = "user executing the script can't"
+
+
+class _Connection(aioredis.Connection):
+    """A connection that rewords authentication and permission errors (see above)."""
+
+    def __init__(self, *, credentials: RedisCredentials, **kwargs: Any) -> None:
+        super().__init__(username=credentials.username, password=credentials.password, **kwargs)
+        self._credentials = credentials
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)
+        except AuthenticationError as exc:
+            where = f"{self.host}:{self.port}"
+            raise AuthenticationError(
+                rejected_message(self._credentials, where, str(exc))
+            ) from None
+        except NoPermissionError as exc:
+            raise NoPermissionError(denied_message(self._credentials.username, str(exc))) from None
+        except ResponseError as exc:
+            if _SCRIPT_DENIED in str(exc):
+                raise NoPermissionError(
+                    denied_message(self._credentials.username, str(exc))
+                ) from None
+            raise
+
+
+def _connection_kwargs(
+    address: str, port: int, credentials: RedisCredentials, timeout: float, retries: int
+) -> dict[str, Any]:
+    if not isinstance(credentials, RedisCredentials):
+        raise TypeError(f"credentials must be RedisCredentials, not {type(credentials).__name__}")
+    return {
+        "connection_class": _Connection,
+        "credentials": credentials,
+        "host": address,
+        "port": port,
+        "socket_connect_timeout": timeout,
+        "socket_timeout": timeout,
+        "retry": Retry(NoBackoff(), retries),
+        "decode_responses": True,
+        # No CLIENT SETINFO on connect: no user may run CLIENT.
+        "driver_info": None,
+    }
+
+
+def probe_client(
+    address: str, port: int, *, credentials: RedisCredentials, timeout: float = 1.0
+) -> aioredis.Redis:
     """For health checks and readiness polling: one try, answers within `timeout`."""
-    return aioredis.Redis(
-        host=address,
-        port=port,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry=Retry(NoBackoff(), 0),
-        decode_responses=True,
-    )
+    pool = aioredis.ConnectionPool(**_connection_kwargs(address, port, credentials, timeout, 0))
+    return aioredis.Redis.from_pool(pool)
 
 
 def state_client(
-    address: str, port: int, *, timeout: float = 2.0, max_connections: int = 64
+    address: str,
+    port: int,
+    *,
+    credentials: RedisCredentials,
+    timeout: float = 2.0,
+    max_connections: int = 64,
 ) -> aioredis.Redis:
     """For application state: one immediate retry on a dropped connection, then fail.
 
@@ -67,11 +126,6 @@ def state_client(
     pool = aioredis.BlockingConnectionPool(
         max_connections=max_connections,
         timeout=timeout,
-        host=address,
-        port=port,
-        socket_connect_timeout=timeout,
-        socket_timeout=timeout,
-        retry=Retry(NoBackoff(), 1),
-        decode_responses=True,
+        **_connection_kwargs(address, port, credentials, timeout, 1),
     )
     return aioredis.Redis.from_pool(pool)

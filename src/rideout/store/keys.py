@@ -15,7 +15,11 @@ from urllib.parse import quote
 
 __all__ = [
     "EPOCH",
+    "IDEMPOTENCY_KEYS",
     "PREFIX",
+    "ROOM_KEYS",
+    "ROOM_STREAMS",
+    "USER_KEYS",
     "bid_ack",
     "idempotency",
     "room_state",
@@ -28,6 +32,14 @@ PREFIX = "rideout:"
 # The writer's epoch: an integer the failover controller increases on every promotion.
 # Together with a stream offset it names a position in a room's history.
 EPOCH = PREFIX + "epoch"
+
+# Glob patterns (Redis's MATCH and ACL key patterns) over the families below. The
+# Redis users of store/acl.py may touch only keys these match: a new family of keys
+# needs its pattern here and in the users that need it.
+ROOM_KEYS = PREFIX + "room:*"
+ROOM_STREAMS = PREFIX + "room:*:stream"
+USER_KEYS = PREFIX + "user:*"
+IDEMPOTENCY_KEYS = PREFIX + "idem:*"
 
 
 def _safe(name: str) -> str:

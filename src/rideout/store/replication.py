@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
+from redis.exceptions import ReadOnlyError, RedisError
 
 from rideout.store import keys
 from rideout.store.errors import StoreError
@@ -103,9 +103,14 @@ async def read_epoch(client: aioredis.Redis) -> int | None:
     return _int(value)
 
 
-async def ensure_epoch(client: aioredis.Redis) -> int:
-    """Give a new writer epoch 1; an existing epoch is kept. Returns the epoch."""
-    await client.set(keys.EPOCH, 1, nx=True)
+async def ensure_epoch(client: aioredis.Redis) -> int | None:
+    """Give a new writer epoch 1; an existing epoch is kept. Returns the epoch, or None
+    when the server is a replica: it takes its writer's epoch. (A writer restarted from
+    its AOF can be demoted by the failover controller as soon as it answers.)"""
+    try:
+        await client.set(keys.EPOCH, 1, nx=True)
+    except ReadOnlyError:
+        return None
     epoch = _int(await client.get(keys.EPOCH))
     if epoch is None:
         raise ValueError(f"{keys.EPOCH} holds something that is not an integer")
@@ -191,7 +196,7 @@ async def count_unreplicated(stale: aioredis.Redis, writer: aioredis.Redis) -> i
     """
     lost = 0
     try:
-        async for key in stale.scan_iter(match=keys.PREFIX + "room:*:stream", count=500):
+        async for key in stale.scan_iter(match=keys.ROOM_STREAMS, count=500):
             newest: Any = await writer.xrevrange(key, count=1)
             after = _text(newest[0][0]) if newest else "0-0"
             entries: Any = await stale.xrange(key, min=f"({after}", max="+")

@@ -1,0 +1,383 @@
+"""Who may do what in rideout's Redis: the ACL users, their credentials, the server's files.
+
+Every redis-server rideout starts has its default user switched off: a connection that
+has not authenticated gets ``NOAUTH`` for every command. Four users, each allowed only
+the commands and keys its part sends (:data:`RULES`; every other command is denied,
+CONFIG, DEBUG, MODULE, ACL, FLUSHALL, SAVE, SHUTDOWN, KEYS, MONITOR, MIGRATE and
+CLIENT among them):
+
+``rideout-app``
+    the app servers: the bid and getState scripts (:mod:`.scripts`, called with EVALSHA,
+    loaded with SCRIPT LOAD, followed by WAIT in sync mode), the commands those scripts
+    and the ``Idempotency-Key`` scripts run (Redis checks them with the caller's rights),
+    the hub's XREAD, the epoch's GET, a room offset's HGET and ``/health``'s INFO.
+``rideout-replication``
+    a replica's link to its master (PSYNC, REPLCONF, PING). Every server authenticates
+    with it (``masteruser``/``masterauth``): any of them can become a replica.
+``rideout-controller``
+    the failover controller and the supervisor: REPLICAOF, FAILOVER, INFO, the epoch
+    (GET, SET, the EVAL that raises it) and reading room streams (SCAN, XRANGE,
+    XREVRANGE) to count the writes a demotion discards.
+``rideout-monitor``
+    read-only: PING, INFO, the epoch and room streams (``status``, readiness, the drill).
+
+Passwords are 256 random bits, one file per user (mode 0600) in ``KEYS_DIR/redis/``,
+made once and kept, so data and credentials survive ``down``/``up``. The ACL file the
+server reads holds only their SHA-256 (``#<hex>``). The server's config file holds the
+replication password itself, as ``masterauth`` needs it; it is mode 0600 too and named
+by path, so the password never shows in a process list. Both are written anew at every
+start from the password files.
+
+The epoch key is writable by the app user: Redis 6.2 has no read-only key patterns,
+and on 7.x, which has them (``%R~``), EVAL and EVALSHA count every key they are given as
+read *and* written, so the bid script, which reads the epoch, needs write access to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import re
+import secrets
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Final
+
+from rideout._files import create_exclusively
+from rideout.config import Config
+from rideout.store import keys
+from rideout.store.errors import StoreError
+
+__all__ = [
+    "ACL_FILENAME",
+    "RULES",
+    "SERVER_CONFIG_FILENAME",
+    "CredentialsRejected",
+    "CredentialsUnavailable",
+    "ExtraUser",
+    "PermissionDenied",
+    "RedisCredentials",
+    "RedisRole",
+    "RedisUsers",
+    "ServerAuth",
+    "StoreAuthError",
+    "UserRules",
+    "acl_file_text",
+    "acl_user_line",
+    "credentials_dir",
+    "credentials_for",
+    "denied_message",
+    "load_credentials",
+    "load_or_create_users",
+    "prepare_server_auth",
+    "rejected_message",
+    "server_config_text",
+]
+
+ACL_FILENAME: Final = "users.acl"
+SERVER_CONFIG_FILENAME: Final = "server.conf"
+_PASSWORD_SUFFIX: Final = ".password"
+_PASSWORD_RE: Final = re.compile(r"[!-~]{32,512}")  # printable ASCII, no spaces
+_USERNAME_RE: Final = re.compile(r"[!-~]{1,128}")
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class StoreAuthError(StoreError):
+    """Rideout's Redis credentials did not do: missing, rejected, or short of a right."""
+
+
+class CredentialsUnavailable(StoreAuthError):
+    """A credential file is missing, unreadable or malformed, or cannot be made."""
+
+
+class CredentialsRejected(StoreAuthError):
+    """Redis refused the username and password (``WRONGPASS``, ``NOAUTH``)."""
+
+
+class PermissionDenied(StoreAuthError):
+    """The user may not run a command, or touch a key (``NOPERM``)."""
+
+
+# ------------------------------------------------------------------------------ users
+
+
+class RedisRole(StrEnum):
+    """A part of rideout that talks to Redis, each as a user of its own."""
+
+    APP = "app"
+    REPLICATION = "replication"
+    CONTROLLER = "controller"
+    MONITOR = "monitor"
+
+    @property
+    def username(self) -> str:
+        return f"rideout-{self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class RedisCredentials:
+    """A Redis user's name and password, and where they came from (named in errors).
+
+    ``source`` is the password file in local mode; credentials from elsewhere (a
+    ``redis://user:pass@host`` URL, a mounted secret) name that place instead, never
+    the password. The password is left out of ``repr``.
+    """
+
+    username: str
+    password: str = field(repr=False)
+    source: str = "the caller"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.username, str) or not _USERNAME_RE.fullmatch(self.username):
+            raise CredentialsUnavailable(
+                f"{self.source}: a Redis username is 1 to 128 printable characters without spaces"
+            )
+        if not isinstance(self.password, str) or not self.password:
+            raise CredentialsUnavailable(f"{self.source}: the Redis password is empty")
+
+
+@dataclass(frozen=True, slots=True)
+class RedisUsers:
+    """The credentials of a deployment's four Redis users."""
+
+    app: RedisCredentials
+    replication: RedisCredentials
+    controller: RedisCredentials
+    monitor: RedisCredentials
+
+    def __getitem__(self, role: RedisRole) -> RedisCredentials:
+        return {
+            RedisRole.APP: self.app,
+            RedisRole.REPLICATION: self.replication,
+            RedisRole.CONTROLLER: self.controller,
+            RedisRole.MONITOR: self.monitor,
+        }[role]
+
+    def __iter__(self) -> Iterator[tuple[RedisRole, RedisCredentials]]:
+        return ((role, self[role]) for role in RedisRole)
+
+
+@dataclass(frozen=True, slots=True)
+class UserRules:
+    """What one user may do: these commands (``|`` names a subcommand), these keys."""
+
+    commands: tuple[str, ...]
+    keys: tuple[str, ...] = ()
+
+    def acl(self) -> str:
+        """The rules in Redis's ACL syntax, starting from nothing allowed."""
+        return " ".join(
+            [*(f"~{pattern}" for pattern in self.keys), "-@all"]
+            + [f"+{command}" for command in self.commands]
+        )
+
+
+# Commands the Lua scripts run (store/scripts.py, idempotency.py): Redis checks each
+# redis.call() against the rights of the user that called EVALSHA.
+_SCRIPT_COMMANDS: Final = (
+    "get", "set", "del", "pexpire", "time",
+    "hset", "hmget", "hgetall",
+    "xadd", "xlen", "xrange", "xrevrange", "xtrim",
+)  # fmt: skip
+_APP_COMMANDS: Final = (
+    "ping", "info", "hget", "xread", "wait",  # /health, last_offset, the hub, sync mode
+    "evalsha", "script|load", "script|exists",  # the scripts, through redis-py's Script
+)  # fmt: skip
+_CONTROLLER_COMMANDS: Final = (
+    "ping", "info", "replicaof", "failover",
+    "get", "set", "eval",  # the epoch: read, set once, raised by a script
+    "scan", "xrange", "xrevrange",  # count_unreplicated
+)  # fmt: skip
+
+RULES: Final[Mapping[RedisRole, UserRules]] = {
+    RedisRole.APP: UserRules(
+        _APP_COMMANDS + _SCRIPT_COMMANDS,
+        (keys.EPOCH, keys.ROOM_KEYS, keys.USER_KEYS, keys.IDEMPOTENCY_KEYS),
+    ),
+    RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
+    RedisRole.CONTROLLER: UserRules(_CONTROLLER_COMMANDS, (keys.EPOCH, keys.ROOM_STREAMS)),
+    RedisRole.MONITOR: UserRules(
+        ("ping", "info", "get", "xrange"), (keys.EPOCH, keys.ROOM_STREAMS)
+    ),
+}
+"""Each role's rights; nothing else is allowed (the default user is off)."""
+
+ExtraUser = tuple[RedisCredentials, UserRules]
+"""A user besides rideout's own, and what it may do (:func:`prepare_server_auth`)."""
+
+
+# ------------------------------------------------------------------------ credentials
+
+
+def credentials_dir(keys_dir: Path) -> Path:
+    """Where a deployment's Redis passwords, ACL file and server config live."""
+    return Path(keys_dir) / "redis"
+
+
+def _password_file(keys_dir: Path, role: RedisRole) -> Path:
+    return credentials_dir(keys_dir) / f"{role.value}{_PASSWORD_SUFFIX}"
+
+
+def load_credentials(keys_dir: Path, role: RedisRole) -> RedisCredentials:
+    """`role`'s credentials from ``keys_dir/redis/ROLE.password``; never creates them.
+
+    Raises :class:`CredentialsUnavailable` naming the file when it cannot be used.
+    """
+    path = _password_file(keys_dir, role)
+    try:
+        password = path.read_text(encoding="ascii").strip()
+    except FileNotFoundError:
+        raise CredentialsUnavailable(
+            f"{path}: no Redis password for {role.username}; `rideout up` creates the "
+            "deployment's credentials (is this the data directory of a deployment?)"
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CredentialsUnavailable(f"{path}: cannot read it: {exc}") from exc
+    if not _PASSWORD_RE.fullmatch(password):
+        raise CredentialsUnavailable(
+            f"{path}: not a usable password (32 to 512 printable characters without "
+            "spaces); remove it, and the next `rideout up` makes a new one"
+        )
+    return RedisCredentials(role.username, password, str(path))
+
+
+def load_or_create_users(keys_dir: Path) -> RedisUsers:
+    """Every role's credentials, creating a missing password file (0600, 256 bits) once."""
+    for role in RedisRole:
+        path = _password_file(keys_dir, role)
+        if path.exists():
+            continue
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            create_exclusively(path, (secrets.token_hex(32) + "\n").encode("ascii"))
+        except OSError as exc:
+            raise CredentialsUnavailable(
+                f"{path}: cannot create it: {exc.strerror or exc}"
+            ) from exc
+    return RedisUsers(*(load_credentials(keys_dir, role) for role in RedisRole))
+
+
+def credentials_for(config: Config, role: RedisRole) -> RedisCredentials:
+    """The credentials `role` reaches the deployment's Redis with (its keys directory)."""
+    return load_credentials(config.keys_dir, role)
+
+
+# --------------------------------------------------------------------- server's files
+
+
+def acl_user_line(credentials: RedisCredentials, rules: UserRules) -> str:
+    """One ``user`` line of an ACL file: the password only as its SHA-256."""
+    digest = hashlib.sha256(credentials.password.encode("utf-8")).hexdigest()
+    return f"user {credentials.username} reset on #{digest} {rules.acl()}"
+
+
+def acl_file_text(users: RedisUsers, extra_users: Sequence[ExtraUser] = ()) -> str:
+    """The ACL file: the default user off, each role's user, then `extra_users`.
+
+    No plaintext password: each is given as its SHA-256.
+    """
+    lines = ["user default reset"]  # reset: off, no password, no keys, no commands
+    lines += [acl_user_line(credentials, RULES[role]) for role, credentials in users]
+    lines += [acl_user_line(credentials, rules) for credentials, rules in extra_users]
+    return "\n".join(lines) + "\n"
+
+
+def _quoted(value: str) -> str:
+    """A Redis config argument in double quotes (its parser's escapes)."""
+    out = []
+    for char in value:
+        if char in '"\\':
+            out.append("\\" + char)
+        elif " " <= char <= "~":
+            out.append(char)
+        else:
+            out.extend(f"\\x{byte:02x}" for byte in char.encode("utf-8"))
+    return '"' + "".join(out) + '"'
+
+
+def server_config_text(replication: RedisCredentials) -> str:
+    """The config file every server starts with: how it authenticates to a master."""
+    return (
+        f"# Written by rideout at every start, from {replication.source}: do not edit.\n"
+        "# Any server may become a replica after a failover, so each has these.\n"
+        f"masteruser {_quoted(replication.username)}\n"
+        f"masterauth {_quoted(replication.password)}\n"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServerAuth:
+    """What a locked redis-server starts with, and who checks that it is ready."""
+
+    acl_file: Path
+    config_file: Path
+    probe: RedisCredentials
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Replace `path` atomically with `text`, mode 0600 (a reader sees old or new)."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as file:
+            file.write(text)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+
+
+def prepare_server_auth(keys_dir: Path, *, extra_users: Sequence[ExtraUser] = ()) -> ServerAuth:
+    """Make the credentials if need be, and write the ACL file and the server config.
+
+    `extra_users` are users besides rideout's own, for a harness that runs servers of
+    its own (the tests' superuser, a benchmark's); `rideout up` adds none.
+    """
+    users = load_or_create_users(keys_dir)
+    directory = credentials_dir(keys_dir)
+    auth = ServerAuth(directory / ACL_FILENAME, directory / SERVER_CONFIG_FILENAME, users.monitor)
+    try:
+        _write_private(auth.acl_file, acl_file_text(users, extra_users))
+        _write_private(auth.config_file, server_config_text(users.replication))
+    except OSError as exc:
+        raise CredentialsUnavailable(
+            f"{directory}: cannot write the Redis ACL and config files: {exc}"
+        ) from exc
+    return auth
+
+
+# ---------------------------------------------------------------------------- messages
+
+_DENIED_COMMAND_RE: Final = re.compile(r"run the '([^']+)' command")
+
+
+def rejected_message(credentials: RedisCredentials, server: str, detail: str) -> str:
+    """What to say when `server` refuses `credentials` (``WRONGPASS``, ``NOAUTH``)."""
+    return (
+        f"credentials in {credentials.source} (user {credentials.username}) are rejected "
+        f"by redis at {server} ({detail.strip()}): was the data directory copied from "
+        "another deployment, or its keys changed while redis ran? `rideout down` and "
+        "`rideout up` make redis read them again"
+    )
+
+
+def denied_message(username: str, detail: str) -> str:
+    """What to say when `username` was refused a command or key (``NOPERM``)."""
+    detail = detail.strip()
+    if detail.startswith("NOPERM: user "):
+        return detail  # said already
+    command = _DENIED_COMMAND_RE.search(detail)
+    if command:
+        what = "run " + command[1].replace("|", " ").upper()
+    elif "key" in detail:
+        what = "touch a key this command names"
+    else:
+        what = "run a command the Lua script calls"
+    return f"NOPERM: user {username} cannot {what} ({detail})"

