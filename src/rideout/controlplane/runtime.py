@@ -30,7 +30,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
-from rideout.controlplane.errors import IngestError
+from rideout.controlplane.errors import IngestError, IngestForbidden
 from rideout.dns.records import (
     Answer,
     DnsZoneConfig,
@@ -102,6 +102,7 @@ class ControlPlane:
         self.started_at = clock()
         self._first_seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
+        self.rounds = 0  # evaluation rounds the loop has run
         self._metrics()
 
     # ------------------------------------------------------------------ state
@@ -153,8 +154,13 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ ingest
 
-    def put_metric_data(self, body: object) -> int:
-        """Store a PutMetricData-shaped request; the number of datapoints stored."""
+    def put_metric_data(self, body: object, *, region: str | None = None) -> int:
+        """Store a PutMetricData-shaped request; the number of datapoints stored.
+
+        With `region` (the region the request's credential is for), every datapoint must
+        name that region in its ``ApiId`` dimension, or :class:`IngestForbidden` is raised
+        and nothing is stored.
+        """
         if not isinstance(body, Mapping):
             raise IngestError("expected a JSON object with Namespace and MetricData")
         namespace, data = body.get("Namespace"), body.get("MetricData")
@@ -162,6 +168,8 @@ class ControlPlane:
             raise IngestError("Namespace must be a string and MetricData a non-empty list")
         if len(data) > 1000:
             raise IngestError("at most 1000 datapoints per request")
+        if region is not None:
+            _check_region(data, region)
         now = self._clock()
         stored = 0
         for i, datum in enumerate(data):
@@ -271,10 +279,13 @@ class ControlPlane:
         next_round = time.monotonic()
         while True:
             check_cancelled()
+            self._round_delay.set(max(0.0, time.monotonic() - next_round))
             try:
                 await self.evaluate()
             except Exception:  # one bad round must not stop failover for good
                 log.exception("control plane evaluation failed")
+            self.rounds += 1
+            self._rounds.inc()
             next_round += self.period
             await asyncio.sleep(max(0.0, next_round - time.monotonic()))
 
@@ -358,6 +369,14 @@ class ControlPlane:
         self.ingested = Counter(
             "rideout_datapoints", "Datapoints received from canaries.", registry=r
         )
+        self._rounds = Counter(
+            "rideout_evaluation_rounds", "Evaluation rounds run by the control loop.", registry=r
+        )
+        self._round_delay = Gauge(
+            "rideout_evaluation_delay_seconds",
+            "How late the latest evaluation round started against its schedule.",
+            registry=r,
+        )
         self._canary = Gauge(
             "rideout_canary_health", "The latest App/WebSocketHealth datapoint (1 healthy, 0 not).",
             ["region", "zone"], registry=r,
@@ -385,3 +404,19 @@ class ControlPlane:
             self._lag_bytes.set(status["lag_bytes"])
         if status["lag_seconds"] is not None:
             self._lag_seconds.set(status["lag_seconds"])
+
+
+def _check_region(data: list[Any], region: str) -> None:
+    """Every datapoint names `region` in its region dimension (else IngestForbidden)."""
+    for i, datum in enumerate(data):
+        try:
+            named = [
+                d["Value"] for d in datum.get("Dimensions", []) if d["Name"] == REGION_DIMENSION
+            ]
+        except (KeyError, TypeError, AttributeError):
+            raise IngestError(f"MetricData[{i}]: malformed Dimensions") from None
+        if named != [region]:
+            raise IngestForbidden(
+                f"MetricData[{i}]: every datapoint must have the dimension "
+                f"{REGION_DIMENSION}={region}, the region this credential is for"
+            )
