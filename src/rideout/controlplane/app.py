@@ -210,7 +210,9 @@ class ControlPlaneApi:
         self.feed = SharedFeed(
             self._dashboard_frame,
             period,
-            timeout=min(2.0, 0.9 * period),
+            # A safety net only: the zone polls have a tighter bound of their own, and a
+            # busy event loop must not make the feed skip its views.
+            timeout=min(10.0, max(1.0, 2 * period)),
             max_readers=cp.max_stream_readers,
             reserved=OPERATOR_STREAMS,
             on_readers=self.metrics.stream_readers.set,
