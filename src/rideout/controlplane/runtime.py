@@ -10,8 +10,9 @@ Restarts: alarm, health check and controller state are saved to
 ``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
 are in memory only, so a restarted control plane does not evaluate the periods before
 it was listening (nor, per region, before that region's first datapoint since the start,
-up to a grace period): the silence of its own absence is not a region's failure, and DNS
-does not flip for lack of data.
+up to a grace period after the first datapoint of any region): the silence of its own
+absence, or of canaries still starting, is not a region's failure, and DNS does not flip
+for lack of data.
 """
 
 from __future__ import annotations
@@ -199,12 +200,16 @@ class ControlPlane:
 
     def _may_evaluate(self, region: str, now: float) -> bool:
         """Only periods this control plane has watched, once the region has reported
-        (or, for a region that never does, once the grace period is over)."""
+        (or, for a region that never does, once the grace period is over since the first
+        datapoint of any region: canaries start after the servers, which a loaded machine
+        can take longer than the grace period to start)."""
         start, _ = self.alarms[region].window(now)
         watched = start >= self.started_at
         seen = self._first_seen.get(region)
         reported = seen is not None and start >= seen - self.period
-        return watched and (reported or now >= self.started_at + self._grace())
+        first = min(self._first_seen.values(), default=None)
+        overdue = first is not None and now >= max(self.started_at, first) + self._grace()
+        return watched and (reported or overdue)
 
     def healthy(self) -> dict[str, bool]:
         return {name: check.healthy for name, check in self.checks.items()}

@@ -47,6 +47,7 @@ async function chaosAction(op, region, button) {
       body: JSON.stringify({ op, region }),
     });
     const body = await response.json();
+    window.dashboard.chaos = { op, region, status: response.status, ...body }; // the last answer
     addEvent({ at: Date.now() / 1000, kind: "chaos", message: body.message || body.error });
   } finally {
     button.disabled = false;
@@ -126,7 +127,7 @@ function connect() {
     $("feed").textContent = "reconnecting…";
     if (source.readyState === EventSource.CLOSED) setTimeout(connect, 2000 + Math.random() * 3000);
   };
-  window.dashboard = { source };
+  window.dashboard = { ...window.dashboard, source };
 }
 
 main();
