@@ -100,3 +100,36 @@ def test_token_issue_mints_a_token_every_server_accepts(config_file: Path) -> No
     bad = runner.invoke(app, ["token", "issue", "--sub", "", "-c", str(config_file)])
     assert bad.exit_code == 2
     assert "cannot issue a token" in bad.stderr
+
+
+def test_dashboard_login_when_nothing_runs(config_file: Path) -> None:
+    result = runner.invoke(app, ["dashboard", "login", "-c", str(config_file)])
+    assert result.exit_code == 1
+    assert "is rideout up?" in result.stderr
+    assert not (config_file.parent / ".rideout" / "keys" / "admin-token").exists()  # made none
+
+
+async def test_dashboard_login_prints_a_link_the_control_plane_accepts(
+    config_file: Path,
+) -> None:
+    import asyncio
+
+    import httpx
+
+    from rideout.auth.admin import load_or_create_admin_token
+    from rideout.config import load_config
+    from rideout.controlplane.app import create_app
+    from tests.conftest import serving
+
+    config = load_config(config_file, env={})
+    load_or_create_admin_token(config.keys_dir)
+    cp = config.control_plane
+    async with serving(create_app(config), cp.address, cp.port):
+        result = await asyncio.to_thread(
+            runner.invoke, app, ["dashboard", "login", "-c", str(config_file)]
+        )
+        assert result.exit_code == 0, result.output
+        link = result.stdout.strip()
+        async with httpx.AsyncClient(trust_env=False) as http:
+            assert (await http.get(link)).status_code == 303
+            assert (await http.get(link)).status_code == 401  # once

@@ -391,3 +391,34 @@ def test_dump_toml_round_trips_any_valid_config(timing: Timing, port: int, domai
     data["control_plane"] = {"address": "127.0.0.1", "port": 1, "dns_port": 2}
     config = parse_config(data)
     assert parse_config(tomllib.loads(dump_toml(config))) == config
+
+
+# --------------------------------------------------------------------------- issue #12 settings
+
+
+def test_control_plane_and_demo_token_settings(tmp_path: Path) -> None:
+    config = Config()
+    assert config.control_plane.max_stream_readers == 32
+    assert (config.control_plane.login_code_ttl, config.control_plane.session_ttl) == (
+        300.0,
+        28800.0,
+    )
+    assert config.control_plane.ingest_max_skew == 30.0
+    env = {
+        "RIDEOUT_CONTROL_PLANE__MAX_STREAM_READERS": "8",
+        "RIDEOUT_CONTROL_PLANE__SESSION_TTL": "60",
+        "RIDEOUT_AUTH__DEMO_TOKENS": "false",
+    }
+    loaded = load_config(write(tmp_path, ""), env=env)
+    assert loaded.control_plane.max_stream_readers == 8
+    assert loaded.control_plane.session_ttl == 60.0
+    assert loaded.auth.demo_tokens is False
+    assert parse_config(tomllib.loads(dump_toml(loaded))) == loaded
+    # Demo tokens: on by default in local mode only.
+    assert parse_config({}).auth.demo_tokens is True
+    external = {"mode": "external"}
+    assert parse_config(external).auth.demo_tokens is False
+    assert parse_config({**external, "auth": {"demo_tokens": True}}).auth.demo_tokens is True
+    assert "max_stream_readers" in refused({"control_plane": {"max_stream_readers": 0}}).key
+    assert "login_code_ttl" in refused({"control_plane": {"login_code_ttl": 0}}).key
+    assert "demo_tokens" in refused({"auth": {"demo_tokens": "maybe"}}).key

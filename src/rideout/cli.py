@@ -47,6 +47,8 @@ token_app = typer.Typer(
     help="Mint access tokens with the deployment's signing key.", no_args_is_help=True
 )
 app.add_typer(token_app, name="token")
+dashboard_app = typer.Typer(help="The operations dashboard.", no_args_is_help=True)
+app.add_typer(dashboard_app, name="dashboard")
 
 console = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -186,6 +188,7 @@ async def _up(config: Config, printer: _LogPrinter, ready_timeout: float) -> int
         starting.result()  # raises what start raised (after it cleaned up)
         printer("rideout", f"ready in {time.monotonic() - started:.1f} s")
         _print_status(await collect_status(config), title="rideout is up")
+        await _print_login_link(config)
         console.print("Press Ctrl-C to stop (or run `rideout down` elsewhere).\n")
         await stop.wait()
         printer("rideout", f"{received[0] if received else 'stop'} received: shutting down")
@@ -196,6 +199,22 @@ async def _up(config: Config, printer: _LogPrinter, ready_timeout: float) -> int
             printer("rideout", f"stopped in {time.monotonic() - t0:.1f} s")
         for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
             loop.remove_signal_handler(signum)
+
+
+async def _print_login_link(config: Config) -> None:
+    from rideout.controlplane.login import LoginLinkError, request_login_link
+
+    try:
+        link = await request_login_link(config)
+    except LoginLinkError as exc:
+        err.print(f"no dashboard login link: {exc}")
+        return
+    minutes = config.control_plane.login_code_ttl / 60
+    console.print(
+        f"dashboard login (one use, within {minutes:g} min; `rideout dashboard login` "
+        f"prints a new one): {link}",
+        soft_wrap=True,
+    )
 
 
 @app.command()
@@ -443,6 +462,26 @@ def token_issue(
     except ValueError as exc:
         _fail(f"cannot issue a token for {sub!r}: {exc}", 2)
     sys.stdout.write(token + "\n")
+
+
+# --------------------------------------------------------------------------- dashboard
+
+
+@dashboard_app.command("login")
+def dashboard_login(config_path: ConfigOption = None) -> None:
+    """Print a one-time login link to the running deployment's dashboard.
+
+    Opening it signs the browser in (an HttpOnly session cookie), which the dashboard's
+    chaos buttons need. The link works once, within control_plane.login_code_ttl.
+    """
+    from rideout.controlplane.login import LoginLinkError, request_login_link
+
+    config = _load(config_path)
+    try:
+        link = asyncio.run(request_login_link(config))
+    except LoginLinkError as exc:
+        _fail(str(exc))
+    sys.stdout.write(link + "\n")
 
 
 # --------------------------------------------------------------------------- servers

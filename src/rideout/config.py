@@ -143,11 +143,15 @@ class RegionConfig:
 
 @dataclass(frozen=True, slots=True)
 class ControlPlaneConfig:
-    """The global control plane's HTTP API and (later) DNS server."""
+    """The global control plane's HTTP API and DNS server."""
 
     address: str = "127.0.0.1"
     port: int = 9000
     dns_port: int = 5300
+    max_stream_readers: int = 32  # dashboard feeds (/v1/stream) at once; more get 503
+    login_code_ttl: float = 300.0  # seconds a dashboard login link can be used (once)
+    session_ttl: float = 28800.0  # seconds an operator's dashboard session lasts
+    ingest_max_skew: float = 30.0  # seconds a canary's signed timestamp may be off
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +166,10 @@ class AuthConfig:
     # (every zone, the app domain, the control plane). Clients that send no Origin
     # header (non-browser clients) are always allowed: Origin protects browsers only.
     allowed_origins: tuple[str, ...] = ()
+    # POST /auth/demo-token on the app servers: a token for a bidder name of the
+    # browser's choosing, for the demo page. When not set: on in local mode (the default
+    # mode, hence True here), off in external mode.
+    demo_tokens: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -497,7 +505,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         regions=_parse_regions(root) if root.has("regions") else defaults.regions,
         control_plane=_parse_control_plane(root.table("control_plane")),
         timing=_parse_timing(root.table("timing"), PROFILES[profile]),
-        auth=_parse_auth(root.table("auth")),
+        auth=_parse_auth(root.table("auth"), mode),
         realtime=_parse_realtime(root.table("realtime")),
         failover=_parse_failover(root.table("failover")),
     )
@@ -512,6 +520,10 @@ def _parse_control_plane(t: _Reader) -> ControlPlaneConfig:
         address=_address(t, "address", d.address),
         port=t.integer("port", d.port, maximum=65535),
         dns_port=t.integer("dns_port", d.dns_port, maximum=65535),
+        max_stream_readers=t.integer("max_stream_readers", d.max_stream_readers, maximum=10_000),
+        login_code_ttl=t.seconds("login_code_ttl", d.login_code_ttl),
+        session_ttl=t.seconds("session_ttl", d.session_ttl),
+        ingest_max_skew=t.seconds("ingest_max_skew", d.ingest_max_skew),
     )
     t.done()
     return cp
@@ -537,8 +549,9 @@ def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
     return values
 
 
-def _parse_auth(t: _Reader) -> AuthConfig:
-    auth = AuthConfig(**_scalars(t, AuthConfig()))
+def _parse_auth(t: _Reader, mode: str) -> AuthConfig:
+    # Demo tokens are for `rideout up`'s local demo: on by default there only.
+    auth = AuthConfig(**_scalars(t, AuthConfig(demo_tokens=mode == "local")))
     for origin in auth.allowed_origins:
         if not re.fullmatch(r"https?://[^/\s]+", origin) and origin != "*":
             raise ConfigError(
@@ -679,11 +692,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "data_dir": str(config.data_dir),
         "app_port": config.app_port,
         "profile": config.profile,
-        "control_plane": {
-            "address": config.control_plane.address,
-            "port": config.control_plane.port,
-            "dns_port": config.control_plane.dns_port,
-        },
+        "control_plane": _section(config.control_plane),
         "timing": _section(config.timing),
         "auth": _section(config.auth),
         "realtime": _section(config.realtime),

@@ -15,6 +15,8 @@ __all__ = [
     "CHAOS",
     "DASHBOARD",
     "HEALTH",
+    "LOGIN",
+    "LOGIN_CODES",
     "METRICS",
     "METRICS_INGEST",
     "RESOLVE",
@@ -34,7 +36,13 @@ WRITER: Final = "/v1/writer"
 SUMMARY: Final = "/v1/summary"
 STREAM: Final = "/v1/stream"
 DASHBOARD: Final = "/v1/dashboard"
+"""GET, same origin: what the dashboard's script needs (chaos on or off, the session's
+CSRF token); never a credential beyond that."""
 CHAOS: Final = "/v1/chaos"
+LOGIN_CODES: Final = "/v1/login-codes"
+"""POST, admin token: a one-time dashboard login link (for ``rideout dashboard login``)."""
+LOGIN: Final = "/login"
+"""GET ``?code=``: redeem a login link for an operator session cookie."""
 STATUS: Final = "/status"
 RESOLVE: Final = "/resolve"
 """GET: DNS-over-HTTPS JSON."""

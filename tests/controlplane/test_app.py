@@ -54,19 +54,25 @@ async def test_dashboard_data_and_chaos_are_guarded(make_config: Callable[..., C
         serving(local_app(config), cp.address, cp.port),
         httpx.AsyncClient(trust_env=False, base_url=f"http://{cp.address}:{cp.port}") as http,
     ):
-        settings = (await http.get("/v1/dashboard")).json()
+        admin = load_or_create_admin_token(config.keys_dir)
+        answer = await http.get("/v1/dashboard")
+        settings = answer.json()
         assert settings["local"] is True
-        assert settings["admin_token"] == load_or_create_admin_token(config.keys_dir)
-        assert "access-control-allow-origin" not in (await http.get("/v1/dashboard")).headers
+        # No credential is served: not the admin token, no CSRF token without a session.
+        assert admin not in answer.text
+        assert "admin_token" not in settings
+        assert (settings["session"], settings["csrf"]) == (False, None)
+        assert "access-control-allow-origin" not in answer.headers
         # DNS rebinding: another name that resolves here is refused.
         assert (
             await http.get("/v1/dashboard", headers={"Host": "evil.example:9000"})
         ).status_code == 403
-        auth = {"Authorization": f"Bearer {settings['admin_token']}"}
+        auth = {"Authorization": f"Bearer {admin}"}
         assert (
             await http.post("/v1/chaos", json={"op": "kill", "region": "us-east-1"})
         ).status_code == 401
-        assert (await http.post("/v1/chaos", content=b"{", headers=auth)).status_code == 400
+        bad_body = {**auth, "Content-Type": "application/json"}
+        assert (await http.post("/v1/chaos", content=b"{", headers=bad_body)).status_code == 400
         refused = await http.post(
             "/v1/chaos", json={"op": "kill", "region": "us-east-1"}, headers=auth
         )
@@ -79,6 +85,7 @@ async def test_dashboard_data_and_chaos_are_guarded(make_config: Callable[..., C
 
                     view = json.loads(line[len("data: ") :])
                     assert set(view) >= {"alarms", "dns", "failover", "canary", "clients", "now"}
+                    assert admin not in line
                     break
         assert "<title>rideout · operations</title>" in (await http.get("/")).text
 
@@ -117,10 +124,10 @@ async def test_without_a_supervisor_chaos_is_refused_and_status_is_its_own(
         assert refused.status_code == 501
         assert refused.json()["error"] == "not_implemented"
         assert "local supervisor" in refused.json()["message"]
-        # Nothing to press: the dashboard gets no chaos buttons and no admin token.
+        # Nothing to press: the dashboard gets no chaos buttons (and never a credential).
         settings = (await http.get("/v1/dashboard")).json()
         assert settings["local"] is False
-        assert settings["admin_token"] is None
+        assert "admin_token" not in settings
         # /status: the configured topology and the control plane's own view, no probes.
         status = (await http.get("/status")).json()
         assert "running" not in status
@@ -156,3 +163,108 @@ async def test_chaos_goes_through_the_injected_port(
     else:
         assert answer.status_code == 409
         assert answer.json() == {"error": "chaos_failed", "message": fail}
+
+
+async def test_chaos_through_an_operator_session(make_config: Callable[..., Config]) -> None:
+    """Login link (admin token) → session cookie → POSTs with CSRF token and own Origin."""
+    from rideout.auth.admin import load_or_create_admin_token
+
+    config = make_config()
+    cp = config.control_plane
+    own = f"http://{cp.address}:{cp.port}"
+    port = RecordingChaos()
+    admin = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
+    throttle = {"op": "throttle", "region": "us-east-1"}
+    async with (
+        serving(create_app(config, chaos=port), cp.address, cp.port),
+        httpx.AsyncClient(trust_env=False, base_url=own) as http,
+    ):
+        # Only the admin token's holder gets a login link, and never through a browser.
+        assert (await http.post("/v1/login-codes")).status_code == 401
+        assert (
+            await http.post("/v1/login-codes", headers={"Authorization": "Bearer nope" * 8})
+        ).status_code == 401
+        assert (
+            await http.post("/v1/login-codes", headers={**admin, "Origin": own})
+        ).status_code == 403
+        minted = await http.post("/v1/login-codes", headers=admin)
+        assert minted.status_code == 200
+        link = minted.json()["url"]
+        assert link.startswith(f"{own}/login?code=")
+        # No session yet: chaos is refused, and the dashboard has no CSRF token.
+        no_session = await http.post("/v1/chaos", json=throttle, headers={"Origin": own})
+        assert no_session.status_code == 401
+        assert "rideout dashboard login" in no_session.json()["message"]
+        # The link opens a session once.
+        opened = await http.get(link)
+        assert (opened.status_code, opened.headers["location"]) == (303, "/")
+        cookie = opened.headers["set-cookie"]
+        assert cookie.startswith("rideout_operator=")
+        attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
+        assert {"httponly", "samesite=strict", "path=/"} <= attributes
+        assert "secure" not in attributes  # plain HTTP on loopback
+        again = await http.get(link)
+        assert (again.status_code, again.json()["error"]) == (401, "login_failed")
+        settings = (await http.get("/v1/dashboard")).json()
+        assert settings["session"] is True
+        csrf = settings["csrf"]
+        assert isinstance(csrf, str)
+        assert len(csrf) >= 32
+        # A session alone is not enough: the CSRF token, and the dashboard's own Origin.
+        for headers in [
+            {"Origin": own},
+            {"Origin": own, "X-CSRF-Token": csrf[:-1] + ("A" if csrf[-1] != "A" else "B")},
+            {"X-CSRF-Token": csrf},
+            {"Origin": "http://evil.example", "X-CSRF-Token": csrf},
+            {"Origin": "null", "X-CSRF-Token": csrf},
+        ]:
+            answer = await http.post("/v1/chaos", json=throttle, headers=headers)
+            assert answer.status_code == 403, (headers, answer.text)
+        text_plain = await http.post(
+            "/v1/chaos", content=b'{"op": "throttle", "region": "us-east-1"}',
+            headers={"Origin": own, "X-CSRF-Token": csrf, "Content-Type": "text/plain"},
+        )  # fmt: skip
+        assert text_plain.status_code == 415
+        assert port.calls == []
+        done = await http.post("/v1/chaos", json=throttle,
+                               headers={"Origin": own, "X-CSRF-Token": csrf})  # fmt: skip
+        assert done.status_code == 200, done.text
+        assert port.calls == [("throttle", "us-east-1")]
+        # Another browser (no cookie) with a stolen CSRF token gets nowhere.
+        http.cookies.clear()
+        stolen = await http.post("/v1/chaos", json=throttle,
+                                 headers={"Origin": own, "X-CSRF-Token": csrf})  # fmt: skip
+        assert stolen.status_code == 401
+        # The admin token (the CLI's path) never comes from a foreign page.
+        foreign = {**admin, "Origin": "http://evil.example"}
+        assert (await http.post("/v1/chaos", json=throttle, headers=foreign)).status_code == 403
+        assert port.calls == [("throttle", "us-east-1")]
+        # A login link from another Host (DNS rebinding) is refused.
+        fresh = (await http.post("/v1/login-codes", headers=admin)).json()["url"]
+        code = fresh.split("code=", 1)[1]
+        assert (
+            await http.get(f"/login?code={code}", headers={"Host": "evil.example:9000"})
+        ).status_code == 403
+
+
+async def test_an_expired_login_link_opens_nothing(make_config: Callable[..., Config]) -> None:
+    from rideout.controlplane.sessions import OperatorSessions
+
+    config = make_config()
+    cp = config.control_plane
+    app = create_app(config, chaos=RecordingChaos())
+    now = [1_800_000_000.0]
+    app.state.api.sessions = OperatorSessions(code_ttl=300, clock=lambda: now[0])
+    async with (
+        serving(app, cp.address, cp.port),
+        httpx.AsyncClient(trust_env=False, base_url=f"http://{cp.address}:{cp.port}") as http,
+    ):
+        code, expires = app.state.api.sessions.mint_code()
+        assert expires == now[0] + 300
+        now[0] += 300.5
+        expired = await http.get(f"/login?code={code}")
+        assert expired.status_code == 401
+        assert "set-cookie" not in expired.headers
+        assert (await http.get("/login")).status_code == 401  # no code at all
+        assert (await http.get("/login?code=" + "x" * 43)).status_code == 401  # made up
+        assert (await http.get("/v1/dashboard")).json()["session"] is False

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -50,6 +51,18 @@ async def started_writer(config: Config) -> None:
         await ensure_epoch(writer)
     finally:
         await writer.aclose()
+
+
+@contextlib.asynccontextmanager
+async def plane_on_redis(config: Config, clock: Clock) -> AsyncIterator[ControlPlane]:
+    """A control plane on `clock` over the config's real Redis pair, the writer started."""
+    async with running_redis_pair(config):
+        await started_writer(config)
+        plane = ControlPlane(config, clock=clock)
+        try:
+            yield plane
+        finally:
+            await plane.stop()
 
 
 def a_records(plane: ControlPlane) -> list[str]:
@@ -175,3 +188,29 @@ def test_canary_datapoints_are_exposed_for_prometheus(make_config: Callable[...,
     text = generate_latest(plane.registry).decode()
     assert 'rideout_canary_health{region="us-west-2",zone="usw2-az1"} 0.0' in text
     assert 'rideout_canary_timestamp_seconds{region="us-west-2",zone="usw2-az2"} 1.8e+09' in text
+
+
+async def test_nothing_fails_before_the_canaries_start_and_a_silent_region_fails_after(
+    make_config: Callable[..., Config],
+) -> None:
+    """Canaries start after every server is up, which a loaded machine can take longer
+    than the grace period to do: the grace runs from the first datapoint of any region."""
+    clock = Clock()
+    async with plane_on_redis(make_config(), clock) as plane:
+        for _ in range(40):  # 20 s: four grace periods without a single datapoint
+            clock.now += plane.period
+            await plane.evaluate()
+        assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
+        assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
+        # The secondary's canary starts; the primary's never does.
+        for _ in range(8):  # within the grace period: the primary is not judged yet
+            clock.now += plane.period
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.alarms[P].state == "INSUFFICIENT_DATA"
+        for _ in range(12):
+            clock.now += plane.period
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.alarms[P].state == "ALARM"
+        assert plane.alarms[S].state == "OK"

@@ -54,6 +54,11 @@ async def ingesting(config: Config) -> AsyncIterator[list[dict[str, Any]]]:
     received: list[dict[str, Any]] = []
 
     async def put(request: Request) -> Response:
+        assert request.headers["content-type"] == "application/json"
+        assert request.headers["x-rideout-region"] == "us-east-1"
+        assert {"x-rideout-timestamp", "x-rideout-nonce", "x-rideout-signature"} <= set(
+            request.headers
+        )
         received.append(await request.json())
         return JSONResponse({"ok": True})
 
@@ -114,6 +119,28 @@ async def test_a_canary_that_fell_behind_skips_the_rounds_it_missed(
     stamps = [body["MetricData"][0]["Timestamp"] for body in received]
     # Not the slots it missed: the next one after the stall, still a quarter in.
     assert stamps == [1001.25 * interval, 1005.25 * interval]
+
+
+async def test_a_real_canary_gets_through_a_real_control_plane(deployment: Deployment) -> None:
+    """Signed with its region's key, the canary's datapoints are stored; nothing refused."""
+    from rideout.controlplane.app import create_app
+    from rideout.controlplane.runtime import ControlPlane
+
+    config = deployment.config
+    plane = ControlPlane(config)
+    cp = config.control_plane
+    async with (
+        serving(create_app(config, runtime=plane), cp.address, cp.port),
+        httpx.AsyncClient(trust_env=False) as http,
+    ):
+        await Canary(config, "us-east-1").run(rounds=2)
+        metrics = (await http.get(f"http://{cp.address}:{cp.port}/metrics")).text
+    points = plane.canary_history(3600)
+    assert len(points["us-east-1"]) == 4  # two rounds, two zones
+    assert {v for _, v in points["us-east-1"]} == {1.0}
+    assert points["us-west-2"] == []
+    assert "rideout_control_plane_refused_total{" not in metrics  # nothing was refused
+    assert "rideout_datapoints_total 4.0" in metrics
 
 
 async def test_pushing_to_a_dead_control_plane_is_logged_not_raised(

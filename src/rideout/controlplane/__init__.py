@@ -6,6 +6,11 @@ Its errors derive from :class:`ControlPlaneError`; what a host injects is in
 
 from __future__ import annotations
 
-from rideout.controlplane.errors import ChaosFailed, ControlPlaneError, IngestError
+from rideout.controlplane.errors import (
+    ChaosFailed,
+    ControlPlaneError,
+    IngestError,
+    IngestForbidden,
+)
 
-__all__ = ["ChaosFailed", "ControlPlaneError", "IngestError"]
+__all__ = ["ChaosFailed", "ControlPlaneError", "IngestError", "IngestForbidden"]

@@ -1,17 +1,20 @@
 """The control plane's HTTP API.
 
-| route | what |
-|---|---|
-| ``GET /health`` | liveness |
-| ``GET /status`` | the inventory's view (locally ``rideout status --json``) plus alarms, DNS, writer |
-| ``GET /metrics`` | Prometheus |
-| ``POST /v1/metrics`` | PutMetricData-shaped ingest for the canaries |
-| ``GET /v1/writer`` | ``{region, epoch}``: what app servers fence their writes with |
-| ``GET /v1/summary`` | alarms, health checks, the DNS answer, the failover controller |
-| ``GET /resolve?name=&type=`` | DNS-over-HTTPS JSON for browsers |
-| ``GET /`` | the ops dashboard |
-| ``GET /v1/stream`` | server-sent events: the dashboard's live feed (one ``summary`` per period) |
-| ``POST /v1/chaos`` | local mode, admin token: ``{"op": "kill", "region": R}`` for the chaos port |
+| route | who may call it | what |
+|---|---|---|
+| ``GET /health`` | anyone | liveness |
+| ``GET /status`` | anyone | the inventory's view (locally ``rideout status --json``) plus alarms, DNS, writer; collected at most once per period however many ask |
+| ``GET /metrics`` | anyone | Prometheus |
+| ``POST /v1/metrics`` | a region's canary: HMAC-signed, ``application/json``, no browser | PutMetricData-shaped ingest; every datapoint must be about the signer's region |
+| ``GET /v1/writer`` | anyone | ``{region, epoch}``: what app servers fence their writes with |
+| ``GET /v1/summary`` | anyone | alarms, health checks, the DNS answer, the failover controller |
+| ``GET /resolve?name=&type=`` | anyone | DNS-over-HTTPS JSON for browsers |
+| ``GET /`` | anyone | the ops dashboard |
+| ``GET /v1/stream`` | same Host; capped | server-sent events: one shared ``summary`` per period |
+| ``GET /v1/dashboard`` | same Host | what the dashboard's script needs: chaos on or off, the session's CSRF token |
+| ``POST /v1/login-codes`` | the admin token, no browser | a one-time dashboard login link |
+| ``GET /login?code=`` | the link's holder, once | an operator session cookie, then ``/`` |
+| ``POST /v1/chaos`` | local mode: an operator session + CSRF token + own Origin, or the admin token | ``{"op": "kill", "region": R}`` for the chaos port |
 
 DNS itself is served on UDP and TCP at ``control_plane.address:dns_port``. What only a
 host can provide (fault injection, the process inventory) is injected as ports
@@ -25,8 +28,9 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 from prometheus_client import (
@@ -38,44 +42,84 @@ from prometheus_client import (
 )
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.responses import (
+    FileResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
 from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from rideout import routes
 from rideout.auth.admin import check_admin_token, load_or_create_admin_token
+from rideout.auth.canary_keys import load_canary_keys
+from rideout.auth.request_signing import RequestVerifier, SignatureError
 from rideout.config import Config
-from rideout.controlplane.errors import ChaosFailed, IngestError
+from rideout.controlplane.errors import ChaosFailed, IngestError, IngestForbidden
+from rideout.controlplane.guards import BodyTooLarge, browser_shaped, is_json, read_body
 from rideout.controlplane.ports import ChaosPort, ConfigInventory, Inventory
 from rideout.controlplane.runtime import ControlPlane
+from rideout.controlplane.sessions import OperatorSession, OperatorSessions
+from rideout.controlplane.shared import FeedFull, SharedFeed, SharedResult, Subscription
 from rideout.dns.doh import doh_route
 
-__all__ = ["ApiMetrics", "ControlPlaneApi", "create_app"]
+__all__ = [
+    "CSRF_HEADER",
+    "SESSION_COOKIE",
+    "ApiMetrics",
+    "ControlPlaneApi",
+    "connected_clients",
+    "create_app",
+]
 
 MAX_INGEST_BYTES = 1 << 20
+MAX_CHAOS_BYTES = 4096
+SESSION_COOKIE = "rideout_operator"
+CSRF_HEADER = "X-CSRF-Token"
+OPERATOR_STREAMS = 4  # stream slots beyond the cap that only operator sessions may take
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent / "web"
+_NO_STORE = {"Cache-Control": "no-store"}
 
 
-def _error(status_code: int, error: str, message: str | None = None) -> JSONResponse:
+def _error(
+    status_code: int, error: str, message: str | None = None, **headers: str
+) -> JSONResponse:
     body = {"error": error} if message is None else {"error": error, "message": message}
-    return JSONResponse(body, status_code=status_code)
+    return JSONResponse(body, status_code=status_code, headers=headers or None)
 
 
-async def connected_clients(config: Config, http: httpx.AsyncClient) -> dict[str, int | None]:
-    """Open WebSocket connections per region, from each zone's /health (None: no answer)."""
+async def connected_clients(
+    config: Config,
+    http: httpx.AsyncClient,
+    *,
+    timeout: float = 0.5,
+    on_poll: Callable[[str], None] | None = None,
+) -> dict[str, int | None]:
+    """Open WebSocket connections per region, from each zone's /health (None: no answer).
 
-    async def zone(address: str) -> int | None:
+    Every zone is asked at once, each within `timeout`.
+    """
+
+    async def zone(name: str, address: str) -> int | None:
+        if on_poll is not None:
+            on_poll(name)
         try:
-            body = (await http.get(routes.zone_url(config, address, routes.HEALTH))).json()
+            url = routes.zone_url(config, address, routes.HEALTH)
+            body = (await http.get(url, timeout=timeout)).json()
             return int(body["connections"])
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None
 
+    zones = [(r.name, z) for r in config.regions for z in r.zones]
+    answers = await asyncio.gather(*(zone(z.name, z.address) for _, z in zones))
     counts: dict[str, int | None] = {}
     for region in config.regions:
-        answers = await asyncio.gather(*(zone(z.address) for z in region.zones))
-        known = [a for a in answers if a is not None]
-        counts[region.name] = sum(known) if known else None
+        known = [a for (r, _), a in zip(zones, answers, strict=True) if r == region.name]
+        present = [a for a in known if a is not None]
+        counts[region.name] = sum(present) if present else None
     return counts
 
 
@@ -83,19 +127,55 @@ class ApiMetrics:
     """The HTTP API's own metrics (the runtime's are in ``ControlPlane.registry``)."""
 
     def __init__(self, config: Config) -> None:
-        self.registry = CollectorRegistry()
+        self.registry = r = CollectorRegistry()
         Gauge(
             "rideout_deployment_info", "The deployment this control plane runs.",
-            ["app_domain", "profile"], registry=self.registry,
+            ["app_domain", "profile"], registry=r,
         ).labels(config.app_domain, config.profile).set(1)  # fmt: skip
         Gauge(
             "rideout_control_plane_start_time_seconds", "Unix time the control plane started.",
-            registry=self.registry,
+            registry=r,
         ).set(time.time())  # fmt: skip
         self.requests = Counter(
             "rideout_control_plane_requests", "API requests answered, by endpoint.",
-            ["endpoint"], registry=self.registry,
+            ["endpoint"], registry=r,
         )  # fmt: skip
+        self.refused = Counter(
+            "rideout_control_plane_refused", "Requests refused, by endpoint and reason.",
+            ["endpoint", "reason"], registry=r,
+        )  # fmt: skip
+        self.dashboard_views = Counter(
+            "rideout_dashboard_views", "Dashboard views computed (shared by every reader).",
+            registry=r,
+        )  # fmt: skip
+        self.zone_polls = Counter(
+            "rideout_dashboard_zone_polls", "Zone /health requests made for the dashboard.",
+            ["zone"], registry=r,
+        )  # fmt: skip
+        self.stream_readers = Gauge(
+            "rideout_dashboard_stream_readers", "Open /v1/stream readers.", registry=r
+        )
+        self.status_collections = Counter(
+            "rideout_status_collections", "Inventory collections made for /status.", registry=r
+        )
+        self.logins = Counter(
+            "rideout_operator_logins", "Dashboard login links redeemed, by outcome.",
+            ["outcome"], registry=r,
+        )  # fmt: skip
+
+
+class _FeedResponse(StreamingResponse):
+    """A reader's stream of the shared feed; its slot is freed however the stream ends."""
+
+    def __init__(self, subscription: Subscription) -> None:
+        super().__init__(subscription.frames(), media_type="text/event-stream", headers=_NO_STORE)
+        self._subscription = subscription
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._subscription.close()
 
 
 class ControlPlaneApi:
@@ -118,6 +198,28 @@ class ControlPlaneApi:
         self.http = httpx.AsyncClient(timeout=0.5, trust_env=False)
         cp = config.control_plane
         self._own_hosts = {f"{cp.address}:{cp.port}"}
+        self._own_origin = routes.control_plane_url(config)
+        self.sessions = OperatorSessions(code_ttl=cp.login_code_ttl, session_ttl=cp.session_ttl)
+        self.verifier = RequestVerifier(
+            load_canary_keys(config.keys_dir, [r.name for r in config.regions]),
+            max_skew=cp.ingest_max_skew,
+        )
+        period = plane.period
+        self._poll_timeout = min(0.5, 0.5 * period)
+        self._clients: dict[str, int | None] = {r.name: None for r in config.regions}
+        self.feed = SharedFeed(
+            self._dashboard_frame,
+            period,
+            # A safety net only: the zone polls have a tighter bound of their own, and a
+            # busy event loop must not make the feed skip its views.
+            timeout=min(10.0, max(1.0, 2 * period)),
+            max_readers=cp.max_stream_readers,
+            reserved=OPERATOR_STREAMS,
+            on_readers=self.metrics.stream_readers.set,
+        )
+        self.status_view: SharedResult[dict[str, Any]] = SharedResult(
+            self._collect_status, ttl=min(1.0, period)
+        )
 
     def route_table(self) -> list[BaseRoute]:
         plane = self.plane
@@ -131,6 +233,8 @@ class ControlPlaneApi:
             doh_route(plane.resolve, path=routes.RESOLVE, metrics=plane.dns_metrics),
             Route(routes.STREAM, self.stream),
             Route(routes.DASHBOARD, self.dashboard_config),
+            Route(routes.LOGIN_CODES, self.login_codes, methods=["POST"]),
+            Route(routes.LOGIN, self.login),
             Route(routes.CHAOS, self.chaos, methods=["POST"]),
             Route("/", self.dashboard_page),
             Mount("/static", StaticFiles(directory=DASHBOARD_DIR), name="static"),
@@ -138,22 +242,39 @@ class ControlPlaneApi:
 
     @contextlib.asynccontextmanager
     async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        """Runs the control loop and the DNS server while the app serves."""
+        """Runs the control loop, the DNS server and the dashboard feed while the app
+        serves (the feed in a task of its own: the loop never waits for it)."""
         await self.plane.start()
+        self.feed.start()
         app.state.control_plane = self.plane
         try:
             yield
         finally:
+            await self.feed.stop()
+            await self.status_view.close()
             await self.plane.stop()
             await self.http.aclose()
 
     def _count(self, endpoint: str) -> None:
         self.metrics.requests.labels(endpoint).inc()
 
+    def _refuse(
+        self, endpoint: str, reason: str, status_code: int, error: str, message: str, **headers: str
+    ) -> JSONResponse:
+        self.metrics.refused.labels(endpoint, reason).inc()
+        return _error(status_code, error, message, **headers)
+
     def _from_own_origin(self, request: Request) -> bool:
         # No CORS headers: other origins cannot read these answers. The Host check closes
         # DNS rebinding (a page on another name that resolves to 127.0.0.1).
         return request.headers.get("host") in self._own_hosts
+
+    def _session(self, request: Request) -> OperatorSession | None:
+        return self.sessions.session(request.cookies.get(SESSION_COOKIE))
+
+    def _admin(self, request: Request) -> bool:
+        token = load_or_create_admin_token(self.config.keys_dir)
+        return check_admin_token(token, request.headers.get("authorization"))
 
     # ------------------------------------------------------------------ routes
 
@@ -161,11 +282,15 @@ class ControlPlaneApi:
         self._count("health")
         return JSONResponse({"status": "ok", "app_domain": self.config.app_domain})
 
+    async def _collect_status(self) -> dict[str, Any]:
+        self.metrics.status_collections.inc()
+        return await self.inventory.collect()
+
     async def status(self, request: Request) -> Response:
         """The inventory's view of the deployment, with the control plane's summary."""
         self._count("status")
-        view = await self.inventory.collect()
-        view["control_plane"].update(self.plane.summary())
+        view = dict(await self.status_view.get())
+        view["control_plane"] = {**view["control_plane"], **self.plane.summary()}
         return JSONResponse(view)
 
     async def summary(self, request: Request) -> Response:
@@ -180,14 +305,31 @@ class ControlPlaneApi:
         return JSONResponse({"region": controller.writer, "epoch": controller.epoch})
 
     async def put_metrics(self, request: Request) -> Response:
+        """A canary's datapoints: signed for one region, about that region only."""
         self._count("put_metrics")
-        body = await request.body()
-        if len(body) > MAX_INGEST_BYTES:
-            return _error(413, "too_large", f"at most {MAX_INGEST_BYTES} bytes")
+        refuse = self._refuse
+        if browser_shaped(request.headers):
+            return refuse("put_metrics", "browser", 403, "forbidden",
+                          "browser requests are not accepted here")  # fmt: skip
+        if not is_json(request.headers):
+            return refuse("put_metrics", "media_type", 415, "unsupported_media_type",
+                          "Content-Type must be application/json")  # fmt: skip
         try:
-            stored = self.plane.put_metric_data(json.loads(body))
+            body = await read_body(request, MAX_INGEST_BYTES)
+        except BodyTooLarge:
+            return refuse("put_metrics", "too_large", 413, "too_large",
+                          f"at most {MAX_INGEST_BYTES} bytes")  # fmt: skip
+        try:
+            region = self.verifier.verify("POST", routes.METRICS_INGEST, request.headers, body)
+        except SignatureError as exc:
+            error = "busy" if exc.status == 503 else "unauthorized"
+            return refuse("put_metrics", exc.reason, exc.status, error, str(exc))
+        try:
+            stored = self.plane.put_metric_data(json.loads(body), region=region)
+        except IngestForbidden as exc:
+            return refuse("put_metrics", "other_region", 403, "forbidden", str(exc))
         except (ValueError, IngestError) as exc:
-            return _error(400, "bad_request", str(exc))
+            return refuse("put_metrics", "bad_request", 400, "bad_request", str(exc))
         self.plane.ingested.inc(stored)
         return JSONResponse({"stored": stored})
 
@@ -197,42 +339,123 @@ class ControlPlaneApi:
         view = plane.summary()
         view["canary"] = plane.canary_history()
         view["now"] = time.time()
-        view["clients"] = await connected_clients(self.config, self.http)
+        try:
+            # The zones' answers within one bound; a late round keeps the last counts.
+            async with asyncio.timeout(self._poll_timeout * 1.5):
+                self._clients = await connected_clients(
+                    self.config, self.http, timeout=self._poll_timeout,
+                    on_poll=lambda zone: self.metrics.zone_polls.labels(zone).inc(),
+                )  # fmt: skip
+        except TimeoutError:
+            pass
+        view["clients"] = self._clients
         view["period"] = plane.period
         return view
 
+    async def _dashboard_frame(self) -> bytes:
+        view = await self.dashboard_view()
+        self.metrics.dashboard_views.inc()
+        return b"event: summary\ndata: " + json.dumps(view).encode() + b"\n\n"
+
     async def stream(self, request: Request) -> Response:
+        """The shared feed; an operator session may use the few slots kept beyond the cap."""
         self._count("stream")
-
-        async def events() -> AsyncIterator[bytes]:
-            while not await request.is_disconnected():
-                yield (
-                    b"event: summary\ndata: "
-                    + json.dumps(await self.dashboard_view()).encode()
-                    + b"\n\n"
-                )
-                await asyncio.sleep(self.plane.period)
-
-        return StreamingResponse(
-            events(), media_type="text/event-stream", headers={"Cache-Control": "no-store"}
-        )
+        if not self._from_own_origin(request):
+            return self._refuse("stream", "host", 403, "forbidden", "wrong Host")
+        try:
+            subscription = self.feed.subscribe(privileged=self._session(request) is not None)
+        except FeedFull as exc:
+            return self._refuse("stream", "full", 503, "busy", str(exc),
+                                **{"Retry-After": str(round(exc.retry_after))})  # fmt: skip
+        return _FeedResponse(subscription)
 
     def _chaos_available(self) -> bool:
         return self.config.mode == "local" and self.chaos_port is not None
 
     async def dashboard_config(self, request: Request) -> Response:
-        """Same-origin only: what the dashboard needs, the admin token where chaos runs."""
+        """Same-origin only: what the dashboard needs. No credential but the session's
+        CSRF token, which only its own cookie's holder gets."""
         if not self._from_own_origin(request):
             return _error(403, "forbidden", "wrong Host")
-        config = self.config
-        local = self._chaos_available()
-        token = load_or_create_admin_token(config.keys_dir) if local else None
-        regions = [r.name for r in config.regions]
-        return JSONResponse({"local": local, "admin_token": token, "regions": regions},
-                            headers={"Cache-Control": "no-store"})  # fmt: skip
+        session = self._session(request)
+        return JSONResponse(
+            {
+                "local": self._chaos_available(),
+                "regions": [r.name for r in self.config.regions],
+                "session": session is not None,
+                "csrf": session.csrf if session is not None else None,
+                "login": "rideout dashboard login",
+            },
+            headers=_NO_STORE,
+        )
+
+    async def login_codes(self, request: Request) -> Response:
+        """The admin token's holder asks for a one-time login link (never a browser)."""
+        self._count("login_codes")
+        if browser_shaped(request.headers):
+            return self._refuse("login_codes", "browser", 403, "forbidden",
+                                "browser requests are not accepted here")  # fmt: skip
+        if not self._from_own_origin(request):
+            return self._refuse("login_codes", "host", 403, "forbidden", "wrong Host")
+        if not self._admin(request):
+            return self._refuse("login_codes", "unauthorized", 401, "unauthorized",
+                                "admin token required")  # fmt: skip
+        code, expires = self.sessions.mint_code()
+        url = f"{routes.control_plane_url(self.config, routes.LOGIN)}?code={code}"
+        return JSONResponse({"url": url, "expires_at": expires}, headers=_NO_STORE)
+
+    async def login(self, request: Request) -> Response:
+        """Redeem a login link once: set the session cookie and go to the dashboard."""
+        self._count("login")
+        if not self._from_own_origin(request):
+            return self._refuse("login", "host", 403, "forbidden", "wrong Host")
+        redeemed = self.sessions.redeem(request.query_params.get("code", ""))
+        if redeemed is None:
+            self.metrics.logins.labels("refused").inc()
+            return _error(
+                401, "login_failed",
+                "this login link is unknown, used or expired; `rideout dashboard login` "
+                "prints a new one", **_NO_STORE,
+            )  # fmt: skip
+        self.metrics.logins.labels("ok").inc()
+        session_id, _ = redeemed
+        response = RedirectResponse(
+            "/", status_code=303, headers={**_NO_STORE, "Referrer-Policy": "no-referrer"}
+        )
+        # Plain HTTP on loopback: no Secure flag (the browser would drop the cookie).
+        response.set_cookie(
+            SESSION_COOKIE, session_id, max_age=int(self.sessions.session_ttl), path="/",
+            httponly=True, samesite="strict",
+        )  # fmt: skip
+        return response
+
+    def _chaos_refusal(self, request: Request) -> JSONResponse | None:
+        """Who may run chaos: the admin token (the CLI), or an operator session whose
+        POST comes from the dashboard's own origin with the session's CSRF token."""
+        origin = request.headers.get("origin")
+        if origin is not None and origin != self._own_origin:
+            return self._refuse("chaos", "origin", 403, "forbidden", "wrong Origin")
+        if request.headers.get("authorization") is not None:
+            if self._admin(request):
+                return None
+            return self._refuse("chaos", "unauthorized", 401, "unauthorized", "wrong admin token")
+        session = self._session(request)
+        if session is None:
+            return self._refuse(
+                "chaos", "unauthorized", 401, "unauthorized",
+                "an operator session (open the link `rideout dashboard login` prints) or "
+                "the admin token is required",
+            )  # fmt: skip
+        if origin is None:
+            return self._refuse("chaos", "origin", 403, "forbidden",
+                                "a session's request must carry the dashboard's Origin")  # fmt: skip
+        if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
+            return self._refuse("chaos", "csrf", 403, "forbidden",
+                                f"missing or wrong {CSRF_HEADER}")  # fmt: skip
+        return None
 
     async def chaos(self, request: Request) -> Response:
-        """Local mode, same origin, admin token: one chaos command through the port."""
+        """Local mode, same Host, an operator's credential: one chaos command."""
         self._count("chaos")
         if self.config.mode != "local":
             return _error(404, "not_found")
@@ -244,13 +467,18 @@ class ControlPlaneApi:
                 "runs without one",
             )
         if not self._from_own_origin(request):
-            return _error(403, "forbidden", "wrong Host")
-        token = load_or_create_admin_token(self.config.keys_dir)
-        if not check_admin_token(token, request.headers.get("authorization")):
-            return _error(401, "unauthorized", "admin token required")
+            return self._refuse("chaos", "host", 403, "forbidden", "wrong Host")
+        refusal = self._chaos_refusal(request)
+        if refusal is not None:
+            return refusal
+        if not is_json(request.headers):
+            return self._refuse("chaos", "media_type", 415, "unsupported_media_type",
+                                "Content-Type must be application/json")  # fmt: skip
         try:
-            body = json.loads(await request.body())
+            body = json.loads(await read_body(request, MAX_CHAOS_BYTES))
             op, region = body["op"], body["region"]
+        except BodyTooLarge:
+            return _error(413, "too_large", f"at most {MAX_CHAOS_BYTES} bytes")
         except (ValueError, KeyError, TypeError):
             return _error(400, "bad_request", 'expected {"op": ..., "region": ...}')
         try:
@@ -280,4 +508,6 @@ def create_app(
     the local supervisor's are in :mod:`rideout.cluster`.
     """
     api = ControlPlaneApi(config, runtime or ControlPlane(config), chaos=chaos, inventory=inventory)
-    return Starlette(routes=api.route_table(), lifespan=api.lifespan)
+    app = Starlette(routes=api.route_table(), lifespan=api.lifespan)
+    app.state.api = api
+    return app

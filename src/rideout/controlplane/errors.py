@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rideout.errors import RideoutError
 
-__all__ = ["ChaosFailed", "ControlPlaneError", "IngestError"]
+__all__ = ["ChaosFailed", "ControlPlaneError", "IngestError", "IngestForbidden"]
 
 
 class ControlPlaneError(RideoutError):
@@ -13,6 +13,10 @@ class ControlPlaneError(RideoutError):
 
 class IngestError(ControlPlaneError, ValueError):
     """A PutMetricData request that cannot be stored; the message says why."""
+
+
+class IngestForbidden(ControlPlaneError):
+    """Datapoints the request's credential may not speak for (another region's)."""
 
 
 class ChaosFailed(ControlPlaneError):

@@ -11,8 +11,9 @@ Restarts: alarm, health check and controller state are saved to
 ``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
 are in memory only, so a restarted control plane does not evaluate the periods before
 it was listening (nor, per region, before that region's first datapoint since the start,
-up to a grace period): the silence of its own absence is not a region's failure, and DNS
-does not flip for lack of data.
+up to a grace period after the first datapoint of any region): the silence of its own
+absence, or of canaries still starting, is not a region's failure, and DNS does not flip
+for lack of data.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
-from rideout.controlplane.errors import IngestError
+from rideout.controlplane.errors import IngestError, IngestForbidden
 from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
     Answer,
@@ -112,6 +113,7 @@ class ControlPlane:
         self.started_at = clock()
         self._first_seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
+        self.rounds = 0  # evaluation rounds the loop has run
         self._metrics()
 
     # ------------------------------------------------------------------ state
@@ -163,8 +165,13 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ ingest
 
-    def put_metric_data(self, body: object) -> int:
-        """Store a PutMetricData-shaped request; the number of datapoints stored."""
+    def put_metric_data(self, body: object, *, region: str | None = None) -> int:
+        """Store a PutMetricData-shaped request; the number of datapoints stored.
+
+        With `region` (the region the request's credential is for), every datapoint must
+        name that region in its ``ApiId`` dimension, or :class:`IngestForbidden` is raised
+        and nothing is stored.
+        """
         if not isinstance(body, Mapping):
             raise IngestError("expected a JSON object with Namespace and MetricData")
         namespace, data = body.get("Namespace"), body.get("MetricData")
@@ -172,6 +179,8 @@ class ControlPlane:
             raise IngestError("Namespace must be a string and MetricData a non-empty list")
         if len(data) > 1000:
             raise IngestError("at most 1000 datapoints per request")
+        if region is not None:
+            _check_region(data, region)
         now = self._clock()
         stored = 0
         for i, datum in enumerate(data):
@@ -201,12 +210,16 @@ class ControlPlane:
 
     def _may_evaluate(self, region: str, now: float) -> bool:
         """Only periods this control plane has watched, once the region has reported
-        (or, for a region that never does, once the grace period is over)."""
+        (or, for a region that never does, once the grace period is over since the first
+        datapoint of any region: canaries start after the servers, which a loaded machine
+        can take longer than the grace period to start)."""
         start, _ = self.alarms[region].window(now)
         watched = start >= self.started_at
         seen = self._first_seen.get(region)
         reported = seen is not None and start >= seen - self.period
-        return watched and (reported or now >= self.started_at + self._grace())
+        first = min(self._first_seen.values(), default=None)
+        overdue = first is not None and now >= max(self.started_at, first) + self._grace()
+        return watched and (reported or overdue)
 
     def healthy(self) -> dict[str, bool]:
         return {name: check.healthy for name, check in self.checks.items()}
@@ -301,10 +314,13 @@ class ControlPlane:
         next_round = time.monotonic()
         while True:
             check_cancelled()
+            self._round_delay.set(max(0.0, time.monotonic() - next_round))
             try:
                 await self.evaluate()
             except Exception:  # one bad round must not stop failover for good
                 log.exception("control plane evaluation failed")
+            self.rounds += 1
+            self._rounds.inc()
             next_round += self.period
             await asyncio.sleep(max(0.0, next_round - time.monotonic()))
 
@@ -388,6 +404,14 @@ class ControlPlane:
         self.ingested = Counter(
             "rideout_datapoints", "Datapoints received from canaries.", registry=r
         )
+        self._rounds = Counter(
+            "rideout_evaluation_rounds", "Evaluation rounds run by the control loop.", registry=r
+        )
+        self._round_delay = Gauge(
+            "rideout_evaluation_delay_seconds",
+            "How late the latest evaluation round started against its schedule.",
+            registry=r,
+        )
         self._canary = Gauge(
             "rideout_canary_health", "The latest App/WebSocketHealth datapoint (1 healthy, 0 not).",
             ["region", "zone"], registry=r,
@@ -415,3 +439,19 @@ class ControlPlane:
             self._lag_bytes.set(status["lag_bytes"])
         if status["lag_seconds"] is not None:
             self._lag_seconds.set(status["lag_seconds"])
+
+
+def _check_region(data: list[Any], region: str) -> None:
+    """Every datapoint names `region` in its region dimension (else IngestForbidden)."""
+    for i, datum in enumerate(data):
+        try:
+            named = [
+                d["Value"] for d in datum.get("Dimensions", []) if d["Name"] == REGION_DIMENSION
+            ]
+        except (KeyError, TypeError, AttributeError):
+            raise IngestError(f"MetricData[{i}]: malformed Dimensions") from None
+        if named != [region]:
+            raise IngestForbidden(
+                f"MetricData[{i}]: every datapoint must have the dimension "
+                f"{REGION_DIMENSION}={region}, the region this credential is for"
+            )

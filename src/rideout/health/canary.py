@@ -6,8 +6,9 @@ directly (not through DNS), authenticates with a token of its own, sends a heart
 and expects ``pong`` within the timeout. It pushes one datapoint per probe, 1 for
 healthy and 0 for unhealthy, as metric ``App/WebSocketHealth`` with dimensions
 ``ApiId=<region>`` and ``Zone=<zone>``, to the control plane's PutMetricData-like
-ingest endpoint. When the region dies the datapoints stop; the alarm counts the
-silence as breaching.
+ingest endpoint, signed with the region's canary key (an HMAC over the exact body, a
+timestamp and a nonce: :mod:`rideout.auth.request_signing`). When the region dies the
+datapoints stop; the alarm counts the silence as breaching.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from websockets.exceptions import WebSocketException
 
 from rideout import routes
 from rideout.auth import SigningKey, TokenIssuer
+from rideout.auth.canary_keys import load_or_create_canary_key
+from rideout.auth.request_signing import RequestSigner
 from rideout.config import Config
 from rideout.health.names import (
     CANARY_PROBE,
@@ -124,6 +127,11 @@ class Canary:
         self._token = ""
         self._token_expires = 0.0
         self.ingest_url = routes.control_plane_url(config, routes.METRICS_INGEST)
+        self._signer = RequestSigner(
+            self.region.name,
+            load_or_create_canary_key(config.keys_dir, self.region.name),
+            clock=clock,
+        )
 
     def _current_token(self) -> str:
         now = self._clock()
@@ -156,9 +164,12 @@ class Canary:
         return list(await asyncio.gather(*(one(z.name, z.address) for z in self.region.zones)))
 
     async def push(self, http: httpx.AsyncClient, results: list[ProbeResult]) -> bool:
-        """Send a round to the control plane; a failure is logged, never raised."""
+        """Send a round to the control plane, signed; a failure is logged, never raised."""
+        body = json.dumps(metric_data(results), separators=(",", ":")).encode()
+        headers = self._signer.headers("POST", routes.METRICS_INGEST, body)
+        headers["Content-Type"] = "application/json"
         try:
-            response = await http.post(self.ingest_url, json=metric_data(results))
+            response = await http.post(self.ingest_url, content=body, headers=headers)
             if response.status_code == 200:
                 return True
             log.warning(

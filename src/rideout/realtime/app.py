@@ -10,16 +10,14 @@ processes can serve a region and any of them can die.
 Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /metrics``,
 ``GET /.well-known/jwks.json`` (the keys tokens are verified with), ``GET /config.json``
 (what the browser client needs), the auction page and its scripts at ``/``, and in local
-mode ``GET|POST /admin/mode`` (degrade or drain the zone for drills) and
-``POST /auth/demo-token`` (a sign-in for the local demo).
+mode ``GET|POST /admin/mode`` (degrade or drain the zone for drills), and
+``POST /auth/demo-token`` (the demo page's sign-in, when ``[auth] demo_tokens`` is on).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import re
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
@@ -39,6 +37,7 @@ from rideout._guard import connection_cap
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config, RegionConfig, ZoneConfig
+from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
 from rideout.realtime.connection import WebSocketEndpoint
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
@@ -99,7 +98,6 @@ async def metrics(request: Request) -> Response:
 
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
-_DEMO_NAME = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 
 
 async def browser_config(request: Request) -> Response:
@@ -124,22 +122,11 @@ async def browser_config(request: Request) -> Response:
 
 
 async def demo_token(request: Request) -> Response:
-    """Local mode only: a token for any bidder name, so the demo page needs no identity
-    provider. (The waiting room issues the real tokens.)"""
+    """The demo page's sign-in: a token for a bidder name nobody else holds, behind
+    ``[auth] demo_tokens`` and the deployment's Origins (see rideout.realtime.demo).
+    (The waiting room issues the real tokens.)"""
     server: ZoneServer = request.app.state.zone
-    if server.config.mode != "local":
-        return JSONResponse({"error": "not_found"}, status_code=404)
-    try:
-        body = json.loads(await request.body())
-        name = body.get("name") if isinstance(body, dict) else None
-    except ValueError:
-        name = None
-    if not isinstance(name, str) or not _DEMO_NAME.match(name):
-        return JSONResponse(
-            {"error": "bad_request", "message": 'expected {"name": 1-32 of A-Z a-z 0-9 _ -}'},
-            status_code=400,
-        )
-    return JSONResponse({"token": server.issuer.issue(name)}, headers={"Cache-Control": "no-store"})
+    return await demo.demo_token(request, server.config, server.redis, server.issuer)
 
 
 async def jwks(request: Request) -> Response:

@@ -21,6 +21,7 @@ __all__ = [
     "ROOM_STREAMS",
     "USER_KEYS",
     "bid_ack",
+    "demo_name_claim",
     "idempotency",
     "room_state",
     "room_stream",
@@ -64,6 +65,13 @@ def user_session(sub: str) -> str:
 def bid_ack(sub: str, request_id: str) -> str:
     """String: the ack first sent for a user's bid id, replayed for retries."""
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
+
+
+def demo_name_claim(name: str) -> str:
+    """String: who holds a demo bidder name (a hash of its browser's secret), for as
+    long as the tokens issued for it live. Keyed by the case-folded name, so "Alice"
+    cannot pass for "alice"; under the user's hash tag."""
+    return f"{PREFIX}user:{{{_safe(name.casefold())}}}:demo-claim"
 
 
 def idempotency(scope: str, key: str, user: str | None = None) -> str:

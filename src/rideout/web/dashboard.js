@@ -8,7 +8,9 @@ const el = (tag, attrs = {}, ...children) => {
   return node;
 };
 
-let settings = { local: false, admin_token: null, regions: [] };
+// From /v1/dashboard: whether chaos runs here, and this browser's operator session (its
+// CSRF token; the session itself is an HttpOnly cookie this script never sees).
+let settings = { local: false, session: false, csrf: null, regions: [] };
 
 function regionCard(name) {
   const card = el("div", { class: "card region-card", id: `region-${name}` },
@@ -19,7 +21,10 @@ function regionCard(name) {
     el("div", { class: "kv" }, el("span", {}, "connected clients"), el("b", { id: `clients-${name}` }, "—")),
     el("div", { class: "kv" }, el("span", {}, "redis"), el("b", { id: `redis-${name}` }, "—")),
   );
-  if (settings.local) {
+  if (settings.local && !settings.session) {
+    card.append(el("div", { class: "chaos-login" }, "Chaos buttons need an operator session: open the link ",
+      el("code", {}, "rideout dashboard login"), " prints."));
+  } else if (settings.local) {
     const chaos = el("div", { class: "chaos" });
     for (const [op, label, kind] of [["kill", "kill", "danger"], ["freeze", "freeze", "danger"], ["throttle", "throttle", "danger"],
                                       ["kill-redis", "kill redis", "danger"], ["restore", "restore", "mend"]]) {
@@ -37,10 +42,12 @@ async function chaosAction(op, region, button) {
   try {
     const response = await fetch("/v1/chaos", {
       method: "POST",
-      headers: { authorization: `Bearer ${settings.admin_token}`, "content-type": "application/json" },
+      credentials: "same-origin",
+      headers: { "x-csrf-token": settings.csrf, "content-type": "application/json" },
       body: JSON.stringify({ op, region }),
     });
     const body = await response.json();
+    window.dashboard.chaos = { op, region, status: response.status, ...body }; // the last answer
     addEvent({ at: Date.now() / 1000, kind: "chaos", message: body.message || body.error });
   } finally {
     button.disabled = false;
@@ -100,15 +107,27 @@ function render(view) {
 }
 
 async function main() {
-  settings = await (await fetch("/v1/dashboard")).json();
+  settings = await (await fetch("/v1/dashboard", { credentials: "same-origin" })).json();
+  $("operator").textContent = settings.session ? "operator" : "view only";
+  $("operator").className = `status ${settings.session ? "connected" : ""}`;
+  connect();
+}
+
+function connect() {
+  // The browser retries a dropped stream by itself, but not one refused (503 when every
+  // reader slot is taken): then retry here, after a few seconds with jitter.
   const source = new EventSource("/v1/stream");
   source.addEventListener("summary", (e) => {
     $("feed").className = "status connected";
     $("feed").textContent = "live";
     render(JSON.parse(e.data));
   });
-  source.onerror = () => { $("feed").className = "status reconnecting"; $("feed").textContent = "reconnecting…"; };
-  window.dashboard = { source };
+  source.onerror = () => {
+    $("feed").className = "status reconnecting";
+    $("feed").textContent = "reconnecting…";
+    if (source.readyState === EventSource.CLOSED) setTimeout(connect, 2000 + Math.random() * 3000);
+  };
+  window.dashboard = { ...window.dashboard, source };
 }
 
 main();

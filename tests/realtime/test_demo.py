@@ -1,0 +1,123 @@
+"""POST /auth/demo-token on real app servers with real Redis: a name is its first
+requester's, only the deployment's pages may ask, and the setting turns it off."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import httpx
+
+from rideout.config import Config
+from rideout.realtime.app import create_app
+from rideout.store.keys import demo_name_claim
+from tests.conftest import serving
+from tests.realtime.conftest import Deployment
+
+
+def http_url(deployment: Deployment, name: str) -> str:
+    return deployment.urls[name].replace("ws://", "http://")
+
+
+async def ask(
+    http: httpx.AsyncClient, base: str, name: object, origin: str | None = None
+) -> httpx.Response:
+    headers = {"Origin": origin if origin is not None else base}
+    return await http.post(f"{base}/auth/demo-token", json={"name": name}, headers=headers)
+
+
+async def test_a_name_is_held_by_its_first_browser(deployment: Deployment) -> None:
+    base = http_url(deployment, "a1")
+    async with (
+        httpx.AsyncClient(trust_env=False) as alice_browser,
+        httpx.AsyncClient(trust_env=False) as mallory,
+    ):
+        first = await ask(alice_browser, base, "alice")
+        assert first.status_code == 200, first.text
+        cookie = first.headers["set-cookie"]
+        assert cookie.startswith("rideout_demo=")
+        attributes = {a.strip().lower() for a in cookie.split(";")[1:]}
+        assert {"httponly", "samesite=strict", "path=/auth/demo-token"} <= attributes
+        claims = deployment.servers["a1"].verifier.verify(first.json()["token"])
+        assert claims.sub == "alice"
+        # The same browser (its cookie) signs in again, on another zone of the region too.
+        assert (await ask(alice_browser, base, "alice")).status_code == 200
+        a2 = http_url(deployment, "a2")
+        alice_browser.cookies.set("rideout_demo", alice_browser.cookies["rideout_demo"],
+                                  domain="127.0.1.2")  # fmt: skip
+        assert (await ask(alice_browser, a2, "alice")).status_code == 200
+        # Anyone else asking for that name (any case) is refused, without a token.
+        for name in ("alice", "ALICE", "Alice"):
+            taken = await ask(mallory, base, name)
+            assert taken.status_code == 409, taken.text
+            assert taken.json()["error"] == "name_taken"
+            assert "token" not in taken.text
+        # A made-up cookie is just another browser.
+        mallory.cookies.set("rideout_demo", "A" * 43, domain="127.0.1.1")
+        assert (await ask(mallory, base, "alice")).status_code == 409
+        assert (await ask(mallory, base, "mallory")).status_code == 200
+        # The canaries' names are not for the taking.
+        reserved = await ask(mallory, base, "canary-us-east-1")
+        assert (reserved.status_code, reserved.json()["error"]) == (403, "reserved_name")
+    # The claim lives as long as the token, in Redis.
+    redis = deployment.servers["a1"].redis
+    ttl = await redis.ttl(demo_name_claim("alice"))
+    assert deployment.config.auth.token_ttl - 5 <= ttl <= deployment.config.auth.token_ttl
+
+
+async def test_only_the_deployments_pages_may_ask(deployment: Deployment) -> None:
+    base = http_url(deployment, "a1")
+    async with httpx.AsyncClient(trust_env=False) as http:
+        for origin in ("http://evil.example", "null", "http://127.0.0.1:1"):
+            refused = await ask(http, base, "bob", origin=origin)
+            assert refused.status_code == 403, origin
+        no_origin = await http.post(f"{base}/auth/demo-token", json={"name": "bob"})
+        assert no_origin.status_code == 403
+        assert (await ask(http, base, "b" * 33)).status_code == 400
+        assert (await ask(http, base, 7)).status_code == 400
+        huge = await http.post(f"{base}/auth/demo-token", content=b"{" * 100_000,
+                               headers={"Origin": base})  # fmt: skip
+        assert huge.status_code == 400
+        # Refusals claimed nothing: bob is still free.
+        assert (await ask(http, base, "bob")).status_code == 200
+
+
+async def test_the_standby_region_checks_claims_but_makes_none(deployment: Deployment) -> None:
+    primary, standby = http_url(deployment, "a1"), http_url(deployment, "b1")
+    async with (
+        httpx.AsyncClient(trust_env=False) as carol,
+        httpx.AsyncClient(trust_env=False) as other,
+    ):
+        assert (await ask(carol, primary, "carol")).status_code == 200
+        # Replicated to the standby region: there, too, carol is carol's only.
+        secret = carol.cookies["rideout_demo"]
+        carol.cookies.set("rideout_demo", secret, domain="127.0.2.1")
+        async with asyncio.timeout(5):
+            while (answer := await ask(other, standby, "carol")).status_code != 409:
+                await asyncio.sleep(0.05)
+        again = await ask(carol, standby, "carol")
+        assert again.status_code == 200, again.text
+        # A new name cannot be recorded on a read-only replica.
+        new = await ask(other, standby, "dave")
+        assert (new.status_code, new.json()["error"]) == (503, "standby")
+        assert "retry-after" in new.headers
+        assert answer.json()["error"] == "name_taken"
+
+
+async def test_the_setting_turns_demo_tokens_off(make_config: Callable[..., Config]) -> None:
+    config = make_config(auth={"demo_tokens": False})
+    zone = config.primary.zones[0]
+    base = f"http://{zone.address}:{config.app_port}"
+    from tests.conftest import running_redis_pair
+
+    async with (
+        running_redis_pair(config),
+        serving(create_app(config, config.primary.name, zone.name), zone.address, config.app_port),
+        httpx.AsyncClient(trust_env=False) as http,
+    ):
+        answer = await ask(http, base, "erin")
+        assert (answer.status_code, answer.json()["error"]) == (404, "not_found")
+    # On by default in local mode, off by default otherwise.
+    assert make_config().auth.demo_tokens is True
+    assert make_config(mode="external").auth.demo_tokens is False
+    assert make_config(auth={"demo_tokens": True}).auth.demo_tokens is True
