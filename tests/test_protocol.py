@@ -424,6 +424,12 @@ def test_encoders_golden() -> None:
         '{"type":"ack","id":"b1","accepted":true,'
         '"position":{"epoch":2,"offset":"1700000000000-3"},"region":"us-west-2"}'
     )
+    assert encode_ack(
+        request_id="b1", room="lot-1", accepted=True, position=POS, region="us-west-2"
+    ) == (
+        '{"type":"ack","id":"b1","room":"lot-1","accepted":true,'
+        '"position":{"epoch":2,"offset":"1700000000000-3"},"region":"us-west-2"}'
+    )
     assert json.loads(
         encode_ack(request_id="b1", accepted=False, reason="too_low", position=POS, region="r")
     ) == {
@@ -526,7 +532,15 @@ updates = st.builds(Update, names, state_values, positions, names)
 server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
     st.just(Pong()),
     updates,
-    st.builds(Ack, request_ids, st.booleans(), positions, names, st.none() | st.text(max_size=20)),
+    st.builds(
+        Ack,
+        request_ids,
+        st.booleans(),
+        positions,
+        names,
+        st.none() | st.text(max_size=20),
+        st.none() | names,
+    ),
     st.builds(
         StateMsg,
         names,
@@ -630,6 +644,11 @@ def test_server_messages_tolerate_extra_keys_and_null_optionals() -> None:
     assert parse_server_message(dumps({**ACK, "reason": None, "new": 1})) == Ack(
         "b1", True, Position(1, "1-0"), "g"
     )
+    # `room` is optional (servers before it did not send one), and checked when present.
+    assert parse_server_message(dumps({**ACK, "room": "lot-1"})) == Ack(
+        "b1", True, Position(1, "1-0"), "g", room="lot-1"
+    )
+    assert "'room'" in server_bad(dumps({**ACK, "room": "a b"})).message
     assert parse_server_message(dumps({**ERROR, "id": None})) == ErrorMsg("internal", "boom")
     message = parse_server_message(dumps(STATE))
     assert isinstance(message, StateMsg)

@@ -227,13 +227,18 @@ class StateMsg:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """``{type:"ack", id, accepted, reason?, position, region}``: the reply to a bid."""
+    """``{type:"ack", id, room, accepted, reason?, position, region}``: the reply to a bid.
+
+    A bid is identified by its room and ``id`` together (the same id in another room is
+    another bid). ``room`` is None only from a server older than the field.
+    """
 
     id: str
     accepted: bool
     position: Position
     region: str
     reason: str | None = None
+    room: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -462,6 +467,7 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             position=_position(_require(obj, "position"), "position"),
             region=_name(obj, "region"),
             reason=None if reason is None else _str(obj, "reason"),
+            room=None if obj.get("room") is None else _name(obj, "room"),
         )
     if kind == "state":
         missed = _require(obj, "missed")
@@ -545,9 +551,13 @@ def encode_ack(
     position: Position,
     region: str,
     reason: str | None = None,
+    room: str | None = None,
 ) -> str:
-    """Encode the reply to a bid; ``reason`` is omitted when None."""
-    obj: dict[str, object] = {"type": "ack", "id": request_id, "accepted": accepted}
+    """Encode the reply to a bid; ``reason`` and ``room`` are omitted when None."""
+    obj: dict[str, object] = {"type": "ack", "id": request_id}
+    if room is not None:
+        obj["room"] = room
+    obj["accepted"] = accepted
     if reason is not None:
         obj["reason"] = reason
     obj["position"] = _position_json(position)
@@ -583,6 +593,7 @@ def encode_server_message(message: ServerMessage) -> str:
             position=message.position,
             region=message.region,
             reason=message.reason,
+            room=message.room,
         )
     if isinstance(message, StateMsg):
         return encode_state(

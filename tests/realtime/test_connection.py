@@ -177,6 +177,19 @@ async def test_a_retried_bid_is_applied_once(deployment: Deployment) -> None:
         assert state["user"]["last_bid"] == 50
 
 
+async def test_an_id_is_per_room_and_the_ack_names_its_room(deployment: Deployment) -> None:
+    async with deployment.connect("a1", "alice") as ws:
+        await send(ws, action="bid", room="lot-3a", amount=50, id="same")
+        first = await recv_type(ws, "ack")
+        await send(ws, action="bid", room="lot-3b", amount=70, id="same")
+        second = await recv_type(ws, "ack")
+        assert (first["room"], first["accepted"]) == ("lot-3a", True)
+        assert (second["room"], second["accepted"]) == ("lot-3b", True)
+        assert second["position"] != first["position"]
+        await send(ws, action="getState", room="lot-3b")
+        assert (await recv_type(ws, "state"))["state"]["bid"] == 70
+
+
 async def test_bids_are_refused_in_the_region_that_is_not_the_writer(
     deployment: Deployment,
 ) -> None:

@@ -432,8 +432,8 @@ class Connection:
                 outcome = "accepted_async"
         self._send(
             encode_ack(
-                request_id=msg.id, accepted=result.accepted, reason=result.reason,
-                position=result.position, region=server.region.name,
+                request_id=msg.id, room=msg.room, accepted=result.accepted,
+                reason=result.reason, position=result.position, region=server.region.name,
             )
         )  # fmt: skip
         return outcome

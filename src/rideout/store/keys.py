@@ -18,6 +18,7 @@ __all__ = [
     "PREFIX",
     "bid_ack",
     "idempotency",
+    "legacy_bid_ack",
     "room_state",
     "room_stream",
     "user_session",
@@ -49,8 +50,21 @@ def user_session(sub: str) -> str:
     return f"{PREFIX}user:{{{_safe(sub)}}}:session"
 
 
-def bid_ack(sub: str, request_id: str) -> str:
-    """String: the ack first sent for a user's bid id, replayed for retries."""
+def bid_ack(sub: str, room: str, request_id: str) -> str:
+    """String: the ack first sent for a user's bid id in a room, replayed for retries.
+
+    Scoped per room: one id used in two rooms names two bids.
+    """
+    return f"{PREFIX}user:{{{_safe(sub)}}}:room:{_safe(room)}:bid:{_safe(request_id)}"
+
+
+def legacy_bid_ack(sub: str, request_id: str) -> str:
+    """String: an ack stored before ids were scoped per room (per user only).
+
+    The bid script still reads one for a retry in the room it names, so a bid decided
+    before an upgrade is not applied again after it; none is written any more, and the
+    last expires ``ack_ttl`` after the upgrade.
+    """
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
 
 

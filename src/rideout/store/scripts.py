@@ -91,11 +91,14 @@ BID: Final = (
     _COMMON
     + r"""
 -- KEYS: 1 epoch, 2 room state (hash), 3 room stream, 4 user session (hash), 5 bid ack
+--       (per sub, room and request id), 6 optional: the legacy ack (per sub and request
+--       id, written before ids were scoped per room; read, never written)
 -- ARGV: 1 epoch the caller believes in (canonical decimal), 2 amount (decimal),
 --       3 room, 4 sub, 5 request id, 6 min_bid, 7 max_bid, 8 min_increment,
 --       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms)
 -- Returns {kind, ack_json}; kind is 'new' (decided now), 'dup' (the stored ack of
--- an earlier call with this sub and request id) or 'stale' (fenced: nothing changed).
+-- an earlier call with this sub, room and request id) or 'stale' (fenced: nothing
+-- changed).
 local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
 if epoch == nil then
   return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
@@ -122,13 +125,24 @@ end
 
 local ack_ttl = ARGV[11]
 
--- (b) idempotency: the first decision for (sub, request id) is final. Refreshing the
--- record's TTL is a write on purpose: it replicates after the original decision, so
+-- (b) idempotency: the first decision for (sub, room, request id) is final. Refreshing
+-- the record's TTL is a write on purpose: it replicates after the original decision, so
 -- a WAIT that follows a retried bid also covers the original (sync replication must
 -- never acknowledge a retry whose first write has not reached the replica).
-local stored = redis.call('GET', KEYS[5])
+local ack_key = KEYS[5]
+local stored = redis.call('GET', ack_key)
+if not stored and KEYS[6] then
+  -- A decision stored per user only counts for the room it was made in.
+  local legacy = redis.call('GET', KEYS[6])
+  if legacy then
+    local ok, decoded = pcall(cjson.decode, legacy)
+    if ok and type(decoded) == 'table' and decoded['room'] == room then
+      ack_key, stored = KEYS[6], legacy
+    end
+  end
+end
 if stored then
-  redis.call('PEXPIRE', KEYS[5], ack_ttl)
+  redis.call('PEXPIRE', ack_key, ack_ttl)
   return {'dup', stored}
 end
 
