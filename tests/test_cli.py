@@ -100,3 +100,14 @@ def test_token_issue_mints_a_token_every_server_accepts(config_file: Path) -> No
     bad = runner.invoke(app, ["token", "issue", "--sub", "", "-c", str(config_file)])
     assert bad.exit_code == 2
     assert "cannot issue a token" in bad.stderr
+
+
+def test_token_issue_refuses_a_lifetime_over_the_maximum(config_file: Path) -> None:
+    command = ["token", "issue", "--sub", "alice", "-c", str(config_file), "--ttl"]
+    result = runner.invoke(app, [*command, "86401"])
+    assert result.exit_code == 2
+    assert "longer than the longest token lifetime, 86400 s (auth.max_token_ttl)" in (
+        result.stderr.replace("\n", "")
+    )
+    assert result.stdout == ""
+    assert runner.invoke(app, [*command, "86400"]).exit_code == 0

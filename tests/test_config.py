@@ -361,3 +361,15 @@ def test_dump_toml_round_trips_any_valid_config(timing: Timing, port: int, domai
     data["control_plane"] = {"address": "127.0.0.1", "port": 1, "dns_port": 2}
     config = parse_config(data)
     assert parse_config(tomllib.loads(dump_toml(config))) == config
+
+
+def test_token_lifetimes_and_the_revocation_interval() -> None:
+    auth = Config().auth
+    assert (auth.token_ttl, auth.max_token_ttl, auth.revocation_interval) == (3600, 86400, 1)
+    assert (
+        parse_config({"auth": {"max_token_ttl": 600, "token_ttl": 600}}).auth.max_token_ttl == 600
+    )
+    error = refused({"auth": {"max_token_ttl": 600}})  # the default token_ttl is an hour
+    assert error.key == "auth.token_ttl"
+    assert "max_token_ttl (600 s)" in error.problem
+    assert refused({"auth": {"revocation_interval": 0}}).key == "auth.revocation_interval"

@@ -396,7 +396,10 @@ def token_issue(
     sub: Annotated[str, typer.Option(help="The user the token is for (its `sub` claim).")],
     ttl: Annotated[
         float | None,
-        typer.Option(help="Seconds the token is valid (default: auth.token_ttl).", min=1),
+        typer.Option(
+            help="Seconds the token is valid (default: auth.token_ttl; at most auth.max_token_ttl).",
+            min=1,
+        ),
     ] = None,
     config_path: ConfigOption = None,
 ) -> None:
@@ -412,7 +415,10 @@ def token_issue(
         key = SigningKey.load_or_create(config.keys_dir)
     except KeyFileError as exc:
         _fail(str(exc))
-    issuer = TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl)
+    auth = config.auth
+    issuer = TokenIssuer(
+        key, auth.issuer, auth.audience, auth.token_ttl, max_ttl=auth.max_token_ttl
+    )
     try:
         token = issuer.issue(sub, ttl=ttl)
     except ValueError as exc:

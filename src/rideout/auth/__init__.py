@@ -20,6 +20,7 @@ from rideout.auth.keys import (
     jwk_thumbprint,
 )
 from rideout.auth.tokens import (
+    DEFAULT_MAX_TOKEN_TTL,
     MAX_TOKEN_LENGTH,
     Claims,
     TokenIssuer,
@@ -28,6 +29,7 @@ from rideout.auth.tokens import (
 
 __all__ = [
     "BEARER_SUBPROTOCOL",
+    "DEFAULT_MAX_TOKEN_TTL",
     "KEY_FILENAME",
     "MAX_TOKEN_LENGTH",
     "REASON_STATUS",

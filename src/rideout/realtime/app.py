@@ -189,9 +189,10 @@ async def _open_zone(
 ) -> ZoneServer:
     """Build and start one zone's server; `stack` stops and closes it all."""
     key = SigningKey.load_or_create(config.keys_dir)
+    auth = config.auth
     verifier = TokenVerifier(
-        JWKSet(key.jwks()), issuer=config.auth.issuer, audience=config.auth.audience,
-        leeway=config.auth.leeway,
+        JWKSet(key.jwks()), issuer=auth.issuer, audience=auth.audience, leeway=auth.leeway,
+        max_ttl=auth.max_token_ttl,
     )  # fmt: skip
     client = state_client(region.redis.address, region.redis.port)
     stack.push_async_callback(client.aclose)
@@ -215,7 +216,9 @@ async def _open_zone(
     server = ZoneServer(
         config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
         epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
-        issuer=TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl),
+        issuer=TokenIssuer(
+            key, auth.issuer, auth.audience, auth.token_ttl, max_ttl=auth.max_token_ttl
+        ),
         admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
         started_at=time.monotonic(), origins=frozenset(config.origins()),
     )  # fmt: skip
