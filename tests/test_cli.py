@@ -111,3 +111,37 @@ def test_token_issue_refuses_a_lifetime_over_the_maximum(config_file: Path) -> N
     )
     assert result.stdout == ""
     assert runner.invoke(app, [*command, "86400"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give exactly one of --sub NAME and --jti ID"),
+        (["--sub", "a", "--jti", "b"], "give exactly one of --sub NAME and --jti ID"),
+        (["--sub", "a", "--until", "soon"], "neither a duration (90, 15m, 2h, 7d) nor an ISO"),
+        (["--sub", "a", "--until", "2030-01-01T00:00:00"], "has no time zone"),
+        (["--jti", "b", "--until", "2000-01-01T00:00:00Z"], "until must be a time after now"),
+        (["--sub", ""], "sub must be a non-empty printable string"),
+    ],
+)
+def test_token_revoke_refuses_bad_arguments(
+    config_file: Path, args: list[str], message: str
+) -> None:
+    runner.invoke(app, ["token", "issue", "--sub", "x", "-c", str(config_file)])  # the key
+    result = runner.invoke(app, ["token", "revoke", *args, "-c", str(config_file)])
+    assert result.exit_code == 2
+    assert message in result.stderr.replace("\n", "")
+
+
+def test_token_revoke_needs_the_deployments_signing_key(config_file: Path) -> None:
+    result = runner.invoke(app, ["token", "revoke", "--sub", "a", "-c", str(config_file)])
+    assert result.exit_code == 2
+    assert "cannot use the deployment's signing key" in result.stderr.replace("\n", "")
+    assert "signing-key.pem" in result.stderr.replace("\n", "")
+
+
+def test_token_revoke_without_a_running_deployment_says_so(config_file: Path) -> None:
+    runner.invoke(app, ["token", "issue", "--sub", "x", "-c", str(config_file)])  # the key
+    result = runner.invoke(app, ["token", "revoke", "--sub", "a", "-c", str(config_file)])
+    assert result.exit_code == 1
+    assert "no region's Redis answers as the writer" in result.stderr.replace("\n", "")

@@ -44,7 +44,7 @@ from rideout.protocol import (
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 
-__all__ = ["Connection", "TokenBucket", "WebSocketEndpoint"]
+__all__ = ["Connection", "TokenBucket", "WebSocketEndpoint", "close_revoked"]
 
 log = logging.getLogger("rideout.realtime")
 
@@ -116,12 +116,35 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     try:
         bearer = extract_token(scope.get("query_string", b""), scope["headers"])
         claims = server.verifier.verify(bearer.token)
+        _refuse_revoked(server, claims.sub, claims.jti, claims.iat)
     except AuthError as exc:
         await _deny(scope, send, server, exc.status, exc.reason, exc.message)
         return None
     await send({"type": "websocket.accept", "subprotocol": bearer.subprotocol})
     server.metrics.handshakes.labels("accepted").inc()
-    return Connection(send, claims.sub, claims.exp, server)
+    return Connection(send, claims.sub, claims.exp, server, jti=claims.jti, issued=claims.iat)
+
+
+REVOKED_REASON = "token revoked"
+"""Close reason (with 1008) of a connection whose token was revoked."""
+
+
+def _refuse_revoked(server: ZoneServer, sub: str, jti: str, iat: float) -> None:
+    """Refuse a revoked token (403 ``token_revoked``), from the list in memory."""
+    if server.revocations.match(sub, jti, iat) is not None:
+        raise AuthError.of("token_revoked", "this token has been revoked; get a new one")
+
+
+def close_revoked(server: ZoneServer) -> int:
+    """Close, with 1008, every connection whose token the zone's list now refuses."""
+    closed = 0
+    for connection in list(server.connections):
+        if isinstance(connection, Connection) and server.revocations.match(
+            connection.sub, connection.jti, connection.issued
+        ):
+            connection.close_soon(CloseCode.POLICY, REVOKED_REASON)
+            closed += 1
+    return closed
 
 
 def _header(scope: Message, name: bytes) -> str | None:
@@ -159,13 +182,24 @@ class Connection:
 
     __slots__ = (
         "_asgi_send", "_bucket", "_close", "_flusher", "_limit", "_pending", "_queue",
-        "_seen", "expires", "server", "sub",
+        "_seen", "expires", "issued", "jti", "server", "sub",
     )  # fmt: skip
 
-    def __init__(self, send: Send, sub: str, expires: float, server: ZoneServer) -> None:
+    def __init__(
+        self,
+        send: Send,
+        sub: str,
+        expires: float,
+        server: ZoneServer,
+        *,
+        jti: str = "",
+        issued: float = 0.0,
+    ) -> None:
         self._asgi_send = send
         self.sub = sub
         self.expires = expires
+        self.jti = jti  # with `sub` and `issued` (iat): what a revocation is matched on
+        self.issued = issued
         self.server = server
         realtime = server.config.realtime
         self._limit = realtime.send_queue

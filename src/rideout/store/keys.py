@@ -16,6 +16,9 @@ from urllib.parse import quote
 __all__ = [
     "EPOCH",
     "PREFIX",
+    "REVOCATIONS",
+    "REVOCATIONS_VERSION",
+    "REVOCATION_KEYS",
     "bid_ack",
     "idempotency",
     "legacy_bid_ack",
@@ -29,6 +32,14 @@ PREFIX = "rideout:"
 # The writer's epoch: an integer the failover controller increases on every promotion.
 # Together with a stream offset it names a position in a room's history.
 EPOCH = PREFIX + "epoch"
+
+# Revoked tokens (hash: "sub:NAME" or "jti:ID" -> {"until","expires","at"} in ms), and
+# a value that changes with every revocation, which app servers poll (one tag: a
+# revocation writes both at once).
+REVOCATIONS = PREFIX + "{revocations}:entries"
+REVOCATIONS_VERSION = PREFIX + "{revocations}:version"
+# Both, as a glob pattern (for MATCH and for ACL key patterns).
+REVOCATION_KEYS = PREFIX + "{revocations}:*"
 
 
 def _safe(name: str) -> str:

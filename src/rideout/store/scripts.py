@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BID", "GET_STATE"]
+__all__ = ["BID", "GET_STATE", "READ_REVOCATIONS", "REVOKE"]
 
 _COMMON: Final = r"""
 local function canonical_epoch(value)
@@ -265,3 +265,54 @@ return {epoch, state, session, status, entries}
 """
 )
 """Read a room's state, a user's session and what was missed since a position."""
+
+REVOKE: Final = r"""
+-- KEYS: 1 revocations (hash), 2 revocations version (string)
+-- ARGV: 1 field ('sub:NAME' or 'jti:ID'), 2 until (ms), 3 expires (ms), 4 at (ms),
+--       5 now (ms: entries that expired before it are dropped), 6 the new version
+-- Records the revocation (an existing one for the same field is only ever extended),
+-- drops expired entries, lets the hash expire with its last entry, and changes the
+-- version. Returns the number of entries in force.
+local function ms(v)
+  if type(v) ~= 'string' or not string.match(v, '^%d+$') then return nil end
+  return tonumber(v)
+end
+
+local until_ms, expires, at = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local ok, entry = pcall(cjson.decode, old)
+  if ok and type(entry) == 'table' then
+    local u, e = tonumber(entry['until']), tonumber(entry['expires'])
+    if u and u > until_ms then until_ms = u end
+    if e and e > expires then expires = e end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('{"until":%d,"expires":%d,"at":%d}',
+           until_ms, expires, at))
+
+local now = ms(ARGV[5])
+local last = expires
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local ok, entry = pcall(cjson.decode, all[i + 1])
+  local e = ok and type(entry) == 'table' and tonumber(entry['expires']) or nil
+  if e == nil or e <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif e > last then
+    last = e
+  end
+end
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', last))
+redis.call('SET', KEYS[2], ARGV[6])
+return redis.call('HLEN', KEYS[1])
+"""
+"""Record one revocation and prune the expired ones (one atomic call)."""
+
+READ_REVOCATIONS: Final = r"""
+-- KEYS: 1 revocations (hash), 2 revocations version (string)
+-- Returns {version or false, {field, value, ...}}, read at one moment. Read-only: runs
+-- on a replica as well as on the writer.
+return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[1])}
+"""
+"""Read the revocation list and its version together."""

@@ -1,0 +1,187 @@
+"""Revocation end to end: `rideout token revoke` (the real command, in a subprocess)
+against real app servers and real Redis in two regions."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+
+import jwt
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from rideout.auth.revocation import revoke_subject
+from rideout.config import Config, dump_toml
+from rideout.realtime.app import create_app
+from rideout.store.client import probe_client
+from rideout.store.replication import promote
+from rideout.store.revocations import RevocationStore
+from tests.conftest import serving
+from tests.realtime.conftest import Deployment, recv, rejected, running_deployment, send
+
+INTERVAL = 0.2  # auth.revocation_interval in these tests
+BOUND = INTERVAL + 2.0  # one poll, plus slack for a shared 2-core machine
+
+
+@pytest.fixture
+async def revocable(make_config: Callable[..., Config]) -> AsyncIterator[Deployment]:
+    config = make_config(auth={"revocation_interval": INTERVAL, "leeway": 0.0})
+    async with running_deployment(config) as d:
+        yield d
+
+
+async def rideout(config: Config, *args: str) -> tuple[int, str, str]:
+    """Run the `rideout` command (this tree's: PYTHONPATH is inherited) without blocking
+    the servers that share this event loop."""
+    path = config.data_dir.parent / "rideout.toml"
+    if not path.exists():
+        path.write_text(dump_toml(config))
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "rideout", *args, "-c", str(path),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def closed_within(ws: ClientConnection, seconds: float) -> tuple[int, str, float]:
+    """Wait for the server to close `ws`: (code, reason, seconds it took)."""
+    start = time.monotonic()
+    async with asyncio.timeout(seconds):
+        await ws.wait_closed()
+    took = time.monotonic() - start
+    received = ws.protocol.close_rcvd
+    assert received is not None, "closed without a close frame"
+    return received.code, received.reason, took
+
+
+async def alive(ws: ClientConnection) -> bool:
+    await send(ws, action="heartbeat")
+    return await recv(ws) == "pong"
+
+
+def jti_of(token: str) -> str:
+    return str(jwt.decode(token, options={"verify_signature": False})["jti"])
+
+
+async def test_revoking_a_subject_closes_its_connections_in_both_regions_within_the_bound(
+    revocable: Deployment,
+) -> None:
+    d = revocable
+    token = d.token("alice")
+    urls = d.urls
+    async with (
+        connect(f"{urls['a1']}/ws?token={token}") as here,
+        connect(f"{urls['b1']}/ws?token={token}") as there,  # the secondary region
+        d.connect("a1", "bob") as bob,
+    ):
+        assert await alive(here) and await alive(there)  # noqa: PT018
+        code, out, err = await rideout(d.config, "token", "revoke", "--sub", "alice")
+        assert code == 0, err
+        assert "revoked tokens of 'alice' issued before" in out
+        assert "us-east-1 (writer, epoch 1)" in out
+        assert "warning" not in err  # the replica confirmed it
+        for ws in (here, there):
+            close_code, reason, took = await closed_within(ws, BOUND)
+            assert (close_code, reason) == (1008, "token revoked")
+            assert took <= BOUND
+        assert await alive(bob)
+
+    # The same token is refused before the upgrade, everywhere.
+    for name in ("a1", "a2", "b1"):
+        status, body = await rejected(f"{urls[name]}/ws?token={token}")
+        assert (status, body["error"]) == (403, "token_revoked"), name
+        assert token not in body["message"]
+    metrics = d.servers["a1"].metrics.registry
+    assert metrics.get_sample_value("rideout_ws_closes_total", {"code": "1008"}) == 1
+    assert metrics.get_sample_value("rideout_ws_handshakes_total", {"outcome": "token_revoked"})
+
+
+async def test_connections_close_within_one_interval_of_the_record(revocable: Deployment) -> None:
+    """Timed from the write itself (the command's own start-up is not the servers')."""
+    d = revocable
+    writer = d.servers["a1"].redis
+    async with d.connect("a1", "alice") as here, d.connect("b1", "alice") as there:
+        assert await alive(here) and await alive(there)  # noqa: PT018
+        entry = revoke_subject("alice", now=time.time(), max_ttl=86400, leeway=0)
+        times = entry.record()
+        start = time.monotonic()
+        await RevocationStore(writer, "us-east-1").record(
+            entry.field, until_ms=times["until"], expires_ms=times["expires"],
+            at_ms=times["at"], now_ms=times["at"],
+        )  # fmt: skip
+        for ws in (here, there):
+            code, reason, _ = await closed_within(ws, BOUND)
+            assert (code, reason) == (1008, "token revoked")
+            assert time.monotonic() - start <= BOUND
+
+
+async def test_a_token_issued_after_a_subject_revocation_works(revocable: Deployment) -> None:
+    d = revocable
+    code, _, err = await rideout(d.config, "token", "revoke", "--sub", "alice")
+    assert code == 0, err
+    revoked_at = time.time()
+    await asyncio.sleep(BOUND)  # every server has the list
+    # Tokens carry whole seconds (iat = floor(now)): wait for the next second.
+    await asyncio.sleep(math.floor(revoked_at) + 1 - time.time() + 0.05)
+    async with connect(f"{d.urls['a1']}/ws?token={d.token('alice')}") as ws:
+        assert await alive(ws)
+        await asyncio.sleep(2 * INTERVAL)  # later polls do not close it either
+        assert await alive(ws)
+
+
+async def test_revoking_one_token_leaves_the_others_of_its_subject(revocable: Deployment) -> None:
+    d = revocable
+    stolen, kept = d.token("alice"), d.token("alice")
+    async with (
+        connect(f"{d.urls['a1']}/ws?token={stolen}") as thief,
+        connect(f"{d.urls['a2']}/ws?token={kept}") as owner,
+    ):
+        code, out, err = await rideout(d.config, "token", "revoke", "--jti", jti_of(stolen))
+        assert code == 0, err
+        assert f"revoked the token '{jti_of(stolen)}' until" in out
+        assert (await closed_within(thief, BOUND))[:2] == (1008, "token revoked")
+        assert await alive(owner)
+    status, body = await rejected(f"{d.urls['b1']}/ws?token={stolen}")
+    assert (status, body["error"]) == (403, "token_revoked")
+    async with connect(f"{d.urls['b1']}/ws?token={kept}") as ws:
+        assert await alive(ws)
+
+
+async def test_a_subject_locked_out_until_later_cannot_sign_in_again_meanwhile(
+    revocable: Deployment,
+) -> None:
+    d = revocable
+    code, _, err = await rideout(d.config, "token", "revoke", "--sub", "carol", "--until", "1h")
+    assert code == 0, err
+    await asyncio.sleep(BOUND)
+    await asyncio.sleep(1.05)  # a token issued a whole second after the command
+    status, body = await rejected(f"{d.urls['a1']}/ws?token={d.token('carol')}")
+    assert (status, body["error"]) == (403, "token_revoked")
+
+
+async def test_a_revocation_survives_a_failover_to_the_other_region(
+    revocable: Deployment,
+) -> None:
+    """Recorded on the primary, replicated: a server that starts after the secondary's
+    Redis was promoted, with the primary gone, refuses the token."""
+    d = revocable
+    config = d.config
+    token = d.token("alice")
+    code, _, err = await rideout(config, "token", "revoke", "--sub", "alice")
+    assert code == 0, err
+    await d.redis[config.primary.name].stop()
+    replica = probe_client(config.secondary.redis.address, config.secondary.redis.port)
+    try:
+        await promote(replica)
+    finally:
+        await replica.aclose()
+    zone = config.secondary.zones[1]
+    async with serving(create_app(config, config.secondary.name, zone.name), zone.address,
+                       config.app_port):  # fmt: skip
+        status, body = await rejected(f"ws://{zone.address}:{config.app_port}/ws?token={token}")
+    assert (status, body["error"]) == (403, "token_revoked")
