@@ -4,6 +4,7 @@ against real app servers and real Redis in two regions."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import sys
 import time
@@ -13,13 +14,15 @@ import jwt
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from rideout.auth.revocation import revoke_subject
+from rideout.auth.revocation import RevocationList, revoke_subject, revoke_token
 from rideout.config import Config, dump_toml
 from rideout.realtime.app import create_app
-from rideout.store.client import probe_client
+from rideout.realtime.revocation import RevocationFollower
+from rideout.store import keys
+from rideout.store.client import probe_client, state_client
 from rideout.store.replication import promote
 from rideout.store.revocations import RevocationStore
-from tests.conftest import serving
+from tests.conftest import running_redis_pair, serving
 from tests.realtime.conftest import Deployment, recv, rejected, running_deployment, send
 
 INTERVAL = 0.2  # auth.revocation_interval in these tests
@@ -185,3 +188,51 @@ async def test_a_revocation_survives_a_failover_to_the_other_region(
                        config.app_port):  # fmt: skip
         status, body = await rejected(f"ws://{zone.address}:{config.app_port}/ws?token={token}")
     assert (status, body["error"]) == (403, "token_revoked")
+
+
+async def test_the_follower_reads_only_changes_and_keeps_the_last_list_while_redis_is_down(
+    make_config: Callable[..., Config], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "rideout.realtime.revocation")
+    config = make_config()
+    address, port = config.primary.redis.address, config.primary.redis.port
+    async with running_redis_pair(config) as (primary, _):
+        client = state_client(address, port, timeout=0.5)
+        try:
+            store = RevocationStore(client, config.primary.name)
+            held = RevocationList(leeway=0)
+            changes: list[int] = []
+            failures: list[int] = []
+            follower = RevocationFollower(
+                store, held, INTERVAL, lambda: changes.append(len(held)),
+                on_failure=lambda: failures.append(1),
+            )  # fmt: skip
+            assert await follower.refresh() is True  # the first read
+            assert await follower.refresh() is False  # nothing changed: one GET
+            now = time.time()
+            for entry in (
+                revoke_subject("alice", now=now, max_ttl=3600, leeway=0),
+                revoke_token("j1", now=now, max_ttl=3600, leeway=0),
+            ):
+                times = entry.record()
+                await store.record(
+                    entry.field, until_ms=times["until"], expires_ms=times["expires"],
+                    at_ms=times["at"], now_ms=times["at"],
+                )  # fmt: skip
+            await client.hset(keys.REVOCATIONS, "sub:mallory", "not json")  # skipped, logged
+            assert await follower.refresh() is True
+            assert changes == [0, 2]
+            assert held.match("alice", "x", now - 1) is not None
+            assert "ignoring an unreadable revocation 'sub:mallory'" in caplog.text
+
+            await primary.stop()
+            assert await follower.refresh() is False
+            assert await follower.refresh() is False
+            assert len(failures) == 2
+            assert caplog.text.count("cannot read the revocation list") == 1  # said once
+            assert held.match("alice", "x", now - 1) is not None  # the last list holds
+            await primary.start()
+            assert await follower.refresh() is False  # back, and unchanged
+            assert "can be read again" in caplog.text
+        finally:
+            await client.aclose()

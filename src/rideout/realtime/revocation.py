@@ -68,7 +68,7 @@ class RevocationFollower:
             try:
                 entries.append(Revocation.parse(field, text))
             except ValueError as exc:
-                log.error("ignoring an unreadable revocation: %s", exc)
+                log.error("ignoring an unreadable revocation %r: %s", field[:80], exc)
         self.revocations.replace(entries)
         self._version, self._loaded = records.version, True
         self._on_change()
