@@ -13,13 +13,12 @@ and counted): a revocation made meanwhile applies once Redis answers again.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Callable
 
 from rideout.auth.revocation import Revocation, RevocationList
+from rideout.realtime.polling import Polling
 from rideout.store.auction import StoreError
-from rideout.store.client import cancel_and_wait, check_cancelled
 from rideout.store.revocations import RevocationStore
 
 __all__ = ["RevocationFollower"]
@@ -40,13 +39,12 @@ class RevocationFollower:
     ) -> None:
         self._store = store
         self.revocations = revocations
-        self._interval = interval
         self._on_change = on_change
         self._on_failure = on_failure
         self._version: str | None = None
         self._loaded = False
         self._failing = False
-        self._task: asyncio.Task[None] | None = None
+        self._polling = Polling(self.refresh, interval, "rideout-revocations")
 
     async def refresh(self) -> bool:
         """Read the list if it changed; whether it did. Never raises for the store."""
@@ -80,16 +78,7 @@ class RevocationFollower:
             log.info("the revocation list can be read again")
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="rideout-revocations")
+        self._polling.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            check_cancelled()
-            await self.refresh()
-            await asyncio.sleep(self._interval)
+        await self._polling.stop()

@@ -69,7 +69,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
@@ -433,6 +433,15 @@ def _translate(exc: BaseException, server: str, what: str) -> StoreError:
     return StoreUnavailable(f"{what}: {server} is unavailable ({type(exc).__name__}: {text})")
 
 
+@contextmanager
+def _store_errors(server: str, what: str) -> Iterator[None]:
+    """redis-py's exceptions (and OSError) as the store's own, naming `server` and `what`."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise _translate(exc, server, what) from exc
+
+
 class AuctionStore:
     """The auction's state in one region's Redis. Cheap: make one per client.
 
@@ -452,12 +461,8 @@ class AuctionStore:
         self._bids = ScriptPipeliner(client, client.register_script(scripts.BID))
         self._state_script = client.register_script(scripts.GET_STATE)
 
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, OSError) as exc:
-            raise _translate(exc, self._server, what) from exc
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return _store_errors(self._server, what)
 
     async def current_epoch(self) -> int:
         """The writer's epoch as this server holds it (0 when unset)."""

@@ -21,15 +21,13 @@ are the store's own (:mod:`rideout.store.auction`): redis-py never leaks out.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from rideout.store import keys, scripts
-from rideout.store.auction import StoreCorrupt, _describe, _pairs, _text, _translate
+from rideout.store.auction import StoreCorrupt, _describe, _pairs, _store_errors, _text
 
 __all__ = ["RevocationRecords", "RevocationStore"]
 
@@ -49,12 +47,8 @@ class RevocationStore:
         self._server = _describe(client, region)
         self._read = client.register_script(scripts.READ_REVOCATIONS)
 
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, OSError) as exc:
-            raise _translate(exc, self._server, what) from exc
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return _store_errors(self._server, what)
 
     async def record(
         self, field: str, *, until_ms: int, expires_ms: int, at_ms: int, now_ms: int
