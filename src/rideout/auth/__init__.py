@@ -2,8 +2,10 @@
 
 One Ed25519 signing key shared by every region (:class:`SigningKey`), its JWKS, and
 access tokens issued by :class:`TokenIssuer` and checked by :class:`TokenVerifier`
-against a :class:`JWKSet`. Every rejection is an :class:`AuthError` carrying the HTTP
-status (401/403) and a machine-readable reason.
+against a :class:`JWKSet`, no longer than a maximum lifetime. Revoked tokens are
+described by :mod:`rideout.auth.revocation` (pure; the list lives in Redis). Every
+rejection is an :class:`AuthError` carrying the HTTP status (401/403) and a
+machine-readable reason.
 """
 
 from __future__ import annotations
