@@ -294,7 +294,8 @@ class Client:
             def bid_args(room: str, sub: str, amount: int) -> list[str]:
                 return [
                     keys.EPOCH, keys.room_state(room), keys.room_stream(room),
-                    keys.user_session(sub), keys.bid_ack(sub, f"b{amount}"),
+                    keys.user_session(sub), keys.bid_ack(sub, room, f"b{amount}"),
+                    keys.legacy_bid_ack(sub, f"b{amount}"),
                     str(epoch), str(amount), room, sub, f"b{amount}",
                     "1", "1000000000", "1", "1000", history_ttl_ms, "86400000",
                 ]  # fmt: skip
@@ -311,7 +312,7 @@ class Client:
                         else:
                             k = turn = (turn + 1) % len(mine)
                             amounts[k] += 1
-                            pipe.evalsha(sha, 5, *bid_args(mine[k], f"u{mine[k]}", amounts[k]))
+                            pipe.evalsha(sha, 6, *bid_args(mine[k], f"u{mine[k]}", amounts[k]))
                     replies = await pipe.execute()
                     if start <= monotonic() <= end:
                         if mode == "incr":

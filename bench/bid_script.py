@@ -49,7 +49,8 @@ async def measure(
     def args(n: int) -> list[str]:
         return [
             keys.EPOCH, keys.room_state(room), keys.room_stream(room), keys.user_session(sub),
-            keys.bid_ack(sub, f"b{n}"), epoch, str(n), room, sub, f"b{n}", "1", "1000000000", "1",
+            keys.bid_ack(sub, room, f"b{n}"), keys.legacy_bid_ack(sub, f"b{n}"), epoch, str(n),
+            room, sub, f"b{n}", "1", "1000000000", "1",
             str(length), ttl_ms, "86400000",
         ]  # fmt: skip
 
@@ -58,7 +59,7 @@ async def measure(
         pipe = client.pipeline(transaction=False)
         for _ in range(16):
             amount += 1
-            pipe.evalsha(sha, 5, *args(amount))
+            pipe.evalsha(sha, 6, *args(amount))
         replies = await pipe.execute()
         if not all('"accepted":true' in r[1] for r in replies):
             raise RuntimeError(f"a bid was not accepted: {replies[0]}")

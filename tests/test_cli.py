@@ -119,10 +119,12 @@ async def test_dashboard_login_prints_a_link_the_control_plane_accepts(
     from rideout.auth.admin import load_or_create_admin_token
     from rideout.config import load_config
     from rideout.controlplane.app import create_app
+    from rideout.store.acl import load_or_create_users
     from tests.conftest import serving
 
     config = load_config(config_file, env={})
     load_or_create_admin_token(config.keys_dir)
+    load_or_create_users(config.keys_dir)  # the failover controller's Redis user
     cp = config.control_plane
     async with serving(create_app(config), cp.address, cp.port):
         result = await asyncio.to_thread(
@@ -133,3 +135,52 @@ async def test_dashboard_login_prints_a_link_the_control_plane_accepts(
         async with httpx.AsyncClient(trust_env=False) as http:
             assert (await http.get(link)).status_code == 303
             assert (await http.get(link)).status_code == 401  # once
+
+
+def test_token_issue_refuses_a_lifetime_over_the_maximum(config_file: Path) -> None:
+    command = ["token", "issue", "--sub", "alice", "-c", str(config_file), "--ttl"]
+    result = runner.invoke(app, [*command, "86401"])
+    assert result.exit_code == 2
+    assert "longer than the longest token lifetime, 86400 s (auth.max_token_ttl)" in (
+        result.stderr.replace("\n", "")
+    )
+    assert result.stdout == ""
+    assert runner.invoke(app, [*command, "86400"]).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "give exactly one of --sub NAME and --jti ID"),
+        (["--sub", "a", "--jti", "b"], "give exactly one of --sub NAME and --jti ID"),
+        (["--sub", "a", "--until", "soon"], "neither a duration (90, 15m, 2h, 7d) nor an ISO"),
+        (["--sub", "a", "--until", "2030-01-01T00:00:00"], "has no time zone"),
+        (["--jti", "b", "--until", "2000-01-01T00:00:00Z"], "until must be a time after now"),
+        (["--sub", ""], "sub must be a non-empty printable string"),
+    ],
+)
+def test_token_revoke_refuses_bad_arguments(
+    config_file: Path, args: list[str], message: str
+) -> None:
+    runner.invoke(app, ["token", "issue", "--sub", "x", "-c", str(config_file)])  # the key
+    result = runner.invoke(app, ["token", "revoke", *args, "-c", str(config_file)])
+    assert result.exit_code == 2
+    assert message in result.stderr.replace("\n", "")
+
+
+def test_token_revoke_needs_the_deployments_signing_key(config_file: Path) -> None:
+    result = runner.invoke(app, ["token", "revoke", "--sub", "a", "-c", str(config_file)])
+    assert result.exit_code == 2
+    assert "cannot use the deployment's signing key" in result.stderr.replace("\n", "")
+    assert "signing-key.pem" in result.stderr.replace("\n", "")
+
+
+def test_token_revoke_without_a_running_deployment_says_so(config_file: Path) -> None:
+    from rideout.config import load_config
+    from rideout.store.acl import load_or_create_users
+
+    runner.invoke(app, ["token", "issue", "--sub", "x", "-c", str(config_file)])  # the key
+    load_or_create_users(load_config(config_file, env={}).keys_dir)  # as a stopped `up` leaves
+    result = runner.invoke(app, ["token", "revoke", "--sub", "a", "-c", str(config_file)])
+    assert result.exit_code == 1
+    assert "no region's Redis answers as the writer" in result.stderr.replace("\n", "")

@@ -422,3 +422,15 @@ def test_control_plane_and_demo_token_settings(tmp_path: Path) -> None:
     assert "max_stream_readers" in refused({"control_plane": {"max_stream_readers": 0}}).key
     assert "login_code_ttl" in refused({"control_plane": {"login_code_ttl": 0}}).key
     assert "demo_tokens" in refused({"auth": {"demo_tokens": "maybe"}}).key
+
+
+def test_token_lifetimes_and_the_revocation_interval() -> None:
+    auth = Config().auth
+    assert (auth.token_ttl, auth.max_token_ttl, auth.revocation_interval) == (3600, 86400, 1)
+    assert (
+        parse_config({"auth": {"max_token_ttl": 600, "token_ttl": 600}}).auth.max_token_ttl == 600
+    )
+    error = refused({"auth": {"max_token_ttl": 600}})  # the default token_ttl is an hour
+    assert error.key == "auth.token_ttl"
+    assert "max_token_ttl (600 s)" in error.problem
+    assert refused({"auth": {"revocation_interval": 0}}).key == "auth.revocation_interval"

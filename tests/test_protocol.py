@@ -115,10 +115,54 @@ def test_seed_heartbeat_and_bytes_like_inputs() -> None:
     assert parse(memoryview(b'{"action":"heartbeat"}')) == Heartbeat()  # type: ignore[arg-type]
 
 
-def test_unknown_keys_ignored_and_duplicate_keys_take_last() -> None:
+def test_unknown_keys_are_ignored() -> None:
     assert parse('{"action":"heartbeat","extra":[1,{"x":null}]}') == Heartbeat()
     assert parse('{"action":"getState","room":"a","since":null}') == GetState("a")
-    assert parse('{"action":"bid","room":"a","amount":1,"amount":7,"id":"q"}') == Bid("a", 7, "q")
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"action":"bid","room":"a","amount":1,"amount":7,"id":"q"}',
+        '{"action":"bid","room":"a","amount":1,"id":"q","\\u0061mount":7}',
+        '{"action":"getState","room":"a","since":{"epoch":1,"epoch":2,"offset":"1-0"}}',
+        '{"action":"heartbeat","action":"bid"}',
+        '{"action":"heartbeat","extra":[{"x":1,"x":1}]}',
+    ],
+)
+def test_a_key_named_twice_is_a_bad_request(data: str) -> None:
+    """A filter in front that keeps the first value must not read another message than the
+    server, which would keep the last: neither is kept."""
+    for raw in (data, data.encode()):
+        error = bad(raw)
+        assert error.code == ErrorCode.BAD_REQUEST
+        assert "duplicate key" in error.message
+
+
+def test_a_server_message_with_a_key_named_twice_is_refused() -> None:
+    ack = encode_ack(request_id="q", accepted=False, position=Position(1, "1-0"), region="r")
+    with pytest.raises(ProtocolError, match="duplicate key"):
+        parse_server_message(ack[:-1] + ',"accepted":true}')
+
+
+@FUZZ
+@given(
+    st.sampled_from(
+        [Heartbeat(), GetState("lot-1", Position(3, "17-2")), Bid("lot-1", 10, "req-1")]
+    ),
+    st.data(),
+)
+def test_any_client_message_with_a_repeated_key_is_a_bad_request(
+    message: ClientMessage, data: st.DataObject
+) -> None:
+    members = list(json.loads(encode_client_message(message)).items())
+    key, _ = data.draw(st.sampled_from(members))
+    value = data.draw(state_values)
+    members.insert(data.draw(st.integers(0, len(members))), (key, value))
+    text = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(v)}" for k, v in members) + "}"
+    error = bad(text, max_size=10**6)
+    assert error.code == ErrorCode.BAD_REQUEST
+    assert error.message == f"message is not valid: duplicate key {key!r}"
 
 
 def test_oversize_is_message_too_big() -> None:
@@ -380,6 +424,12 @@ def test_encoders_golden() -> None:
         '{"type":"ack","id":"b1","accepted":true,'
         '"position":{"epoch":2,"offset":"1700000000000-3"},"region":"us-west-2"}'
     )
+    assert encode_ack(
+        request_id="b1", room="lot-1", accepted=True, position=POS, region="us-west-2"
+    ) == (
+        '{"type":"ack","id":"b1","room":"lot-1","accepted":true,'
+        '"position":{"epoch":2,"offset":"1700000000000-3"},"region":"us-west-2"}'
+    )
     assert json.loads(
         encode_ack(request_id="b1", accepted=False, reason="too_low", position=POS, region="r")
     ) == {
@@ -482,7 +532,15 @@ updates = st.builds(Update, names, state_values, positions, names)
 server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
     st.just(Pong()),
     updates,
-    st.builds(Ack, request_ids, st.booleans(), positions, names, st.none() | st.text(max_size=20)),
+    st.builds(
+        Ack,
+        request_ids,
+        st.booleans(),
+        positions,
+        names,
+        st.none() | st.text(max_size=20),
+        st.none() | names,
+    ),
     st.builds(
         StateMsg,
         names,
@@ -586,6 +644,11 @@ def test_server_messages_tolerate_extra_keys_and_null_optionals() -> None:
     assert parse_server_message(dumps({**ACK, "reason": None, "new": 1})) == Ack(
         "b1", True, Position(1, "1-0"), "g"
     )
+    # `room` is optional (servers before it did not send one), and checked when present.
+    assert parse_server_message(dumps({**ACK, "room": "lot-1"})) == Ack(
+        "b1", True, Position(1, "1-0"), "g", room="lot-1"
+    )
+    assert "'room'" in server_bad(dumps({**ACK, "room": "a b"})).message
     assert parse_server_message(dumps({**ERROR, "id": None})) == ErrorMsg("internal", "boom")
     message = parse_server_message(dumps(STATE))
     assert isinstance(message, StateMsg)

@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import os
+import re
 import signal
 import sys
 import time
 from collections.abc import Coroutine
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -26,7 +29,11 @@ from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import ClusterError, LocalCluster
 from rideout.config import PROFILES, Config, ConfigError, config_to_dict, dump_toml, load_config
+from rideout.errors import RideoutError
 from rideout.store.embedded import EmbeddedRedisError
+
+if TYPE_CHECKING:
+    from rideout.auth.revocation import Revocation
 
 __all__ = ["app", "main"]
 
@@ -44,7 +51,8 @@ chaos_app = typer.Typer(
 )
 app.add_typer(chaos_app, name="chaos")
 token_app = typer.Typer(
-    help="Mint access tokens with the deployment's signing key.", no_args_is_help=True
+    help="Mint and revoke access tokens with the deployment's signing key.",
+    no_args_is_help=True,
 )
 app.add_typer(token_app, name="token")
 dashboard_app = typer.Typer(help="The operations dashboard.", no_args_is_help=True)
@@ -440,7 +448,10 @@ def token_issue(
     sub: Annotated[str, typer.Option(help="The user the token is for (its `sub` claim).")],
     ttl: Annotated[
         float | None,
-        typer.Option(help="Seconds the token is valid (default: auth.token_ttl).", min=1),
+        typer.Option(
+            help="Seconds the token is valid (default: auth.token_ttl; at most auth.max_token_ttl).",
+            min=1,
+        ),
     ] = None,
     config_path: ConfigOption = None,
 ) -> None:
@@ -456,7 +467,10 @@ def token_issue(
         key = SigningKey.load_or_create(config.keys_dir)
     except KeyFileError as exc:
         _fail(str(exc))
-    issuer = TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl)
+    auth = config.auth
+    issuer = TokenIssuer(
+        key, auth.issuer, auth.audience, auth.token_ttl, max_ttl=auth.max_token_ttl
+    )
     try:
         token = issuer.issue(sub, ttl=ttl)
     except ValueError as exc:
@@ -482,6 +496,150 @@ def dashboard_login(config_path: ConfigOption = None) -> None:
     except LoginLinkError as exc:
         _fail(str(exc))
     sys.stdout.write(link + "\n")
+
+
+_DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhd]?)")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _parse_until(text: str, now: float) -> float:
+    """``--until``: a duration from now (``90``, ``15m``, ``2h``, ``7d``) or an ISO 8601
+    time with a zone (``2026-12-01T18:00:00Z``)."""
+    duration = _DURATION.fullmatch(text.strip())
+    if duration:
+        return now + float(duration[1]) * _UNITS[duration[2]]
+    try:
+        when = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise typer.BadParameter(
+            f"{text!r} is neither a duration (90, 15m, 2h, 7d) nor an ISO 8601 time"
+        ) from None
+    if when.tzinfo is None:
+        raise typer.BadParameter(f"{text!r} has no time zone: add Z or an offset like +01:00")
+    return when.timestamp()
+
+
+def _utc(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+@token_app.command("revoke")
+def token_revoke(
+    sub: Annotated[
+        str | None, typer.Option(help="Revoke every token of this user issued until now.")
+    ] = None,
+    jti: Annotated[str | None, typer.Option(help="Revoke the one token with this `jti`.")] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            help="With --sub: refuse the user's tokens issued before this time (a lock-out "
+            "until then). With --jti: refuse the token until then (default: until it has "
+            "expired). A duration from now (15m, 2h, 7d) or an ISO 8601 time with a zone."
+        ),
+    ] = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """Revoke access tokens in every region: open connections close with 1008, new
+    handshakes get 403 token_revoked, within about auth.revocation_interval.
+
+    Recorded in the writer region's Redis (replicated to the other region) and kept
+    until every token it refuses has expired. Needs the deployment's signing key on
+    disk (DATA_DIR/keys/), as `rideout token issue` does.
+    """
+    from rideout.auth import KEY_FILENAME, SigningKey
+    from rideout.auth.revocation import revoke_subject, revoke_token
+
+    if (sub is None) == (jti is None):
+        _fail("give exactly one of --sub NAME and --jti ID", 2)
+    config = _load(config_path)
+    key_file = config.keys_dir / KEY_FILENAME
+    try:
+        SigningKey.from_pem(key_file.read_bytes())  # proof of access to the deployment
+    except (OSError, ValueError) as exc:
+        _fail(f"cannot use the deployment's signing key {key_file}: {exc}", 2)
+    auth, now = config.auth, time.time()
+    try:
+        limit = None if until is None else _parse_until(until, now)
+        build = revoke_subject if sub is not None else revoke_token
+        revocation = build(
+            sub or jti or "", now=now, max_ttl=auth.max_token_ttl, leeway=auth.leeway, until=limit
+        )
+    except (typer.BadParameter, ValueError) as exc:
+        _fail(f"cannot revoke: {exc}", 2)
+    try:
+        region, epoch, replicas = asyncio.run(_record_revocation(config, revocation))
+    except _NoWriter as exc:
+        _fail(str(exc))
+    what = (
+        f"tokens of {revocation.value!r} issued before {_utc(revocation.until)}"
+        if revocation.kind == "sub"
+        else f"the token {revocation.value!r} until {_utc(revocation.until)}"
+    )
+    console.print(
+        f"revoked {what}; recorded in {region} (writer, epoch {epoch}), kept until "
+        f"{_utc(revocation.expires)}; app servers apply it within "
+        f"{auth.revocation_interval:g} s"
+    )
+    if replicas < 1:
+        err.print(
+            Text(
+                "warning: the other region's replica has not confirmed it yet: a failover "
+                "right now could lose it (run the command again to be sure)",
+                style="yellow",
+            )
+        )
+
+
+class _NoWriter(RideoutError):
+    """No region's Redis could take the revocation."""
+
+
+async def _record_revocation(config: Config, revocation: Revocation) -> tuple[str, int, int]:
+    """Record `revocation` on the writer: of the regions' Redis that answer as a master,
+    the one with the highest epoch. (region, epoch, replicas that have it)."""
+    from rideout.store.acl import RedisRole, credentials_for
+    from rideout.store.auction import StoreError
+    from rideout.store.client import state_client
+    from rideout.store.replication import read_epoch, replication_status
+    from rideout.store.revocations import RevocationStore
+
+    try:  # an operator's change: the controller's Redis user records it
+        controller = credentials_for(config, RedisRole.CONTROLLER)
+    except StoreError as exc:
+        raise _NoWriter(f"cannot record the revocation: {exc}") from exc
+    clients = {
+        r.name: state_client(r.redis.address, r.redis.port, credentials=controller)
+        for r in config.regions
+    }
+    try:
+        candidates = []
+        for name, client in clients.items():
+            status = await replication_status(client)
+            if status.reachable and status.role == "master":
+                candidates.append((await read_epoch(client) or 0, name))
+        if not candidates:
+            raise _NoWriter(
+                "no region's Redis answers as the writer: is the deployment running? "
+                f"(tried {', '.join(f'{r.name} {r.redis.address}:{r.redis.port}' for r in config.regions)})"
+            )
+        epoch, region = max(candidates)
+        client = clients[region]
+        record = revocation.record()
+        try:
+            await RevocationStore(client, region).record(
+                revocation.field,
+                until_ms=record["until"],
+                expires_ms=record["expires"],
+                at_ms=record["at"],
+                now_ms=math.floor(revocation.at * 1000),
+            )
+            replicas = int(await client.wait(1, 2000))
+        except StoreError as exc:
+            raise _NoWriter(f"cannot record the revocation: {exc}") from exc
+        return region, epoch, replicas
+    finally:
+        for client in clients.values():
+            await client.aclose()
 
 
 # --------------------------------------------------------------------------- servers

@@ -161,7 +161,13 @@ class AuthConfig:
     issuer: str = "https://auth.rideout.test"
     audience: str = "rideout"
     token_ttl: float = 3600.0
+    # The longest lifetime (exp - iat) issued or accepted: a stolen token, and a
+    # revocation's record, live at most this long.
+    max_token_ttl: float = 86400.0
     leeway: float = field(default=5.0, metadata={"zero_ok": True})  # clock skew tolerated
+    # How often each app server reads the revocation list (seconds): a revoked token's
+    # connections close, and its handshakes are refused, within about this long.
+    revocation_interval: float = 1.0
     # Browser origins allowed to open a WebSocket. Empty: the deployment's own origins
     # (every zone, the app domain, the control plane). Clients that send no Origin
     # header (non-browser clients) are always allowed: Origin protects browsers only.
@@ -552,6 +558,10 @@ def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
 def _parse_auth(t: _Reader, mode: str) -> AuthConfig:
     # Demo tokens are for `rideout up`'s local demo: on by default there only.
     auth = AuthConfig(**_scalars(t, AuthConfig(demo_tokens=mode == "local")))
+    if auth.token_ttl > auth.max_token_ttl:
+        raise ConfigError(
+            t.key("token_ttl"), f"must be at most max_token_ttl ({auth.max_token_ttl:g} s)"
+        )
     for origin in auth.allowed_origins:
         if not re.fullmatch(r"https?://[^/\s]+", origin) and origin != "*":
             raise ConfigError(

@@ -7,7 +7,9 @@ into text: it owns no socket, no clock and no state, so the server, the Python
 client and the canary share one definition of the wire format.
 
 Parsing never raises anything but :class:`ProtocolError`, whatever the input.
-Unknown keys in an object are ignored so that either side may add fields.
+Unknown keys in an object are ignored so that either side may add fields; a key named
+twice in one object is refused (``bad_request``), so that nothing in front of the
+server can read a message differently from it.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Any, Final, TypeAlias, TypeGuard
 
+from rideout import _json as strict_json
+from rideout._json import StrictJSONError
 from rideout.errors import RideoutError
 
 __all__ = [
@@ -83,7 +87,6 @@ MAX_RETRY_HINT: Final = 3600.0
 """Largest retry hint, in seconds, that :func:`overloaded_reason` writes."""
 
 _MAX_OFFSET_PART: Final = 2**64 - 1  # each half of a Redis stream entry id is a u64
-_MAX_INT_LITERAL: Final = 32  # characters of an integer literal accepted from the wire
 
 _NAME_RE: Final = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_NAME_LENGTH}}}")
 _OFFSET_RE: Final = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
@@ -225,13 +228,18 @@ class StateMsg:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """``{type:"ack", id, accepted, reason?, position, region}``: the reply to a bid."""
+    """``{type:"ack", id, room, accepted, reason?, position, region}``: the reply to a bid.
+
+    A bid is identified by its room and ``id`` together (the same id in another room is
+    another bid). ``room`` is None only from a server older than the field.
+    """
 
     id: str
     accepted: bool
     position: Position
     region: str
     reason: str | None = None
+    room: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -348,23 +356,6 @@ def _position(value: object, key: str) -> Position:
 # ---------------------------------------------------------------------------- parsing
 
 
-def _refuse_constant(name: str) -> Any:
-    raise _Invalid(f"{name} is not a JSON number")
-
-
-def _parse_int(literal: str) -> int:
-    if len(literal) > _MAX_INT_LITERAL:
-        raise _Invalid("number too large")
-    return int(literal)
-
-
-def _parse_float(literal: str) -> float:
-    value = float(literal)
-    if not math.isfinite(value):
-        raise _Invalid("number too large")
-    return value
-
-
 def _text(data: object, max_size: int | None) -> str:
     """Check the size of ``data`` (in UTF-8 bytes) and return it as text."""
     if isinstance(data, str):
@@ -385,17 +376,12 @@ def _text(data: object, max_size: int | None) -> str:
     raise ProtocolError(ErrorCode.BAD_REQUEST, "message must be text")
 
 
-# One decoder for every message (json.loads with hooks would build one per call).
-_STRICT_JSON = json.JSONDecoder(
-    parse_constant=_refuse_constant, parse_int=_parse_int, parse_float=_parse_float
-)
-
-
 def _load_object(text: str, what: str) -> dict[str, Any]:
-    """Decode strict JSON (no NaN/Infinity, bounded numbers) that must be an object."""
+    """Decode strict JSON (:mod:`rideout._json`: no duplicate keys, no NaN/Infinity,
+    bounded numbers) that must be an object."""
     try:
-        value = _STRICT_JSON.decode(text)
-    except _Invalid as exc:
+        value = strict_json.decode(text)
+    except StrictJSONError as exc:
         raise ProtocolError(ErrorCode.BAD_REQUEST, f"message is not valid: {exc}") from None
     except json.JSONDecodeError as exc:
         raise ProtocolError(
@@ -482,6 +468,7 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             position=_position(_require(obj, "position"), "position"),
             region=_name(obj, "region"),
             reason=None if reason is None else _str(obj, "reason"),
+            room=None if obj.get("room") is None else _name(obj, "room"),
         )
     if kind == "state":
         missed = _require(obj, "missed")
@@ -565,9 +552,13 @@ def encode_ack(
     position: Position,
     region: str,
     reason: str | None = None,
+    room: str | None = None,
 ) -> str:
-    """Encode the reply to a bid; ``reason`` is omitted when None."""
-    obj: dict[str, object] = {"type": "ack", "id": request_id, "accepted": accepted}
+    """Encode the reply to a bid; ``reason`` and ``room`` are omitted when None."""
+    obj: dict[str, object] = {"type": "ack", "id": request_id}
+    if room is not None:
+        obj["room"] = room
+    obj["accepted"] = accepted
     if reason is not None:
         obj["reason"] = reason
     obj["position"] = _position_json(position)
@@ -603,6 +594,7 @@ def encode_server_message(message: ServerMessage) -> str:
             position=message.position,
             region=message.region,
             reason=message.reason,
+            room=message.room,
         )
     if isinstance(message, StateMsg):
         return encode_state(

@@ -4,6 +4,7 @@ import pytest
 
 from rideout.auth import (
     BEARER_SUBPROTOCOL,
+    MAX_TOKEN_LENGTH,
     AuthError,
     BearerToken,
     TokenIssuer,
@@ -159,3 +160,29 @@ def test_extracted_token_verifies(issuer: TokenIssuer, verifier: TokenVerifier) 
     ):
         found = extract_token(query, headers)
         assert verifier.verify(found.token).sub == "user-7"
+
+
+# --------------------------------------------------------------------------- length
+
+
+@pytest.mark.parametrize(
+    ("query", "headers"),
+    [
+        (b"token=" + b"a" * (MAX_TOKEN_LENGTH + 1), []),
+        (b"", [(b"authorization", b"Bearer " + b"a" * (MAX_TOKEN_LENGTH + 1))]),
+        (b"", [(b"sec-websocket-protocol", b"bearer, " + b"a" * (MAX_TOKEN_LENGTH + 1))]),
+    ],
+    ids=["query", "authorization", "subprotocol"],
+)
+def test_a_token_over_the_maximum_length_is_refused_wherever_it_is(
+    query: bytes, headers: Headers
+) -> None:
+    error = missing(query, headers)
+    assert (error.status, error.reason) == (401, "token_too_long")
+    assert str(MAX_TOKEN_LENGTH) in error.message
+    assert "a" * 64 not in error.message
+
+
+def test_a_token_of_the_maximum_length_is_extracted() -> None:
+    token = "a" * MAX_TOKEN_LENGTH
+    assert extract_token(b"token=" + token.encode(), []) == BearerToken(token, None)

@@ -20,21 +20,14 @@ from rideout.auth.request_signing import (
     canonical_request,
 )
 from rideout.errors import InvalidArgument, RideoutError
+from tests.conftest import FakeClock
 
 EAST, WEST = b"e" * 43, b"w" * 43
 NOW = 1_800_000_000.0
 PATH = "/v1/metrics"
 
 
-class Clock:
-    def __init__(self, now: float = NOW) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def verifier(clock: Clock, **kw: object) -> RequestVerifier:
+def verifier(clock: FakeClock, **kw: object) -> RequestVerifier:
     return RequestVerifier({"us-east-1": [EAST], "us-west-2": [WEST]}, clock=clock, **kw)  # type: ignore[arg-type]
 
 
@@ -54,7 +47,7 @@ def reason(check: RequestVerifier, headers: dict[str, str], body: bytes, **kw: s
 
 @given(st.binary(max_size=2048))
 def test_a_signed_body_verifies_once(body: bytes) -> None:
-    check = verifier(Clock())
+    check = verifier(FakeClock(NOW))
     headers = signed(body)
     assert check.verify("POST", PATH, headers, body) == "us-east-1"
     assert reason(check, headers, body) == "replayed"
@@ -64,7 +57,7 @@ def test_a_signed_body_verifies_once(body: bytes) -> None:
 def test_any_other_body_is_refused(signed_body: bytes, sent_body: bytes) -> None:
     if signed_body == sent_body:
         sent_body += b" "
-    assert reason(verifier(Clock()), signed(signed_body), sent_body) == "bad_signature"
+    assert reason(verifier(FakeClock(NOW)), signed(signed_body), sent_body) == "bad_signature"
 
 
 HEADER_VALUES = {
@@ -79,14 +72,14 @@ HEADER_VALUES = {
 def test_any_changed_header_is_refused(data: st.DataObject, name: str, body: bytes) -> None:
     headers = signed(body)
     value = data.draw(HEADER_VALUES[name].filter(lambda v: v != headers[name]))
-    got = reason(verifier(Clock()), {**headers, name: value}, body)
+    got = reason(verifier(FakeClock(NOW)), {**headers, name: value}, body)
     assert got in {"bad_signature", "unknown_region"}
 
 
 @given(st.sampled_from(sorted(HEADER_VALUES)), st.text(max_size=80))
 def test_garbled_or_missing_headers_are_refused(name: str, value: str) -> None:
     headers = signed(b"{}")
-    check = verifier(Clock())
+    check = verifier(FakeClock(NOW))
     missing = {k: v for k, v in headers.items() if k != name}
     assert reason(check, missing, b"{}") == "missing"
     if value != headers[name]:
@@ -96,7 +89,7 @@ def test_garbled_or_missing_headers_are_refused(name: str, value: str) -> None:
 
 
 def test_method_path_and_region_are_signed() -> None:
-    check = verifier(Clock())
+    check = verifier(FakeClock(NOW))
     headers = signed(b"{}")
     assert reason(check, headers, b"{}", method="PUT") == "bad_signature"
     assert reason(check, headers, b"{}", path="/v1/other") == "bad_signature"
@@ -109,7 +102,7 @@ def test_method_path_and_region_are_signed() -> None:
 
 
 def test_the_clock_skew_window_and_replays_within_it() -> None:
-    clock = Clock()
+    clock = FakeClock(NOW)
     check = verifier(clock, max_skew=30.0)
     at_edge = signed(b"a", at=NOW - 30)
     assert check.verify("POST", PATH, at_edge, b"a") == "us-east-1"
@@ -126,7 +119,7 @@ def test_the_clock_skew_window_and_replays_within_it() -> None:
 
 
 def test_headers_are_read_case_insensitively_and_the_previous_key_still_works() -> None:
-    clock = Clock()
+    clock = FakeClock(NOW)
     check = RequestVerifier({"us-east-1": [EAST, b"p" * 43]}, clock=clock)
     lower = {k.lower(): v for k, v in signed(b"x").items()}
     assert check.verify("POST", PATH, lower, b"x") == "us-east-1"
@@ -134,7 +127,7 @@ def test_headers_are_read_case_insensitively_and_the_previous_key_still_works() 
 
 
 def test_the_replay_memory_is_bounded() -> None:
-    clock = Clock()
+    clock = FakeClock(NOW)
     check = verifier(clock, max_remembered=2)
     check.verify("POST", PATH, signed(b"1"), b"1")
     check.verify("POST", PATH, signed(b"2"), b"2")

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rideout.auth import (
+    DEFAULT_MAX_TOKEN_TTL,
     MAX_TOKEN_LENGTH,
     AuthError,
     Claims,
@@ -263,7 +264,7 @@ def test_malformed_claims_are_rejected(
         b"not json",
         b"\xff\xfe",
         b"",
-        b"[" * 2000 + b"]" * 2000,
+        b"[" * 1400 + b"]" * 1400,  # deeper than the recursion limit, under 4 KiB
     ],
     ids=["nan", "infinity", "duplicate", "array", "string", "not-json", "binary", "empty", "deep"],
 )
@@ -432,8 +433,47 @@ def test_oversized_tokens_are_rejected_before_parsing(
     padding = "x" * MAX_TOKEN_LENGTH
     genuine = signing_key.encode(forge.claims(padding=padding))  # validly signed, just too big
     assert len(genuine) > MAX_TOKEN_LENGTH
-    assert_rejected(verifier, genuine, 401, "malformed")
+    assert_rejected(verifier, genuine, 401, "token_too_long")
     assert "longer than" in rejected(verifier, "a" * (MAX_TOKEN_LENGTH + 1)).message
+
+
+# --------------------------------------------------------------------------- lifetime
+
+
+def test_a_token_living_longer_than_the_maximum_is_refused(
+    forge: Forge, signing_key: SigningKey, clock: FakeClock
+) -> None:
+    verifier = TokenVerifier(JWKSet(signing_key.jwks()), ISSUER, AUDIENCE, clock=clock, max_ttl=600)
+    now = int(clock.now)
+    assert verifier.verify(forge.sign(forge.claims(exp=now + 600))).exp == now + 600
+    too_long = forge.sign(forge.claims(exp=now + 601))
+    assert_rejected(verifier, too_long, 401, "lifetime_too_long")
+    assert "600 s" in rejected(verifier, too_long).message
+    # Measured from iat, not from now: an old token with a far exp is just as long-lived.
+    assert_rejected(
+        verifier, forge.sign(forge.claims(iat=now - 3000, nbf=now - 3000, exp=now + 60)), 401,
+        "lifetime_too_long",
+    )  # fmt: skip
+
+
+def test_the_default_maximum_lifetime_is_a_day(forge: Forge, verifier: TokenVerifier) -> None:
+    now = int(forge.clock.now)
+    assert verifier.max_ttl == DEFAULT_MAX_TOKEN_TTL == 86400
+    assert verifier.verify(forge.sign(forge.claims(exp=now + 86400))).exp == now + 86400
+    assert_rejected(verifier, forge.sign(forge.claims(exp=now + 86401)), 401, "lifetime_too_long")
+
+
+def test_the_issuer_refuses_a_lifetime_over_its_maximum(signing_key: SigningKey) -> None:
+    issuer = TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=60, max_ttl=600)
+    issuer.issue("u", ttl=600)
+    for ttl in (600.5, 601, 10**9):
+        with pytest.raises(ValueError, match="longer than the longest token lifetime"):
+            issuer.issue("u", ttl=ttl)
+    with pytest.raises(ValueError, match="longer than the longest token lifetime"):
+        TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=601, max_ttl=600)
+    with pytest.raises(ValueError, match="max_ttl"):
+        TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=60, max_ttl=0)
+    assert TokenIssuer(signing_key, ISSUER, AUDIENCE, ttl=60).max_ttl == DEFAULT_MAX_TOKEN_TTL
 
 
 @pytest.mark.parametrize(
@@ -445,7 +485,7 @@ def test_oversized_tokens_are_rejected_before_parsing(
         b64(b"\xff\xfe\xfa"),
         b64(b'{"alg":"EdDSA","alg":"none"}'),
         b64(b'{"alg":NaN}'),
-        b64(b"[" * 2000 + b"]" * 2000),
+        b64(b"[" * 1400 + b"]" * 1400),  # deeper than the recursion limit, under 4 KiB
         b64(b'{"alg":"EdDSA"}') + "=",
         b64(b'{"alg":"EdDSA"}')[:-1] + "!",
         "a",

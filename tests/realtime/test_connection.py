@@ -81,6 +81,66 @@ async def test_token_attacks(deployment: Deployment) -> None:
         assert token not in body["message"]
 
 
+async def raw_handshake(
+    url: str, target: str, headers: dict[str, str], timeout: float = 5.0
+) -> tuple[int, dict[str, Any]]:
+    """Send an upgrade request byte for byte; the status and JSON body of the answer.
+
+    Fails (rather than hanging) when no complete answer arrives within `timeout`."""
+    host, port = url.removeprefix("ws://").split(":")
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        lines = [f"GET {target} HTTP/1.1", f"Host: {host}:{port}", "Upgrade: websocket",
+                 "Connection: Upgrade", "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==",
+                 "Sec-WebSocket-Version: 13", *(f"{k}: {v}" for k, v in headers.items())]  # fmt: skip
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        async with asyncio.timeout(timeout):
+            head = await reader.readuntil(b"\r\n\r\n")
+            status = int(head.split(b" ", 2)[1])
+            length = next(
+                int(line.split(b":", 1)[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            body = await reader.readexactly(length)
+    except TimeoutError:
+        pytest.fail(f"no answer to an upgrade request within {timeout:g} s")
+    finally:
+        writer.close()
+    return status, json.loads(body)
+
+
+@pytest.mark.parametrize("where", ["query", "authorization", "subprotocol"])
+async def test_a_token_over_the_maximum_length_gets_a_prompt_401(
+    deployment: Deployment, where: str
+) -> None:
+    token = "a" * 5000  # over MAX_TOKEN_LENGTH (4096), under the HTTP layer's 8 KiB lines
+    target, headers = {
+        "query": (f"/ws?token={token}", {}),
+        "authorization": ("/ws", {"Authorization": f"Bearer {token}"}),
+        "subprotocol": ("/ws", {"Sec-WebSocket-Protocol": f"bearer, {token}"}),
+    }[where]
+    status, body = await raw_handshake(deployment.urls["a1"], target, headers)
+    assert (status, body["error"]) == (401, "token_too_long")
+    assert "4096" in body["message"]
+
+
+# An upgrade request with a line over 8 KiB never reaches the authorizer: websockets
+# refuses it below the app, and rideout._guard writes the refusal that uvicorn dropped.
+@pytest.mark.parametrize("where", ["query", "subprotocol"])
+async def test_a_9_kib_token_gets_a_prompt_answer_with_a_json_body(
+    deployment: Deployment, where: str
+) -> None:
+    token = "a" * 9 * 1024
+    target, headers = {
+        "query": (f"/ws?token={token}", {}),
+        "subprotocol": ("/ws", {"Sec-WebSocket-Protocol": f"bearer, {token}"}),
+    }[where]
+    status, body = await raw_handshake(deployment.urls["a1"], target, headers, timeout=3.0)
+    assert status in (401, 414, 431)
+    assert body["error"]
+
+
 async def test_expired_token(make_config: Callable[..., Config]) -> None:
     config = make_config(auth={"leeway": 0.0})
     async with running_deployment(config) as d:
@@ -176,6 +236,19 @@ async def test_a_retried_bid_is_applied_once(deployment: Deployment) -> None:
         state = await recv_type(ws, "state")
         assert state["state"]["bids"] == 1
         assert state["user"]["last_bid"] == 50
+
+
+async def test_an_id_is_per_room_and_the_ack_names_its_room(deployment: Deployment) -> None:
+    async with deployment.connect("a1", "alice") as ws:
+        await send(ws, action="bid", room="lot-3a", amount=50, id="same")
+        first = await recv_type(ws, "ack")
+        await send(ws, action="bid", room="lot-3b", amount=70, id="same")
+        second = await recv_type(ws, "ack")
+        assert (first["room"], first["accepted"]) == ("lot-3a", True)
+        assert (second["room"], second["accepted"]) == ("lot-3b", True)
+        assert second["position"] != first["position"]
+        await send(ws, action="getState", room="lot-3b")
+        assert (await recv_type(ws, "state"))["state"]["bid"] == 70
 
 
 async def test_bids_are_refused_in_the_region_that_is_not_the_writer(

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import rideout
+from rideout.auth.revocation import RevocationList
 from rideout.protocol import CloseCode
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer, drain
@@ -31,7 +32,7 @@ def zone_server(config: Any = None) -> ZoneServer:
     return ZoneServer(
         config=config, region=none, zone=none, redis=none, store=none, hub=none, epoch=none,
         verifier=none, issuer=none, jwks={}, admin_token="", metrics=AppMetrics("r", "z"),
-        started_at=0.0, origins=frozenset(),
+        started_at=0.0, origins=frozenset(), revocations=RevocationList(),
     )  # fmt: skip
 
 

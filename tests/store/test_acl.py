@@ -252,7 +252,7 @@ async def test_no_rideout_user_may_touch_the_servers_configuration(
         (RedisRole.REPLICATION, ("GET", keys.EPOCH)),
         (RedisRole.REPLICATION, ("SET", keys.EPOCH, "999")),
         (RedisRole.CONTROLLER, ("HSET", keys.room_state("lot-1"), "bid", "999")),
-        (RedisRole.CONTROLLER, ("EVALSHA", "0" * 40, "0")),
+        (RedisRole.CONTROLLER, ("SCRIPT", "FLUSH")),
     ],
     ids=lambda v: v.value if isinstance(v, RedisRole) else " ".join(map(str, v[:1])),
 )
@@ -506,15 +506,22 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         keys.room_state("a:b{c}*?[x]"),
         keys.room_stream("lot-1"),
         keys.user_session("alice"),
-        keys.bid_ack("alice", "r*1"),
+        keys.bid_ack("alice", "lot*1", "r*1"),
+        keys.legacy_bid_ack("alice", "r*1"),
         keys.idempotency("rest", "k", "bob"),
         keys.idempotency("rest", "k"),
+        keys.demo_name_claim("carol"),
+        keys.REVOCATIONS,
+        keys.REVOCATIONS_VERSION,
     ]
     for name in names:
         assert any(fnmatch.fnmatchcase(name, pattern) for pattern in app), name
     # Every key function of store.keys is listed above (a new family needs a pattern).
     functions = {n for n in keys.__all__ if n.islower()}
-    assert functions == {"bid_ack", "idempotency", "room_state", "room_stream", "user_session"}
+    assert functions == {
+        "bid_ack", "demo_name_claim", "idempotency", "legacy_bid_ack", "room_state",
+        "room_stream", "user_session",
+    }  # fmt: skip
 
 
 def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:

@@ -215,11 +215,8 @@ async def test_a_duplicate_request_id_returns_the_same_ack_and_changes_nothing(
     store, room = pair.store(), fresh()
     first = await store.bid(room, "alice", 10, "same", epoch=1)
     again = await store.bid(room, "alice", 50, "same", epoch=1)  # another amount, same id
-    other_room = await store.bid(fresh(), "alice", 70, "same", epoch=1)
-    assert (
-        again
-        == other_room
-        == BidResult(first.accepted, first.reason, first.position, first.state, duplicate=True)
+    assert again == BidResult(
+        first.accepted, first.reason, first.position, first.state, duplicate=True
     )
     view = await store.get_state(room, "alice")
     assert (view.state["bid"], view.state["bids"]) == (10, 1)
@@ -235,15 +232,56 @@ async def test_a_duplicate_request_id_returns_the_same_ack_and_changes_nothing(
     assert retried.reason == Reason.TOO_LOW
     assert (await store.get_state(room, "carol")).state["bid"] == 11
 
-    ttl = await pair.admin.pttl(keys.bid_ack("alice", "same"))
+    ttl = await pair.admin.pttl(keys.bid_ack("alice", room, "same"))
     assert 86_000_000 < ttl <= 86_400_000
+
+
+async def test_a_request_id_is_scoped_to_its_room(pair: Pair) -> None:
+    """The same id in another room is another bid: it is placed, not answered with the
+    first room's decision (which would acknowledge a bid that never happened)."""
+    store, room, other = pair.store(), fresh(), fresh()
+    first = await store.bid(room, "alice", 10, "same", epoch=1)
+    elsewhere = await store.bid(other, "alice", 70, "same", epoch=1)
+    assert first.accepted
+    assert elsewhere.accepted
+    assert not elsewhere.duplicate
+    assert elsewhere.position != first.position
+    assert (await store.get_state(other, "alice")).state["bid"] == 70
+    assert (await store.get_state(room, "alice")).state["bid"] == 10
+    # Each is still idempotent in its own room.
+    assert (await store.bid(other, "alice", 99, "same", epoch=1)).position == elsewhere.position
+    assert (await store.bid(room, "alice", 99, "same", epoch=1)).position == first.position
+
+
+async def test_an_ack_stored_before_room_scoping_still_answers_its_room_only(
+    pair: Pair,
+) -> None:
+    """An upgrade keeps exactly-once for bids decided before it: the legacy per-user
+    record is honoured for the room it names and ignored for any other."""
+    store, room, other = pair.store(), fresh(), fresh()
+    placed = await store.bid(room, "alice", 10, "old", epoch=1)
+    # Move the record to where a server before room scoping kept it.
+    record = await pair.admin.get(keys.bid_ack("alice", room, "old"))
+    await pair.admin.delete(keys.bid_ack("alice", room, "old"))
+    await pair.admin.set(keys.legacy_bid_ack("alice", "old"), record, px=60_000)
+
+    retried = await store.bid(room, "alice", 10, "old", epoch=1)
+    assert retried.duplicate
+    assert retried.position == placed.position
+    assert (await store.get_state(room, "alice")).state["bids"] == 1
+    assert await pair.admin.pttl(keys.legacy_bid_ack("alice", "old")) > 60_000  # refreshed
+
+    elsewhere = await store.bid(other, "alice", 20, "old", epoch=1)
+    assert elsewhere.accepted
+    assert not elsewhere.duplicate
+    assert await pair.admin.exists(keys.bid_ack("alice", room, "old")) == 0  # never rewritten
 
 
 async def test_the_ack_expires_after_ack_ttl(pair: Pair) -> None:
     store, room = pair.store(ack_ttl=0.05), fresh()
     await store.bid(room, "alice", 10, "r", epoch=1)
     await asyncio.sleep(0.1)  # Redis's own clock expires the key: time has to pass
-    assert await pair.admin.exists(keys.bid_ack("alice", "r")) == 0
+    assert await pair.admin.exists(keys.bid_ack("alice", room, "r")) == 0
 
 
 async def test_concurrent_bids_keep_the_room_consistent(pair: Pair) -> None:
@@ -304,7 +342,7 @@ async def test_a_stale_epoch_is_fenced_and_changes_nothing(pair: Pair) -> None:
     )
     assert refused.position == Position(2, first.position.offset)  # the writer's epoch
     assert refused.state == first.state
-    assert await pair.admin.exists(keys.bid_ack("bob", "r2")) == 0  # not stored
+    assert await pair.admin.exists(keys.bid_ack("bob", room, "r2")) == 0  # not stored
     assert len(await stream_states(pair.writer, room)) == 1
     assert (await store.get_state(room, "bob")).session == {}
 
@@ -686,7 +724,7 @@ async def test_sequential_bids_match_a_model(pair: Pair, bids: list[tuple[int, s
     decided: dict[tuple[str, str], BidResult] = {}
     accepted: list[int] = []
     for amount, request_id, name in bids:
-        sub = f"{room}-{name}"  # acks are per user: keep examples apart
+        sub = f"{room}-{name}"  # keep examples apart
         result = await store.bid(room, sub, amount, request_id, epoch=1)
         key = (sub, request_id)
         if key in decided:

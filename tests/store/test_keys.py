@@ -25,19 +25,20 @@ def test_the_fixed_names() -> None:
     assert keys.room_state("lot-1") == "rideout:room:{lot-1}:state"
     assert keys.room_stream("lot-1") == "rideout:room:{lot-1}:stream"
     assert keys.user_session("alice") == "rideout:user:{alice}:session"
-    assert keys.bid_ack("alice", "r1") == "rideout:user:{alice}:bid:r1"
+    assert keys.bid_ack("alice", "lot-1", "r1") == "rideout:user:{alice}:room:lot-1:bid:r1"
+    assert keys.legacy_bid_ack("alice", "r1") == "rideout:user:{alice}:bid:r1"
     assert keys.idempotency("rest", "k1") == "rideout:idem:rest:-:k1"
     assert keys.idempotency("rest", "k1", "alice") == "rideout:idem:rest:u=alice:k1"
 
 
 def test_a_room_and_a_user_keep_their_keys_in_one_slot() -> None:
     assert hash_tag(keys.room_state("lot")) == hash_tag(keys.room_stream("lot")) == "lot"
-    assert hash_tag(keys.user_session("bob")) == hash_tag(keys.bid_ack("bob", "x")) == "bob"
+    assert hash_tag(keys.user_session("bob")) == hash_tag(keys.bid_ack("bob", "lot", "x")) == "bob"
 
 
 @pytest.mark.parametrize("name", ["a:b", "{x}", "a}b{c", "50%", "sp ace", "é", "/", ""])
 def test_separators_and_braces_are_escaped(name: str) -> None:
-    for key in (keys.room_state(name), keys.user_session(name), keys.bid_ack(name, name)):
+    for key in (keys.room_state(name), keys.user_session(name), keys.bid_ack(name, name, name)):
         assert key.count("{") == key.count("}") == 1
         assert not set(hash_tag(key)) & set(":{} /")
         assert unquote(hash_tag(key)) == name
@@ -47,10 +48,11 @@ def test_separators_and_braces_are_escaped(name: str) -> None:
 def test_distinct_names_never_share_a_key(a: str, b: str) -> None:
     if a != b:
         assert keys.room_state(a) != keys.room_state(b)
-        assert keys.bid_ack("u", a) != keys.bid_ack("u", b)
+        assert keys.bid_ack("u", "lot", a) != keys.bid_ack("u", "lot", b)
+        assert keys.bid_ack("u", a, "r") != keys.bid_ack("u", b, "r")
         assert keys.idempotency("rest", a, a) != keys.idempotency("rest", b, b)
     # A user's key never reaches another user's space, whatever the request id.
-    assert keys.bid_ack(a, b).startswith(keys.user_session(a).removesuffix("session"))
+    assert keys.bid_ack(a, b, b).startswith(keys.user_session(a).removesuffix("session"))
 
 
 def test_an_anonymous_key_never_collides_with_a_user_named_dash() -> None:

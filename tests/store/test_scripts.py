@@ -45,7 +45,12 @@ async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) 
     script = client.register_script(scripts.BID)
     room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.user_session(SUB)]
     kind, ack = await script(
-        keys=[keys.EPOCH, *room_keys, keys.bid_ack(SUB, request_id)],
+        keys=[
+            keys.EPOCH,
+            *room_keys,
+            keys.bid_ack(SUB, ROOM, request_id),
+            keys.legacy_bid_ack(SUB, request_id),
+        ],
         args=[epoch, str(amount), ROOM, SUB, request_id, *LIMITS],
     )
     return kind, json.loads(ack)
@@ -73,7 +78,7 @@ async def test_a_bid_under_another_epoch_is_fenced_and_writes_nothing(
         1,
     )
     assert await client.keys("rideout:room:*") == []
-    assert await client.exists(keys.bid_ack(SUB, "r1")) == 0  # nothing was decided
+    assert await client.exists(keys.bid_ack(SUB, ROOM, "r1")) == 0  # nothing was decided
 
 
 async def test_the_first_decision_is_final(client: aioredis.Redis) -> None:

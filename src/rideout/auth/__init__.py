@@ -2,9 +2,10 @@
 
 One Ed25519 signing key shared by every region (:class:`SigningKey`), its JWKS, and
 access tokens issued by :class:`TokenIssuer` and checked by :class:`TokenVerifier`
-against a :class:`JWKSet`. Every rejection is an :class:`AuthError` carrying the HTTP
-status (401/403) and a machine-readable reason; every error of the package is a
-:class:`CredentialError`.
+against a :class:`JWKSet`, no longer than a maximum lifetime. Revoked tokens are
+described by :mod:`rideout.auth.revocation` (pure; the list lives in Redis). Every
+rejection is an :class:`AuthError` carrying the HTTP status (401/403) and a
+machine-readable reason; every error of the package is a :class:`CredentialError`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from rideout.auth.keys import (
     jwk_thumbprint,
 )
 from rideout.auth.tokens import (
+    DEFAULT_MAX_TOKEN_TTL,
     MAX_TOKEN_LENGTH,
     Claims,
     TokenIssuer,
@@ -29,6 +31,7 @@ from rideout.auth.tokens import (
 
 __all__ = [
     "BEARER_SUBPROTOCOL",
+    "DEFAULT_MAX_TOKEN_TTL",
     "KEY_FILENAME",
     "MAX_TOKEN_LENGTH",
     "REASON_STATUS",

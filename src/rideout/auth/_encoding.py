@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import re
-from typing import Any, NoReturn
+from typing import Any
+
+from rideout._json import decode_object
 
 _B64URL = re.compile(r"[A-Za-z0-9_-]*")
 
@@ -33,28 +34,10 @@ def b64url_decode(text: str) -> bytes:
     return data
 
 
-def _reject_constant(name: str) -> NoReturn:
-    raise ValueError(f"JSON constant {name} is not allowed")
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise ValueError(f"duplicate JSON member {key[:64]!r}")
-        result[key] = value
-    return result
-
-
 def strict_json_object(data: bytes | str) -> dict[str, Any]:
-    """Parse a JSON object, rejecting duplicate members, NaN/Infinity and deep nesting.
+    """Parse a JSON object (UTF-8 when bytes), rejecting duplicate members, NaN/Infinity,
+    out-of-range numbers and deep nesting (the decoder of :mod:`rideout._json`).
 
     Raises ValueError (including UnicodeDecodeError) for anything else.
     """
-    try:
-        value = json.loads(data, object_pairs_hook=_no_duplicates, parse_constant=_reject_constant)
-    except RecursionError as exc:
-        raise ValueError("JSON nested too deeply") from exc
-    if not isinstance(value, dict):
-        raise ValueError("not a JSON object")
-    return value
+    return decode_object(data)

@@ -25,6 +25,8 @@ AuthReason = Literal[
     "alg_not_allowed",
     "token_expired",
     "token_not_yet_valid",
+    "lifetime_too_long",
+    "token_too_long",
     "wrong_issuer",
     # 403: a genuine token that does not grant this access.
     "wrong_audience",

@@ -11,7 +11,9 @@ Three places are accepted, in this order of precedence:
 3. the query parameter ``token=<token>`` (simplest, but query strings end up in logs).
 
 A location that is present but empty counts as absent. Ambiguity within one location
-(two bearer ``Authorization`` headers, two different ``token=`` parameters) is an error.
+(two bearer ``Authorization`` headers, two different ``token=`` parameters) is an error,
+and so is a token longer than :data:`~rideout.auth.tokens.MAX_TOKEN_LENGTH` characters
+(``token_too_long``, before anything else looks at it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Final, NamedTuple
 from urllib.parse import parse_qsl
 
 from rideout.auth.errors import AuthError
+from rideout.auth.tokens import MAX_TOKEN_LENGTH
 
 __all__ = ["BEARER_SUBPROTOCOL", "BearerToken", "extract_token"]
 
@@ -40,7 +43,8 @@ def extract_token(query_string: bytes | str, headers: Iterable[tuple[bytes, byte
 
     ``subprotocol`` is ``"bearer"`` whenever the client used the subprotocol convention
     (even if a higher-precedence location supplied the token), else None.
-    Raises ``AuthError(401, "missing_token")`` when no location has a token and
+    Raises ``AuthError(401, "missing_token")`` when no location has a token,
+    ``AuthError(401, "token_too_long")`` for one over ``MAX_TOKEN_LENGTH`` characters and
     ``AuthError(401, "malformed")`` for an ambiguous or broken one.
     """
     authorization: list[str] = []
@@ -60,6 +64,12 @@ def extract_token(query_string: bytes | str, headers: Iterable[tuple[bytes, byte
         _from_query(query_string),
     ):
         if token:
+            if len(token) > MAX_TOKEN_LENGTH:
+                raise AuthError.of(
+                    "token_too_long",
+                    f"the access token is {len(token)} characters long; "
+                    f"at most {MAX_TOKEN_LENGTH} are accepted",
+                )
             return BearerToken(token, subprotocol)
     raise AuthError.of("missing_token", "no access token in the handshake")
 

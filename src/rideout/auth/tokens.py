@@ -26,6 +26,7 @@ from rideout.auth.keys import SUPPORTED_ALGORITHMS, JWKSet, SigningKey, Verifica
 
 __all__ = [
     "ACCESS_TOKEN_USE",
+    "DEFAULT_MAX_TOKEN_TTL",
     "MAX_SUBJECT_LENGTH",
     "MAX_TOKEN_LENGTH",
     "RESERVED_CLAIMS",
@@ -37,8 +38,14 @@ __all__ = [
 
 Clock = Callable[[], float]
 
-MAX_TOKEN_LENGTH: Final = 8192
-"""Longest token accepted (characters); longer ones are rejected before any parsing."""
+MAX_TOKEN_LENGTH: Final = 4096
+"""Longest token accepted (characters); longer ones are rejected before any parsing.
+
+Well under the 8 KiB that the HTTP layer allows for the request line (``?token=``) and
+for one header line (``Authorization``, ``Sec-WebSocket-Protocol``), so every token
+that is too long reaches the authorizer and gets its 401."""
+DEFAULT_MAX_TOKEN_TTL: Final = 86400.0
+"""The longest lifetime (``exp - iat``, seconds) issued or accepted unless configured."""
 MAX_SUBJECT_LENGTH: Final = 255
 MAX_JTI_LENGTH: Final = 255
 ACCESS_TOKEN_USE: Final = "access"
@@ -65,10 +72,11 @@ class TokenIssuer:
     """Signs access tokens with a :class:`SigningKey`.
 
     Times are whole seconds: ``iat = nbf = floor(clock())`` and
-    ``exp = iat + ceil(ttl)``.
+    ``exp = iat + ceil(ttl)``. No token lives longer than ``max_ttl`` seconds: a longer
+    ``ttl`` is refused, here and by the verifier.
     """
 
-    __slots__ = ("_clock", "_key", "audience", "issuer", "ttl")
+    __slots__ = ("_clock", "_key", "audience", "issuer", "max_ttl", "ttl")
 
     def __init__(
         self,
@@ -77,14 +85,26 @@ class TokenIssuer:
         audience: str,
         ttl: float,
         clock: Clock = time.time,
+        *,
+        max_ttl: float = DEFAULT_MAX_TOKEN_TTL,
     ) -> None:
         _require_text(issuer, "issuer")
         _require_text(audience, "audience")
         self._key = key
         self.issuer = issuer
         self.audience = audience
-        self.ttl = _check_ttl(ttl)
+        self.max_ttl = _check_ttl(max_ttl, "max_ttl")
+        self.ttl = self._lifetime(ttl)
         self._clock = clock
+
+    def _lifetime(self, ttl: float) -> float:
+        ttl = _check_ttl(ttl)
+        if math.ceil(ttl) > self.max_ttl:
+            raise ValueError(
+                f"ttl {ttl:g} s is longer than the longest token lifetime, {self.max_ttl:g} s "
+                "(auth.max_token_ttl)"
+            )
+        return ttl
 
     def issue(
         self,
@@ -95,15 +115,16 @@ class TokenIssuer:
     ) -> str:
         """A signed access token for ``sub``, valid for ``ttl`` seconds (default: the issuer's).
 
-        Raises ValueError for an invalid subject or ttl, extra claims that collide with
-        the reserved ones or are not JSON, or a token longer than ``MAX_TOKEN_LENGTH``.
+        Raises ValueError for an invalid subject, a ttl that is not positive or longer
+        than ``max_ttl``, extra claims that collide with the reserved ones or are not
+        JSON, or a token longer than ``MAX_TOKEN_LENGTH``.
         """
         if not _valid_subject(sub):
             raise ValueError(
                 f"sub must be a non-empty printable string of at most {MAX_SUBJECT_LENGTH} "
                 "characters"
             )
-        lifetime = self.ttl if ttl is None else _check_ttl(ttl)
+        lifetime = self.ttl if ttl is None else self._lifetime(ttl)
         extra = dict(extra_claims or {})
         clash = sorted(RESERVED_CLAIMS.intersection(extra))
         if clash:
@@ -135,11 +156,13 @@ class TokenVerifier:
     """Verifies access tokens against a :class:`JWKSet`; raises :class:`AuthError` only.
 
     ``leeway`` (seconds) absorbs clock skew between regions for ``exp``, ``nbf`` and
-    ``iat``. Header parameters that point at keys (``jku``, ``jwk``, ``x5u``, ``x5c``)
-    are ignored: keys come from the JWKS alone.
+    ``iat``. A token whose lifetime ``exp - iat`` is longer than ``max_ttl`` seconds is
+    refused (``lifetime_too_long``), whoever signed it: revocation entries and stolen
+    tokens then have a bounded life. Header parameters that point at keys (``jku``,
+    ``jwk``, ``x5u``, ``x5c``) are ignored: keys come from the JWKS alone.
     """
 
-    __slots__ = ("_clock", "_jws", "audience", "issuer", "keys", "leeway")
+    __slots__ = ("_clock", "_jws", "audience", "issuer", "keys", "leeway", "max_ttl")
 
     def __init__(
         self,
@@ -148,6 +171,8 @@ class TokenVerifier:
         audience: str,
         leeway: float = 5.0,
         clock: Clock = time.time,
+        *,
+        max_ttl: float = DEFAULT_MAX_TOKEN_TTL,
     ) -> None:
         _require_text(issuer, "issuer")
         _require_text(audience, "audience")
@@ -157,6 +182,7 @@ class TokenVerifier:
         self.issuer = issuer
         self.audience = audience
         self.leeway = leeway
+        self.max_ttl = _check_ttl(max_ttl, "max_ttl")
         self._clock = clock
         self._jws = jwt.PyJWS(
             algorithms=sorted(SUPPORTED_ALGORITHMS),
@@ -171,7 +197,7 @@ class TokenVerifier:
             raise AuthError.of("malformed", "the token must be a string")
         if len(token) > MAX_TOKEN_LENGTH:
             raise AuthError.of(
-                "malformed", f"the token is longer than {MAX_TOKEN_LENGTH} characters"
+                "token_too_long", f"the token is longer than {MAX_TOKEN_LENGTH} characters"
             )
         shape = _TOKEN_SHAPE.fullmatch(token)
         if shape is None:
@@ -241,6 +267,12 @@ class TokenVerifier:
             raise AuthError.of("token_not_yet_valid", "the token is not valid yet (nbf)")
         if iat > now + self.leeway:
             raise AuthError.of("token_not_yet_valid", "the token was issued in the future (iat)")
+        if exp - iat > self.max_ttl:
+            raise AuthError.of(
+                "lifetime_too_long",
+                f"the token lives longer (exp - iat) than the {self.max_ttl:g} s this service "
+                "accepts",
+            )
 
         aud = payload.get("aud")
         if not (aud == self.audience or (isinstance(aud, list) and self.audience in aud)):
@@ -281,7 +313,7 @@ def _require_text(value: object, name: str) -> None:
         raise ValueError(f"{name} must be a non-empty string")
 
 
-def _check_ttl(ttl: float) -> float:
+def _check_ttl(ttl: float, name: str = "ttl") -> float:
     if isinstance(ttl, bool) or not (math.isfinite(ttl) and ttl > 0):
-        raise ValueError(f"ttl must be a finite number of seconds > 0, not {ttl!r}")
+        raise ValueError(f"{name} must be a finite number of seconds > 0, not {ttl!r}")
     return ttl

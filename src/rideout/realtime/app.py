@@ -36,19 +36,22 @@ from rideout import routes
 from rideout._guard import connection_cap
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
+from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
-from rideout.realtime.connection import WebSocketEndpoint
+from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.realtime.hub import Hub
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
+from rideout.realtime.revocation import RevocationFollower
 from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.client import state_client
 from rideout.store.replication import read_epoch, replication_status
+from rideout.store.revocations import RevocationStore
 
 __all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app"]
 
@@ -179,9 +182,10 @@ async def _open_zone(
 ) -> ZoneServer:
     """Build and start one zone's server; `stack` stops and closes it all."""
     key = SigningKey.load_or_create(config.keys_dir)
+    auth = config.auth
     verifier = TokenVerifier(
-        JWKSet(key.jwks()), issuer=config.auth.issuer, audience=config.auth.audience,
-        leeway=config.auth.leeway,
+        JWKSet(key.jwks()), issuer=auth.issuer, audience=auth.audience, leeway=auth.leeway,
+        max_ttl=auth.max_token_ttl,
     )  # fmt: skip
     credentials = credentials_for(config, RedisRole.APP)
     client = state_client(region.redis.address, region.redis.port, credentials=credentials)
@@ -206,20 +210,38 @@ async def _open_zone(
     server = ZoneServer(
         config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
         epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
-        issuer=TokenIssuer(key, config.auth.issuer, config.auth.audience, config.auth.token_ttl),
+        issuer=TokenIssuer(
+            key, auth.issuer, auth.audience, auth.token_ttl, max_ttl=auth.max_token_ttl
+        ),
         admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
         started_at=time.monotonic(), origins=frozenset(config.origins()),
         caps=ConnectionCaps.for_config(
             config.realtime, connection_cap(config.realtime.max_connections)
         ),
         budget=CostBudget.for_config(config.realtime),
+        revocations=RevocationList(auth.leeway),
     )  # fmt: skip
     await epoch.refresh()
     epoch.start()
     stack.push_async_callback(epoch.stop)
+    await _follow_revocations(stack, server)
     hub.start()
     stack.push_async_callback(hub.stop)
     return server
+
+
+async def _follow_revocations(stack: contextlib.AsyncExitStack, server: ZoneServer) -> None:
+    """Read the region's revocation list before serving, then keep it current."""
+    follower = RevocationFollower(
+        RevocationStore(server.redis, server.region.name),
+        server.revocations,
+        interval=server.config.auth.revocation_interval,
+        on_change=lambda: close_revoked(server),
+        on_failure=server.metrics.store_errors.labels("revocations").inc,
+    )
+    await follower.refresh()
+    follower.start()
+    stack.push_async_callback(follower.stop)
 
 
 def _switch_on_signals(stack: contextlib.AsyncExitStack, server: ZoneServer) -> None:

@@ -47,7 +47,7 @@ from rideout.realtime.limits import TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 
-__all__ = ["REPLAY_YIELD", "Connection", "WebSocketEndpoint"]
+__all__ = ["REPLAY_YIELD", "Connection", "WebSocketEndpoint", "close_revoked"]
 
 log = logging.getLogger("rideout.realtime")
 
@@ -101,6 +101,7 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     try:
         bearer = extract_token(scope.get("query_string", b""), scope["headers"])
         claims = server.verifier.verify(bearer.token)
+        _refuse_revoked(server, claims.sub, claims.jti, claims.iat)
     except AuthError as exc:
         await _deny(scope, send, server, exc.status, exc.reason, exc.message)
         return None
@@ -120,7 +121,32 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         server.caps.release(claims.sub, address, probe=probe)
         raise
     server.metrics.handshakes.labels("accepted").inc()
-    return Connection(send, claims.sub, claims.exp, server, address=address, probe=probe)
+    return Connection(
+        send, claims.sub, claims.exp, server,
+        address=address, probe=probe, jti=claims.jti, issued=claims.iat,
+    )  # fmt: skip
+
+
+REVOKED_REASON = "token revoked"
+"""Close reason (with 1008) of a connection whose token was revoked."""
+
+
+def _refuse_revoked(server: ZoneServer, sub: str, jti: str, iat: float) -> None:
+    """Refuse a revoked token (403 ``token_revoked``), from the list in memory."""
+    if server.revocations.match(sub, jti, iat) is not None:
+        raise AuthError.of("token_revoked", "this token has been revoked; get a new one")
+
+
+def close_revoked(server: ZoneServer) -> int:
+    """Close, with 1008, every connection whose token the zone's list now refuses."""
+    closed = 0
+    for connection in list(server.connections):
+        if isinstance(connection, Connection) and server.revocations.match(
+            connection.sub, connection.jti, connection.issued
+        ):
+            connection.close_soon(CloseCode.POLICY, REVOKED_REASON)
+            closed += 1
+    return closed
 
 
 def _header(scope: Message, name: bytes) -> str | None:
@@ -163,16 +189,18 @@ class Connection:
 
     __slots__ = (
         "_asgi_send", "_bucket", "_close", "_flusher", "_limit", "_pending", "_queue",
-        "_seen", "address", "expires", "probe", "server", "sub",
+        "_seen", "address", "expires", "issued", "jti", "probe", "server", "sub",
     )  # fmt: skip
 
     def __init__(
         self, send: Send, sub: str, expires: float, server: ZoneServer,
-        *, address: str = "", probe: bool = False,
+        *, address: str = "", probe: bool = False, jti: str = "", issued: float = 0.0,
     ) -> None:  # fmt: skip
         self._asgi_send = send
         self.sub = sub
         self.expires = expires
+        self.jti = jti  # with `sub` and `issued` (iat): what a revocation is matched on
+        self.issued = issued
         self.server = server
         self.address = address  # the client's, as the caps count it
         self.probe = probe  # the canary's: counted in the reserve
@@ -469,8 +497,8 @@ class Connection:
                 outcome = "accepted_async"
         self._send(
             encode_ack(
-                request_id=msg.id, accepted=result.accepted, reason=result.reason,
-                position=result.position, region=server.region.name,
+                request_id=msg.id, room=msg.room, accepted=result.accepted,
+                reason=result.reason, position=result.position, region=server.region.name,
             )
         )  # fmt: skip
         return outcome

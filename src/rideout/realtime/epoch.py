@@ -13,13 +13,12 @@ one) the server's own Redis is asked instead.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
 import httpx
 
-from rideout.store.client import cancel_and_wait, check_cancelled
+from rideout.realtime.polling import Polling
 
 __all__ = ["EpochTracker", "control_plane_epoch"]
 
@@ -52,10 +51,9 @@ class EpochTracker:
         self._source = source
         self._fallback = fallback
         self.authoritative = False  # the source has answered at least once
-        self._interval = interval
         self._on_change = on_change
         self.value: int | None = None
-        self._task: asyncio.Task[None] | None = None
+        self._polling = Polling(self.refresh, interval, "rideout-epoch")
 
     async def refresh(self) -> int | None:
         """Read the epoch now; keep the old value when the source cannot answer."""
@@ -77,16 +75,7 @@ class EpochTracker:
         return self.value
 
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="rideout-epoch")
+        self._polling.start()
 
     async def stop(self) -> None:
-        if self._task is not None:
-            await cancel_and_wait(self._task)
-            self._task = None
-
-    async def _run(self) -> None:
-        while True:
-            check_cancelled()
-            await self.refresh()
-            await asyncio.sleep(self._interval)
+        await self._polling.stop()

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from rideout.auth import TokenIssuer, TokenVerifier
+    from rideout.auth.revocation import RevocationList
     from rideout.config import Config, RegionConfig, ZoneConfig
     from rideout.realtime.epoch import EpochTracker
     from rideout.realtime.hub import Hub
@@ -91,6 +92,7 @@ class ZoneServer:
     metrics: AppMetrics
     started_at: float
     origins: frozenset[str]
+    revocations: RevocationList  # kept current by the revocation follower
     mode: ZoneMode = ZoneMode.SERVING
     connections: set[ZoneConnection] = field(default_factory=set)
     unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements

@@ -193,15 +193,25 @@ _CONTROLLER_COMMANDS: Final = (
     "ping", "info", "replicaof", "failover",
     "get", "set", "eval",  # the epoch: read, set once, raised by a script
     "scan", "xrange", "xrevrange",  # count_unreplicated
+    "wait", "hget", "hset", "hdel", "hgetall", "hlen", "pexpireat",  # `token revoke`
+    "evalsha", "script|load", "script|exists",  # its scripts, through redis-py's Script
 )  # fmt: skip
 
 RULES: Final[Mapping[RedisRole, UserRules]] = {
     RedisRole.APP: UserRules(
         _APP_COMMANDS + _SCRIPT_COMMANDS,
-        (keys.EPOCH, keys.ROOM_KEYS, keys.USER_KEYS, keys.IDEMPOTENCY_KEYS),
+        (
+            keys.EPOCH,
+            keys.ROOM_KEYS,
+            keys.USER_KEYS,
+            keys.IDEMPOTENCY_KEYS,
+            keys.REVOCATION_KEYS,
+        ),  # revocations: read by each app server's follower
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
-    RedisRole.CONTROLLER: UserRules(_CONTROLLER_COMMANDS, (keys.EPOCH, keys.ROOM_STREAMS)),
+    RedisRole.CONTROLLER: UserRules(
+        _CONTROLLER_COMMANDS, (keys.EPOCH, keys.ROOM_STREAMS, keys.REVOCATION_KEYS)
+    ),
     RedisRole.MONITOR: UserRules(
         ("ping", "info", "get", "xrange"), (keys.EPOCH, keys.ROOM_STREAMS)
     ),

@@ -28,13 +28,18 @@ Data layout (key names from :mod:`rideout.store.keys`):
 ``user_session(sub)`` (hash)
     ``last_bid``, ``last_bid_room``, ``last_bid_id`` and ``last_position``
     (``{"epoch":E,"offset":"ID"}``) of the user's latest accepted bid.
-``bid_ack(sub, request_id)`` (string, expires after ``ack_ttl``)
+``bid_ack(sub, room, request_id)`` (string, expires after ``ack_ttl``)
     The ack JSON of the first decision about that request:
     ``{"accepted","reason","epoch","offset","room","state"}``. Rejections
     (``too_low``, ``out_of_bounds``) are stored too: the first decision for a
-    ``(sub, request id)`` is final, so a retry never turns a rejection into an accept
-    or applies a bid twice; a new bid needs a new id. ``stale_epoch`` refusals are not
-    stored (nothing was decided; the retry belongs on the current writer).
+    ``(sub, room, request id)`` is final, so a retry never turns a rejection into an
+    accept or applies a bid twice; a new bid needs a new id. The same id in another
+    room is another bid. ``stale_epoch`` refusals are not stored (nothing was decided;
+    the retry belongs on the current writer).
+``legacy_bid_ack(sub, request_id)`` (string, read only)
+    An ack stored before ids were scoped per room. The bid script still honours one
+    whose ``room`` is the bid's room (a retry across the upgrade is not applied twice)
+    and ignores it for any other room; nothing writes these any more.
 
 Stream entry format (the contract with the fan-out hub): every entry of
 ``room_stream(room)`` has exactly two fields,
@@ -66,7 +71,7 @@ import json
 import math
 import re
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
@@ -190,8 +195,8 @@ class BidResult:
     position (for ``stale_epoch``: with the writer's actual epoch, which the server
     should adopt or reconnect for). ``state`` is the room state after the bid (when
     accepted) or as it was when the bid was refused. ``duplicate`` is True when this is
-    the stored decision of an earlier call with the same ``(sub, request_id)``: then
-    every field is the original one, whatever amount or room the retry named.
+    the stored decision of an earlier call with the same ``(sub, room, request_id)``:
+    then every field is the original one, whatever amount the retry named.
     """
 
     accepted: bool
@@ -424,6 +429,15 @@ def _translate(exc: BaseException, server: str, what: str) -> StoreError:
     return StoreUnavailable(f"{what}: {server} is unavailable ({type(exc).__name__}: {text})")
 
 
+@contextmanager
+def _store_errors(server: str, what: str) -> Iterator[None]:
+    """redis-py's exceptions (and OSError) as the store's own, naming `server` and `what`."""
+    try:
+        yield
+    except (RedisError, OSError) as exc:
+        raise _translate(exc, server, what) from exc
+
+
 class AuctionStore:
     """The auction's state in one region's Redis. Cheap: make one per client.
 
@@ -443,12 +457,8 @@ class AuctionStore:
         self._bids = ScriptPipeliner(client, client.register_script(scripts.BID))
         self._state_script = client.register_script(scripts.GET_STATE)
 
-    @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
-        try:
-            yield
-        except (RedisError, OSError) as exc:
-            raise _translate(exc, self._server, what) from exc
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return _store_errors(self._server, what)
 
     async def current_epoch(self) -> int:
         """The writer's epoch as this server holds it (0 when unset)."""
@@ -503,7 +513,8 @@ class AuctionStore:
                 keys.room_state(room),
                 keys.room_stream(room),
                 keys.user_session(sub),
-                keys.bid_ack(sub, request_id),
+                keys.bid_ack(sub, room, request_id),
+                keys.legacy_bid_ack(sub, request_id),
             ],
             [
                 str(epoch),

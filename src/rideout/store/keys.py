@@ -17,12 +17,16 @@ __all__ = [
     "EPOCH",
     "IDEMPOTENCY_KEYS",
     "PREFIX",
+    "REVOCATIONS",
+    "REVOCATIONS_VERSION",
+    "REVOCATION_KEYS",
     "ROOM_KEYS",
     "ROOM_STREAMS",
     "USER_KEYS",
     "bid_ack",
     "demo_name_claim",
     "idempotency",
+    "legacy_bid_ack",
     "room_state",
     "room_stream",
     "user_session",
@@ -41,6 +45,13 @@ ROOM_KEYS = PREFIX + "room:*"
 ROOM_STREAMS = PREFIX + "room:*:stream"
 USER_KEYS = PREFIX + "user:*"
 IDEMPOTENCY_KEYS = PREFIX + "idem:*"
+# Revoked tokens (hash: "sub:NAME" or "jti:ID" -> {"until","expires","at"} in ms), and
+# a value that changes with every revocation, which app servers poll (one tag: a
+# revocation writes both at once).
+REVOCATIONS = PREFIX + "{revocations}:entries"
+REVOCATIONS_VERSION = PREFIX + "{revocations}:version"
+# Both, as a glob pattern (for MATCH and for ACL key patterns).
+REVOCATION_KEYS = PREFIX + "{revocations}:*"
 
 
 def _safe(name: str) -> str:
@@ -62,8 +73,21 @@ def user_session(sub: str) -> str:
     return f"{PREFIX}user:{{{_safe(sub)}}}:session"
 
 
-def bid_ack(sub: str, request_id: str) -> str:
-    """String: the ack first sent for a user's bid id, replayed for retries."""
+def bid_ack(sub: str, room: str, request_id: str) -> str:
+    """String: the ack first sent for a user's bid id in a room, replayed for retries.
+
+    Scoped per room: one id used in two rooms names two bids.
+    """
+    return f"{PREFIX}user:{{{_safe(sub)}}}:room:{_safe(room)}:bid:{_safe(request_id)}"
+
+
+def legacy_bid_ack(sub: str, request_id: str) -> str:
+    """String: an ack stored before ids were scoped per room (per user only).
+
+    The bid script still reads one for a retry in the room it names, so a bid decided
+    before an upgrade is not applied again after it; none is written any more, and the
+    last expires ``ack_ttl`` after the upgrade.
+    """
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
 
 

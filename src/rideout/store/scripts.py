@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BID", "GET_STATE"]
+__all__ = ["BID", "GET_STATE", "READ_REVOCATIONS", "REVOKE"]
 
 _COMMON: Final = r"""
 local function canonical_epoch(value)
@@ -91,11 +91,14 @@ BID: Final = (
     _COMMON
     + r"""
 -- KEYS: 1 epoch, 2 room state (hash), 3 room stream, 4 user session (hash), 5 bid ack
+--       (per sub, room and request id), 6 optional: the legacy ack (per sub and request
+--       id, written before ids were scoped per room; read, never written)
 -- ARGV: 1 epoch the caller believes in (canonical decimal), 2 amount (decimal),
 --       3 room, 4 sub, 5 request id, 6 min_bid, 7 max_bid, 8 min_increment,
 --       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms)
 -- Returns {kind, ack_json}; kind is 'new' (decided now), 'dup' (the stored ack of
--- an earlier call with this sub and request id) or 'stale' (fenced: nothing changed).
+-- an earlier call with this sub, room and request id) or 'stale' (fenced: nothing
+-- changed).
 local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
 if epoch == nil then
   return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
@@ -122,13 +125,24 @@ end
 
 local ack_ttl = ARGV[11]
 
--- (b) idempotency: the first decision for (sub, request id) is final. Refreshing the
--- record's TTL is a write on purpose: it replicates after the original decision, so
+-- (b) idempotency: the first decision for (sub, room, request id) is final. Refreshing
+-- the record's TTL is a write on purpose: it replicates after the original decision, so
 -- a WAIT that follows a retried bid also covers the original (sync replication must
 -- never acknowledge a retry whose first write has not reached the replica).
-local stored = redis.call('GET', KEYS[5])
+local ack_key = KEYS[5]
+local stored = redis.call('GET', ack_key)
+if not stored and KEYS[6] then
+  -- A decision stored per user only counts for the room it was made in.
+  local legacy = redis.call('GET', KEYS[6])
+  if legacy then
+    local ok, decoded = pcall(cjson.decode, legacy)
+    if ok and type(decoded) == 'table' and decoded['room'] == room then
+      ack_key, stored = KEYS[6], legacy
+    end
+  end
+end
 if stored then
-  redis.call('PEXPIRE', KEYS[5], ack_ttl)
+  redis.call('PEXPIRE', ack_key, ack_ttl)
   return {'dup', stored}
 end
 
@@ -251,3 +265,54 @@ return {epoch, state, session, status, entries}
 """
 )
 """Read a room's state, a user's session and what was missed since a position."""
+
+REVOKE: Final = r"""
+-- KEYS: 1 revocations (hash), 2 revocations version (string)
+-- ARGV: 1 field ('sub:NAME' or 'jti:ID'), 2 until (ms), 3 expires (ms), 4 at (ms),
+--       5 now (ms: entries that expired before it are dropped), 6 the new version
+-- Records the revocation (an existing one for the same field is only ever extended),
+-- drops expired entries, lets the hash expire with its last entry, and changes the
+-- version. Returns the number of entries in force.
+local function ms(v)
+  if type(v) ~= 'string' or not string.match(v, '^%d+$') then return nil end
+  return tonumber(v)
+end
+
+local until_ms, expires, at = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local old = redis.call('HGET', KEYS[1], ARGV[1])
+if old then
+  local ok, entry = pcall(cjson.decode, old)
+  if ok and type(entry) == 'table' then
+    local u, e = tonumber(entry['until']), tonumber(entry['expires'])
+    if u and u > until_ms then until_ms = u end
+    if e and e > expires then expires = e end
+  end
+end
+redis.call('HSET', KEYS[1], ARGV[1], string.format('{"until":%d,"expires":%d,"at":%d}',
+           until_ms, expires, at))
+
+local now = ms(ARGV[5])
+local last = expires
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local ok, entry = pcall(cjson.decode, all[i + 1])
+  local e = ok and type(entry) == 'table' and tonumber(entry['expires']) or nil
+  if e == nil or e <= now then
+    redis.call('HDEL', KEYS[1], all[i])
+  elseif e > last then
+    last = e
+  end
+end
+redis.call('PEXPIREAT', KEYS[1], string.format('%d', last))
+redis.call('SET', KEYS[2], ARGV[6])
+return redis.call('HLEN', KEYS[1])
+"""
+"""Record one revocation and prune the expired ones (one atomic call)."""
+
+READ_REVOCATIONS: Final = r"""
+-- KEYS: 1 revocations (hash), 2 revocations version (string)
+-- Returns {version or false, {field, value, ...}}, read at one moment. Read-only: runs
+-- on a replica as well as on the writer.
+return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[1])}
+"""
+"""Read the revocation list and its version together."""

@@ -1,0 +1,86 @@
+"""Revoked tokens in the region's Redis, replicated to the other region with the state.
+
+Layout (key names from :mod:`rideout.store.keys`):
+
+``REVOCATIONS`` (hash)
+    One field per revocation, ``sub:NAME`` or ``jti:ID`` (see
+    :mod:`rideout.auth.revocation`), whose value is ``{"until","expires","at"}`` in
+    integer milliseconds. Every write drops the entries past their ``expires`` and sets
+    the hash to expire with its last entry, so it holds only what is in force.
+``REVOCATIONS_VERSION`` (string)
+    A random value, replaced by every revocation. App servers read it every
+    ``auth.revocation_interval`` and read the hash again only when it changed: a poll
+    is one ``GET``. It is random rather than a counter so that a list rebuilt by a
+    failover (an older replica promoted, then another revocation) never looks unchanged.
+
+Writes go to the writer region (``rideout token revoke`` finds it), as one ``EVAL``
+(rare: the script is not cached); reads work on a replica, as one ``EVALSHA``. Errors
+are the store's own (:mod:`rideout.store.auction`): redis-py never leaks out.
+"""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import AbstractContextManager
+from typing import Any, NamedTuple
+
+import redis.asyncio as aioredis
+
+from rideout.store import keys, scripts
+from rideout.store.auction import StoreCorrupt, _describe, _pairs, _store_errors, _text
+
+__all__ = ["RevocationRecords", "RevocationStore"]
+
+
+class RevocationRecords(NamedTuple):
+    """The revocation hash as read at one moment, and its version then."""
+
+    version: str | None
+    entries: dict[str, str]  # field -> the stored JSON
+
+
+class RevocationStore:
+    """Revocations in one region's Redis. ``region`` names the server in errors."""
+
+    def __init__(self, client: aioredis.Redis, region: str) -> None:
+        self.client = client
+        self._server = _describe(client, region)
+        self._read = client.register_script(scripts.READ_REVOCATIONS)
+
+    def _errors(self, what: str) -> AbstractContextManager[None]:
+        return _store_errors(self._server, what)
+
+    async def record(
+        self, field: str, *, until_ms: int, expires_ms: int, at_ms: int, now_ms: int
+    ) -> int:
+        """Record one revocation (only ever extending one already there) and drop the
+        expired ones; the number of entries in force. Raises :class:`NotWriter` on a
+        replica."""
+        for name, value in (("until_ms", until_ms), ("expires_ms", expires_ms),
+                            ("at_ms", at_ms), ("now_ms", now_ms)):  # fmt: skip
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**53:
+                raise ValueError(f"{name} must be an integer number of milliseconds")
+        with self._errors("record a revocation"):
+            count: Any = await self.client.eval(
+                scripts.REVOKE, 2, keys.REVOCATIONS, keys.REVOCATIONS_VERSION,
+                field, until_ms, expires_ms, at_ms, now_ms, secrets.token_hex(8),
+            )  # fmt: skip
+        return int(count)
+
+    async def version(self) -> str | None:
+        """The current version (None before the first revocation)."""
+        with self._errors("read the revocation version"):
+            value = await self.client.get(keys.REVOCATIONS_VERSION)
+        return None if value is None else _text(value, keys.REVOCATIONS_VERSION)
+
+    async def load(self) -> RevocationRecords:
+        """The version and every entry, read at one moment."""
+        with self._errors("read the revocations"):
+            reply: Any = await self._read(keys=[keys.REVOCATIONS, keys.REVOCATIONS_VERSION])
+        if not isinstance(reply, list) or len(reply) != 2 or not isinstance(reply[1], list):
+            raise StoreCorrupt(f"{keys.REVOCATIONS}: unexpected reply {reply!r:.80}")
+        version, flat = reply
+        return RevocationRecords(
+            None if version is None else _text(version, keys.REVOCATIONS_VERSION),
+            _pairs(flat, keys.REVOCATIONS),
+        )

@@ -1,0 +1,31 @@
+"""The loop the epoch tracker and the revocation follower run on."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+from rideout.realtime.polling import Polling
+
+
+async def test_the_step_repeats_every_interval_until_stopped() -> None:
+    steps: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def step() -> None:
+        steps.append(loop.time())
+
+    polling = Polling(step, 0.05, "test-polling")
+    polling.start()
+    polling.start()  # a second start is the same loop
+    tasks = [t for t in asyncio.all_tasks() if t.get_name() == "test-polling"]
+    assert len(tasks) == 1
+    await asyncio.sleep(0.28)
+    await polling.stop()
+    assert 2 <= len(steps) <= 7
+    assert all(b - a >= 0.045 for a, b in itertools.pairwise(steps))
+    count = len(steps)
+    await asyncio.sleep(0.1)
+    assert len(steps) == count  # stopped
+    assert tasks[0].done()
+    await polling.stop()  # stopping twice is harmless
