@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from rideout.backoff import FixedSchedule, RetryBudget
 from rideout.client import (
+    AllAttemptsFailed,
     Attempt,
     ErrorKind,
     GiveUpReason,
@@ -152,3 +153,107 @@ def test_state_misuse_is_refused(clock: FakeClock) -> None:
     with pytest.raises(ValueError, match="path must start"):
         RetryState(RetryPolicy(), TARGETS, "GET", "x", clock=clock).start()
 
+
+# ===================================================== a transport of your own
+
+
+class ScriptedTransport:
+    """A stand-in for someone's own transport: each call answers the next scripted
+    outcome (an HTTP status or an exception) after ``took`` seconds of the fake clock."""
+
+    class Timeout(Exception):
+        pass
+
+    def __init__(self, clock: FakeClock, script: list[int | Exception], took: float = 0.25):
+        self.clock = clock
+        self.script = script
+        self.took = took
+        self.calls: list[tuple[str, float]] = []
+
+    def get(self, url: str, timeout: float) -> tuple[int, dict[str, str]]:
+        self.calls.append((url, timeout))
+        self.clock.advance(min(self.took, timeout))
+        answer = self.script.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer, {"content-type": "text/plain"}
+
+
+def fetch(state: RetryState[tuple[int, dict[str, str]]], transport: ScriptedTransport) -> Any:
+    """The loop of docs/clients.md ("Driving RetryState yourself"), on the fake transport:
+    only start(), slept(), finished() and the public fields of the steps."""
+    action = state.start()
+    while True:
+        match action:
+            case Send(url=url, timeout=timeout):
+                try:
+                    response = transport.get(url, timeout)
+                except ScriptedTransport.Timeout as exc:
+                    action = state.finished(ErrorKind.READ_TIMEOUT, error=str(exc))
+                else:
+                    status, headers = response
+                    action = state.finished(status, response=response, response_headers=headers)
+            case Sleep(seconds=seconds):
+                transport.clock.sleep(seconds)
+                action = state.slept()
+            case Done(response=response):
+                return response
+            case Fail(error=error):
+                raise error
+
+
+def test_a_transport_of_your_own_fails_over_then_succeeds(clock: FakeClock) -> None:
+    # Send -> failure -> Sleep -> Send -> Done.
+    transport = ScriptedTransport(clock, [ScriptedTransport.Timeout("no answer"), 200])
+    state: RetryState[tuple[int, dict[str, str]]] = RetryState(
+        RetryPolicy(), TARGETS, "GET", "/v1/items", clock=clock
+    )
+    assert fetch(state, transport) == (200, {"content-type": "text/plain"})
+    assert transport.calls == [("http://a/v1/items", 10.0), ("http://b/v1/items", 10.0)]
+    assert clock.sleeps == [1]
+    assert [(a.domain, a.outcome, a.error) for a in state.attempts] == [
+        ("http://a", ErrorKind.READ_TIMEOUT, "no answer"),
+        ("http://b", 200, ""),
+    ]
+    assert [a.started - 1000 for a in state.attempts] == [0.0, 1.25]
+
+
+def test_a_transport_of_your_own_gives_up(clock: FakeClock) -> None:
+    # Send -> failure -> Sleep -> Send -> failure -> Fail, with the last response kept.
+    policy = RetryPolicy(schedule=FixedSchedule((0, 2)))
+    transport = ScriptedTransport(clock, [ScriptedTransport.Timeout("no answer"), 503])
+    state: RetryState[tuple[int, dict[str, str]]] = RetryState(
+        policy, TARGETS, "GET", "/v1/items", clock=clock
+    )
+    with pytest.raises(AllAttemptsFailed) as info:
+        fetch(state, transport)
+    assert info.value.reason is GiveUpReason.ATTEMPTS
+    assert [a.outcome for a in info.value.attempts] == [ErrorKind.READ_TIMEOUT, 503]
+    assert info.value.last_response == (503, {"content-type": "text/plain"})
+    assert clock.sleeps == [2]
+    with pytest.raises(RuntimeError, match="no attempt is due"):
+        state.slept()  # over: the state answers nothing more
+
+
+def test_steps_are_values() -> None:
+    send = Send(0, "http://a", "http://a/x", 10.0, False)
+    assert send == Send(0, "http://a", "http://a/x", 10.0, False)
+    assert hash(send) == hash(Send(0, "http://a", "http://a/x", 10.0, False))
+    assert send != Send(1, "http://a", "http://a/x", 10.0, False)
+    assert (
+        repr(send)
+        == "Send(number=0, domain='http://a', url='http://a/x', timeout=10.0, tight=False)"
+    )
+    assert Sleep(1.0) == Sleep(1.0)
+    assert Sleep(1.0) != Done(1.0)
+    match send:
+        case Send(number, domain, url, timeout, tight):
+            assert (number, domain, url, timeout, tight) == (
+                0,
+                "http://a",
+                "http://a/x",
+                10.0,
+                False,
+            )
+    with pytest.raises(AttributeError):
+        send.extra = 1  # type: ignore[attr-defined]
