@@ -9,9 +9,12 @@ in real time with a tiny schedule.
 
 from __future__ import annotations
 
+import ast
 import email.utils
+import inspect
 import time
 import uuid
+from types import ModuleType
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -26,7 +29,9 @@ from rideout.client import (
     GiveUpReason,
     RetryBudgetExhausted,
     RetryPolicy,
+    RetryState,
 )
+from rideout.client.http import _async, _driver, _sync
 from tests.client.conftest import Act, Domains, FakeClock
 from tests.client.http.conftest import MakeClient
 from tests.conftest import free_port
@@ -282,3 +287,21 @@ async def test_paths_must_be_paths(make_client: MakeClient) -> None:
     client = make_client()
     with pytest.raises(ValueError, match="path must start with '/'"):
         await client.get("http://elsewhere/x")
+
+
+@pytest.mark.parametrize("module", [_driver, _sync, _async], ids=lambda m: m.__name__)
+def test_the_clients_drive_the_state_through_its_public_protocol(module: ModuleType) -> None:
+    """No side door: the clients use no private attribute of a RetryState or of its
+    steps, and do not subclass it (any transport can do what they do)."""
+    tree = ast.parse(inspect.getsource(module))
+    private = {
+        f"{node.value.id}.{node.attr}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in ("state", "action", "send")
+        and node.attr.startswith("_")
+    }
+    assert private == set()
+    classes = [c for c in vars(module).values() if isinstance(c, type) and c is not RetryState]
+    assert not any(issubclass(c, RetryState) for c in classes)
