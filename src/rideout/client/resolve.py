@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import math
 import socket
 import time
 from collections.abc import Callable
@@ -35,7 +34,9 @@ import dns.rcode
 import dns.resolver
 import httpx
 
+from rideout._validate import count, seconds
 from rideout.client.errors import ClientError
+from rideout.errors import InvalidArgument
 
 __all__ = [
     "CachingResolver",
@@ -108,14 +109,6 @@ class Resolver(Protocol):
         ...
 
 
-def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise TypeError(f"{name} must be a finite number of seconds, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise ValueError(f"{name} must be {'>= 0' if allow_zero else '> 0'}, not {value!r}")
-    return float(value)
-
-
 def _normal(name: str) -> str:
     """The cache key of a name: lower case, without the root's trailing dot."""
     return name.rstrip(".").lower()
@@ -137,8 +130,8 @@ class SystemResolver:
     """
 
     def __init__(self, *, default_ttl: float = 30.0, timeout: float = 5.0) -> None:
-        self.default_ttl = _check_seconds("default_ttl", default_ttl, allow_zero=True)
-        self.timeout = _check_seconds("timeout", timeout)
+        self.default_ttl = seconds("default_ttl", default_ttl, zero_ok=True)
+        self.timeout = seconds("timeout", timeout)
 
     def __repr__(self) -> str:
         return f"SystemResolver(default_ttl={self.default_ttl!r}, timeout={self.timeout!r})"
@@ -191,12 +184,10 @@ class NameserverResolver:
         try:
             ipaddress.ip_address(host)
         except ValueError:
-            raise ValueError(f"nameserver host must be an IP address, not {host!r}") from None
-        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-            raise ValueError(f"nameserver port must be 1-65535, not {port!r}")
+            raise InvalidArgument(f"nameserver host must be an IP address, not {host!r}") from None
         self.host = host
-        self.port = port
-        self.timeout = _check_seconds("timeout", timeout)
+        self.port = count("nameserver port", port, low=1, high=65535)
+        self.timeout = seconds("timeout", timeout)
         resolver = dns.asyncresolver.Resolver(configure=False)
         resolver.nameservers = [host]
         resolver.port = port
@@ -291,9 +282,9 @@ class DohResolver:
     ) -> None:
         parsed = httpx.URL(url)
         if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ValueError(f"DoH url must be an absolute http(s) URL, not {url!r}")
+            raise InvalidArgument(f"DoH url must be an absolute http(s) URL, not {url!r}")
         self.url = url
-        self.timeout = _check_seconds("timeout", timeout)
+        self.timeout = seconds("timeout", timeout)
         self._owns_client = client is None
         self._client = (
             client
@@ -427,11 +418,9 @@ class CachingResolver:
         max_ttl: float = 3600.0,
         max_entries: int = 1024,
     ) -> None:
-        if isinstance(max_entries, bool) or not isinstance(max_entries, int) or max_entries < 1:
-            raise ValueError(f"max_entries must be an int >= 1, not {max_entries!r}")
         self.inner = inner
-        self.max_ttl = _check_seconds("max_ttl", max_ttl, allow_zero=True)
-        self.max_entries = max_entries
+        self.max_ttl = seconds("max_ttl", max_ttl, zero_ok=True)
+        self.max_entries = count("max_entries", max_entries, low=1)
         self._clock = clock
         self._entries: dict[str, tuple[Resolved, float]] = {}
 
