@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,50 @@ def test_every_all_is_importable_and_public(name: str) -> None:
         assert not attr.startswith("_") or attr == "__version__", (
             f"{name}.__all__ exports private {attr}"
         )
+
+
+CLIENT_API = {
+    # errors
+    "ClientError",
+    # the failover HTTP client and the retry state machine that drives it
+    "DEFAULT_SCHEDULE", "IDEMPOTENCY_KEY_HEADER", "Action", "AllAttemptsFailed",
+    "AsyncFailoverClient", "Attempt", "ClientMetrics", "DomainPlan", "Done", "ErrorKind",
+    "Fail", "FailoverClient", "GiveUpReason", "Outcome", "RetryBudgetExhausted",
+    "RetryPolicy", "RetryRateAlarm", "RetryRateAlert", "RetryState", "Send", "Sleep",
+    "UnknownGeoError", "classify", "is_retryable", "parse_retry_after",
+    # name resolution
+    "CachingResolver", "DohResolver", "NameserverResolver", "ResolutionError",
+    "ResolutionFailure", "Resolved", "Resolver", "SystemResolver",
+    # the WebSocket client: driver, settings, metrics, the events to match on, its errors
+    "Acked", "AllReconnectsFailed", "AuctionClient", "AuctionClientMetrics", "Cause",
+    "ClientClosed", "ClientSettings", "ClientStats", "Connected", "Disconnected", "Event",
+    "EventStream", "GaveUp", "HeartbeatFailed", "QueueFull", "ReconnectScheduled",
+    "RegionChanged", "StateRestored", "TokenProvider", "Updated",
+}  # fmt: skip
+
+
+def test_client_api_is_pinned_and_each_name_is_its_modules_own() -> None:
+    import rideout.client as client
+
+    assert set(client.__all__) == CLIENT_API
+    assert set(dir(client)) >= CLIENT_API
+    for name in CLIENT_API:
+        value = getattr(client, name)
+        owner = importlib.import_module(f"rideout.client.{client._MODULES[name]}")
+        assert value is getattr(owner, name), name
+        assert name in owner.__all__, name
+    with pytest.raises(AttributeError, match="no attribute 'Nonesuch'"):
+        client.Nonesuch  # noqa: B018
+
+
+def test_importing_the_client_package_is_cheap() -> None:
+    # The names are imported on first use: the package alone loads no client stack.
+    code = (
+        "import sys, rideout.client\n"
+        "heavy = {'httpx', 'httpcore', 'websockets', 'dns', 'redis', 'starlette'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    ).stdout.strip()
+    assert loaded == "[]"
