@@ -11,22 +11,15 @@ from rideout.controlplane.runtime import ControlPlane
 from rideout.dns.feed import DnsFollower, ViewFile
 from rideout.dns.records import DnsZoneConfig
 from rideout.health.canary import ProbeResult, metric_data
+from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client
 from rideout.store.replication import ensure_epoch
-from tests.conftest import running_redis_pair
+from tests.conftest import FakeClock, credentials, running_redis_pair
 
 P, S = "us-east-1", "us-west-2"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-async def round_of(plane: ControlPlane, clock: Clock, *regions: str) -> None:
+async def round_of(plane: ControlPlane, clock: FakeClock, *regions: str) -> None:
     """One period in which `regions` report healthy (the others are silent)."""
     clock.now += plane.period
     for region in regions:
@@ -46,11 +39,14 @@ async def test_the_view_follows_the_writer_and_survives_a_restart(
     make_config: Callable[..., Config], tmp_path: Path
 ) -> None:
     config = make_config()
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     feed = ViewFile(tmp_path / "dns-view.json")
     follower = DnsFollower(DnsZoneConfig.from_config(config), feed)
     async with running_redis_pair(config):
-        writer = probe_client(config.primary.redis.address, config.primary.redis.port)
+        writer = probe_client(
+            config.primary.redis.address, config.primary.redis.port,
+            credentials=credentials(config, RedisRole.CONTROLLER),
+        )  # fmt: skip
         try:
             await ensure_epoch(writer)
         finally:

@@ -9,18 +9,11 @@ import pytest
 from rideout.backoff import FullJitter, NoJitter
 from rideout.cluster.restarts import RestartHistory, RestartPolicy
 from rideout.errors import InvalidArgument
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import FakeClock
 
 
 def test_backs_off_then_gives_up_after_the_limit() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(NoJitter(base=0.5, cap=4.0), max_restarts=5, window=60)
     history = RestartHistory(policy, clock=clock)
     delays = []
@@ -42,7 +35,7 @@ def test_backs_off_then_gives_up_after_the_limit() -> None:
 
 
 def test_full_jitter_stays_under_the_ceiling() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(FullJitter(base=0.5, cap=2.0), max_restarts=50, window=1e6)
     history = RestartHistory(policy, clock=clock, rng=random.Random(7))
     for n in range(50):
@@ -52,7 +45,7 @@ def test_full_jitter_stays_under_the_ceiling() -> None:
 
 
 def test_restarts_age_out_of_the_window() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     policy = RestartPolicy(NoJitter(base=1.0, cap=8.0), max_restarts=2, window=10)
     history = RestartHistory(policy, clock=clock)
     assert history.died().delay == 1.0
@@ -70,7 +63,7 @@ def test_restarts_age_out_of_the_window() -> None:
 
 
 def test_reset_forgets_the_window_and_the_give_up_but_not_the_total() -> None:
-    clock = Clock()
+    clock = FakeClock(1000.0)
     history = RestartHistory(RestartPolicy(NoJitter(1, 1), max_restarts=1, window=60), clock=clock)
     assert history.died().restart
     assert not history.died().restart
@@ -82,7 +75,7 @@ def test_reset_forgets_the_window_and_the_give_up_but_not_the_total() -> None:
 
 
 def test_no_restarts_at_all() -> None:
-    history = RestartHistory(RestartPolicy(max_restarts=0), clock=Clock())
+    history = RestartHistory(RestartPolicy(max_restarts=0), clock=FakeClock(1000.0))
     verdict = history.died()
     assert (verdict.restart, verdict.reason) == (False, "crash-looping, gave up after 0 restarts")
 

@@ -13,27 +13,19 @@ from rideout.health.canary import ProbeResult, metric_data
 from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client
 from rideout.store.replication import ensure_epoch
-from tests.conftest import credentials, running_redis_pair
+from tests.conftest import FakeClock, credentials, running_redis_pair
 
 P, S = "us-east-1", "us-west-2"
 
 
-class Clock:
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def report(plane: ControlPlane, clock: Clock, region: str, healthy: bool = True) -> None:
+def report(plane: ControlPlane, clock: FakeClock, region: str, healthy: bool = True) -> None:
     zones = [z.name for z in plane.config.region(region).zones]
     plane.put_metric_data(
         metric_data([ProbeResult(region, z, healthy, 0.01, None, clock.now) for z in zones])
     )
 
 
-async def healthy_for(plane: ControlPlane, clock: Clock, periods: int = 12) -> None:
+async def healthy_for(plane: ControlPlane, clock: FakeClock, periods: int = 12) -> None:
     """Both regions report healthy for `periods` periods (enough for the alarms to be OK)."""
     for _ in range(periods):
         clock.now += plane.period
@@ -54,7 +46,7 @@ async def started_writer(config: Config) -> None:
 
 
 @contextlib.asynccontextmanager
-async def plane_on_redis(config: Config, clock: Clock) -> AsyncIterator[ControlPlane]:
+async def plane_on_redis(config: Config, clock: FakeClock) -> AsyncIterator[ControlPlane]:
     """A control plane on `clock` over the config's real Redis pair, the writer started."""
     async with running_redis_pair(config):
         await started_writer(config)
@@ -103,7 +95,7 @@ async def test_silence_fails_over_and_dns_follows_the_writer(
     make_config: Callable[..., Config],
 ) -> None:
     config = make_config()
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     period = config.timing.canary_interval
     async with running_redis_pair(config):
         await started_writer(config)
@@ -144,7 +136,7 @@ async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
     make_config: Callable[..., Config],
 ) -> None:
     config = make_config()
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     period = config.timing.canary_interval
     async with running_redis_pair(config):
         await started_writer(config)
@@ -182,7 +174,7 @@ def test_a_damaged_state_file_is_ignored_with_a_warning(
 def test_canary_datapoints_are_exposed_for_prometheus(make_config: Callable[..., Config]) -> None:
     from prometheus_client import generate_latest
 
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     plane = ControlPlane(make_config(), clock=clock)
     report(plane, clock, S, healthy=False)
     text = generate_latest(plane.registry).decode()
@@ -195,7 +187,7 @@ async def test_nothing_fails_before_the_canaries_start_and_a_silent_region_fails
 ) -> None:
     """Canaries start after every server is up, which a loaded machine can take longer
     than the grace period to do: the grace runs from the first datapoint of any region."""
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     async with plane_on_redis(make_config(), clock) as plane:
         for _ in range(40):  # 20 s: four grace periods without a single datapoint
             clock.now += plane.period

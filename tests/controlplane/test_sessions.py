@@ -6,18 +6,11 @@ import pytest
 
 from rideout.controlplane.sessions import OperatorSessions
 from rideout.errors import InvalidArgument
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.conftest import FakeClock
 
 
 def test_a_code_opens_one_session_once_within_its_lifetime() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     sessions = OperatorSessions(code_ttl=300, session_ttl=3600, clock=clock)
     code, expires = sessions.mint_code()
     assert expires == clock.now + 300
@@ -37,7 +30,7 @@ def test_a_code_opens_one_session_once_within_its_lifetime() -> None:
 
 
 def test_expired_unknown_and_evicted_codes_fail() -> None:
-    clock = Clock()
+    clock = FakeClock(1_800_000_000.0)
     sessions = OperatorSessions(code_ttl=300, clock=clock, max_codes=2, max_sessions=1)
     code, _ = sessions.mint_code()
     clock.now += 300
