@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import rideout
 from rideout.protocol import CloseCode
 from rideout.realtime.metrics import AppMetrics
-from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer, drain
+from rideout.realtime.zone import (
+    DEGRADE_SIGNAL,
+    SERVE_SIGNAL,
+    ZoneMode,
+    ZoneServer,
+    drain,
+    drain_gradually,
+    drain_schedule,
+)
+from tests.conftest import until
 
 
 class Closing:
@@ -114,3 +127,87 @@ def test_importing_the_zone_or_the_package_loads_no_server_stack() -> None:
     loaded, where = result.stdout.splitlines()
     assert json.loads(loaded) == []
     assert Path(where).resolve().is_relative_to(src)
+
+
+# ------------------------------------------------------------------ gradual drain
+
+
+class TimedClosing(Closing):
+    """Remembers when (loop time) it was closed, and leaves the zone as a socket does."""
+
+    def __init__(self, server: ZoneServer) -> None:
+        super().__init__()
+        self.server = server
+        self.at: float | None = None
+
+    def close_soon(self, code: int, reason: str) -> None:
+        if self.closed is None:
+            super().close_soon(code, reason)
+            self.at = asyncio.get_running_loop().time()
+            self.server.connections.discard(self)
+
+
+def test_the_drain_schedule_spreads_every_connection_over_the_spread() -> None:
+    plan = drain_schedule(1000, 5.0, random.Random(1))
+    assert sum(n for _, n in plan) == 1000
+    offsets = [t for t, _ in plan]
+    assert offsets == sorted(offsets)
+    assert 0 <= offsets[0] and offsets[-1] < 5.0
+    assert len(plan) > 50  # batches, not one burst
+    assert max(n for _, n in plan) < 40  # ~10 per 50 ms step on average
+    assert all(t == pytest.approx(round(t / 0.05) * 0.05) for t in offsets)  # on step edges
+    assert drain_schedule(7, 0.0) == [(0.0, 7)]
+    assert drain_schedule(0, 5.0) == []
+
+
+async def test_a_gradual_drain_closes_in_batches_over_the_spread_then_serves() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(40)]
+    server.connections |= set(conns)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    server.set_mode(ZoneMode.DRAINING, spread=0.6, serve_after=0.9)
+    assert server.mode is ZoneMode.DRAINING
+    assert gauge(server)["draining"] == 1.0
+    assert server.draining is not None
+    server.set_mode(ZoneMode.DRAINING, spread=0.6, serve_after=0.9)  # asked twice: one drain
+    await until(lambda: not server.connections, 5)
+    times = sorted(c.at - start for c in conns if c.at is not None)
+    assert len(times) == 40
+    assert {c.closed for c in conns} == {(CloseCode.DRAINING, "zone draining; reconnect now")}
+    assert times[-1] - times[0] > 0.2  # spread out, not one burst
+    assert times[-1] < 0.6 + 0.5
+    await until(lambda: server.mode is ZoneMode.SERVING, 5)
+    assert gauge(server)["serving"] == 1.0
+    assert loop.time() - start >= 0.9 - 0.05
+
+
+async def test_serving_again_stops_a_gradual_drain_midway() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(50)]
+    server.connections |= set(conns)
+    server.set_mode(ZoneMode.DRAINING, spread=2.0)
+    await until(lambda: len(server.connections) < 50, 5)
+    server.set_mode(ZoneMode.SERVING)
+    assert server.draining is None
+    left = len(server.connections)
+    await asyncio.sleep(0.3)
+    assert len(server.connections) == left > 0  # the rest stay connected
+
+
+async def test_drain_gradually_follows_the_schedule_on_an_injected_sleep() -> None:
+    server = zone_server()
+    server.mode = ZoneMode.DRAINING
+    conns = [TimedClosing(server) for _ in range(10)]
+    server.connections |= set(conns)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    await drain_gradually(server, 10.0, 20.0, rng=random.Random(3), sleep=sleep)
+    expected = drain_schedule(10, 10.0, random.Random(3))
+    assert len(slept) == len(expected) + 1  # one per batch, one before serving again
+    assert slept[-1] == pytest.approx(20.0, abs=0.1)
+    assert not server.connections
+    assert server.mode is ZoneMode.SERVING

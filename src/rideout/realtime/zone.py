@@ -12,12 +12,21 @@ Modes, switched by ``POST /admin/mode`` or by signal:
   answered with ``error/unavailable``: the backend-failing-behind-an-open-socket case
   that the client's consecutive-failure detection exists for;
 - ``draining``: every connection is closed with 1012 (reconnect now) and new
-  handshakes are refused with 503 until the mode changes back.
+  handshakes are refused with 503 until the mode changes back. At once, or *gradually*
+  (the control plane's failback): closed in batches at random moments spread over
+  ``spread`` seconds (:func:`drain_schedule`), so the clients arrive at the other
+  region at a rate it can take, not as one herd; with ``serve_after``, the zone serves
+  again that many seconds after the drain began, whoever asked for it (a drain that
+  nobody ends does not leave a standby refusing every client).
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+import random
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
@@ -41,6 +50,8 @@ __all__ = [
     "ZoneMode",
     "ZoneServer",
     "drain",
+    "drain_gradually",
+    "drain_schedule",
 ]
 
 
@@ -89,6 +100,7 @@ class ZoneServer:
     mode: ZoneMode = ZoneMode.SERVING
     connections: set[ZoneConnection] = field(default_factory=set)
     unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements
+    draining: asyncio.Task[None] | None = field(default=None, repr=False)  # a gradual drain
 
     def __post_init__(self) -> None:
         self._show_mode()
@@ -96,8 +108,16 @@ class ZoneServer:
     def origin_allowed(self, origin: str) -> bool:
         return "*" in self.origins or origin in self.origins
 
-    def set_mode(self, mode: ZoneMode) -> None:
-        """Serve in `mode`; draining closes every connection at once."""
+    def set_mode(
+        self, mode: ZoneMode, *, spread: float = 0.0, serve_after: float | None = None
+    ) -> None:
+        """Serve in `mode`; draining closes every connection, at once or over `spread`
+        seconds, and with `serve_after` serves again that long after (see the module
+        docstring). A gradual drain already running goes on unchanged if asked again."""
+        if mode == ZoneMode.DRAINING and (spread > 0 or serve_after is not None):
+            _start_gradual_drain(self, spread, serve_after)
+            return
+        _stop_gradual_drain(self)
         self.mode = mode
         self._show_mode()
         if mode == ZoneMode.DRAINING:
@@ -108,7 +128,70 @@ class ZoneServer:
             self.metrics.modes.labels(name).set(1 if name == self.mode else 0)
 
 
+_DRAIN_REASON = "zone draining; reconnect now"
+
+
 def drain(server: ZoneServer) -> None:
     """Close every connection with 1012 so clients reconnect (elsewhere) at once."""
     for connection in list(server.connections):
-        connection.close_soon(CloseCode.DRAINING, "zone draining; reconnect now")
+        connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
+
+
+def drain_schedule(
+    count: int, spread: float, rng: random.Random | None = None, *, step: float = 0.05
+) -> list[tuple[float, int]]:
+    """When to close `count` connections over `spread` seconds: ``(offset, how many)``
+    batches, in order. Each connection gets a uniformly random moment in
+    ``[0, spread)`` (full jitter), and moments within one `step` close together."""
+    draw = rng.random if rng is not None else random.random
+    batches: dict[int, int] = {}
+    for _ in range(count):
+        slot = math.floor(draw() * spread / step) if spread > 0 else 0
+        batches[slot] = batches.get(slot, 0) + 1
+    return [(slot * step, batches[slot]) for slot in sorted(batches)]
+
+
+async def drain_gradually(
+    server: ZoneServer,
+    spread: float,
+    serve_after: float | None = None,
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Close the zone's connections with 1012 over `spread` seconds (the caller has set
+    the draining mode); then, with `serve_after`, serve again that long after the start."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    waiting = list(server.connections)
+    (rng or random).shuffle(waiting)
+    for offset, count in drain_schedule(len(waiting), spread, rng):
+        await sleep(max(0.0, start + offset - loop.time()))
+        batch, waiting = waiting[:count], waiting[count:]
+        for connection in batch:
+            if connection in server.connections:
+                connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
+    drain(server)  # any the schedule missed
+    if serve_after is not None:
+        await sleep(max(0.0, start + serve_after - loop.time()))
+        if server.mode == ZoneMode.DRAINING:
+            server.mode = ZoneMode.SERVING
+            server._show_mode()
+
+
+def _start_gradual_drain(server: ZoneServer, spread: float, serve_after: float | None) -> None:
+    running = server.draining is not None and not server.draining.done()
+    if server.mode == ZoneMode.DRAINING and running:
+        return  # asked again (another caller, a retry): one schedule is enough
+    _stop_gradual_drain(server)
+    server.mode = ZoneMode.DRAINING
+    server._show_mode()
+    server.draining = asyncio.get_running_loop().create_task(
+        drain_gradually(server, spread, serve_after), name="rideout-zone-drain"
+    )
+
+
+def _stop_gradual_drain(server: ZoneServer) -> None:
+    if server.draining is not None:
+        server.draining.cancel()
+        server.draining = None
