@@ -595,6 +595,17 @@ def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
         )
     if failover.damping_suppress < failover.damping_reuse:
         raise ConfigError(t.key("damping_suppress"), "must be at least damping_reuse")
+    # The hold is bounded by the ceiling reuse * 2^(max_hold / half_life): below
+    # suppress, no move could ever hold a failback.
+    shortest = failover.damping_half_life * math.log2(
+        failover.damping_suppress / failover.damping_reuse
+    )
+    if failover.flap_damping and failover.damping_max_hold <= shortest:
+        raise ConfigError(
+            t.key("damping_max_hold"),
+            f"must be longer than {shortest:g} s (damping_half_life * "
+            "log2(damping_suppress / damping_reuse)), or no failback is ever held",
+        )
     return failover
 
 

@@ -50,7 +50,8 @@ async def test_the_damping_state_survives_a_restart_and_is_shown(
     assert restored.damping == state.damping
     assert second.controller.failback_hold() == pytest.approx(hold - 3)
     damping = second.summary()["failover"]["damping"]
-    assert damping["holding"] and damping["suppressed"]
+    assert damping["holding"]
+    assert damping["suppressed"]
     assert damping["moves"] == 3
     assert damping["hold_seconds"] == pytest.approx(hold - 3, abs=0.01)
 
@@ -62,8 +63,10 @@ async def test_the_damping_state_survives_a_restart_and_is_shown(
     assert "# TYPE rideout_failback_hold_seconds gauge" in text
     penalty = second.registry.get_sample_value("rideout_failover_damping_penalty")
     held = second.registry.get_sample_value("rideout_failback_hold_seconds")
-    assert penalty is not None and penalty > config.failover.damping_suppress
-    assert held is not None and 0 < held <= config.failover.damping_max_hold
+    assert penalty is not None
+    assert penalty > config.failover.damping_suppress
+    assert held is not None
+    assert 0 < held <= config.failover.damping_max_hold
     assert second.registry.get_sample_value("rideout_failback_drain_active") == 0.0
 
 
@@ -75,10 +78,12 @@ def _admin(config: Config, address: str) -> str:
 
 
 async def _closed(ws: Any, loop: asyncio.AbstractEventLoop) -> tuple[int | None, float]:
-    with pytest.raises(ConnectionClosed) as info:
+    """The close code the server sent, and when it came."""
+    try:
         while True:
             await recv(ws, timeout=15)
-    return (info.value.rcvd.code if info.value.rcvd else None, loop.time())
+    except ConnectionClosed as closed:
+        return (closed.rcvd.code if closed.rcvd else None, loop.time())
 
 
 @contextlib.asynccontextmanager
@@ -99,9 +104,10 @@ async def test_a_failback_drain_closes_the_zones_clients_over_the_spread_then_se
     make_config: Callable[..., Config],
 ) -> None:
     config = make_config(failover={"failback_drain_seconds": 1.5})
-    async with running_deployment(config) as deployment, _clients(
-        deployment, ["a1", "a2"], 8
-    ) as sockets:
+    async with (
+        running_deployment(config) as deployment,
+        _clients(deployment, ["a1", "a2"], 8) as sockets,
+    ):
         loop = asyncio.get_running_loop()
         drain = FailbackDrain(config)
         start = loop.time()
@@ -141,7 +147,8 @@ async def test_a_move_during_the_drain_serves_at_once_and_other_modes_are_left_a
             await until(lambda: deployment.servers["a1"].mode is ZoneMode.SERVING, 10)
             await until(lambda: not drain.running, 10)
             status = drain.status()
-            assert status is not None and status["state"] == "cancelled"
+            assert status is not None
+            assert status["state"] == "cancelled"
             assert any("left alone" in n["message"] for n in status["notes"])
             assert deployment.servers["a2"].mode is ZoneMode.DEGRADED
             await http.post(degraded, json={"mode": "serving"}, headers=auth)

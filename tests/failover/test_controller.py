@@ -225,9 +225,7 @@ async def test_an_unreachable_target_is_an_error_event_not_a_crash(
         await controller.close()
 
 
-async def _moves_to(
-    controller: FailoverController, healthy: dict[str, bool], writer: str
-) -> None:
+async def _moves_to(controller: FailoverController, healthy: dict[str, bool], writer: str) -> None:
     """Tick until the writer is `writer` (a coordinated move waits for the link first)."""
 
     async def moved() -> bool:
@@ -266,7 +264,8 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         first_hold = controller.failback_hold()
         assert 10 < first_hold <= 60
         damping = controller.status()["damping"]
-        assert damping["suppressed"] and damping["moves"] == 3
+        assert damping["suppressed"]
+        assert damping["moves"] == 3
         assert damping["penalty"] > config.failover.damping_suppress
 
         # Leaving a failing region is never held: not to the primary (urgent failback)...

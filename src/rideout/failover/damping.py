@@ -55,6 +55,13 @@ class DampingPolicy:
                 raise InvalidArgument(f"{name} must be > 0, not {getattr(self, name)!r}")
         if self.suppress < self.reuse:
             raise InvalidArgument(f"suppress ({self.suppress!r}) must be >= reuse ({self.reuse!r})")
+        if self.ceiling <= self.suppress:
+            shortest = self.half_life * math.log2(self.suppress / self.reuse)
+            raise InvalidArgument(
+                f"max_hold ({self.max_hold!r}) is too short to ever hold a failback: the "
+                f"ceiling it sets ({self.ceiling:.3g}) must be above suppress "
+                f"({self.suppress!r}); make it longer than {shortest:.3g} s"
+            )
 
     @property
     def ceiling(self) -> float:
