@@ -121,18 +121,22 @@ async def test_a_failback_drain_closes_the_zones_clients_over_the_spread_then_se
         assert status is not None
         assert status["zones"] == {"use1-az1": 8, "use1-az2": 8}
         assert "closing them with 1012 over 1.5 s" in status["notes"][0]["message"]
+        for name in ("a1", "a2"):
+            assert deployment.servers[name].mode is ZoneMode.SERVING  # the standby, always
         await until(lambda: not drain.running, 10)
         assert drain.status()["state"] == "done"  # type: ignore[index]
-        for name in ("a1", "a2"):
-            assert deployment.servers[name].mode is ZoneMode.SERVING  # the standby again
+        assert drain.status()["left"] == 0  # type: ignore[index]
         await drain.stop()
 
 
-async def test_a_move_during_the_drain_serves_at_once_and_other_modes_are_left_alone(
+async def test_a_move_during_the_drain_stops_it_and_other_modes_are_left_alone(
     make_config: Callable[..., Config],
 ) -> None:
     config = make_config(failover={"failback_drain_seconds": 30.0})
-    async with running_deployment(config) as deployment:
+    async with (
+        running_deployment(config) as deployment,
+        _clients(deployment, ["a1"], 20) as sockets,
+    ):
         token = load_or_create_admin_token(config.keys_dir)
         auth = {"Authorization": f"Bearer {token}"}
         async with httpx.AsyncClient(trust_env=False) as http:
@@ -141,11 +145,17 @@ async def test_a_move_during_the_drain_serves_at_once_and_other_modes_are_left_a
             await http.post(degraded, json={"mode": "degraded"}, headers=auth)
             drain = FailbackDrain(config)
             drain.start(P)
-            await until(lambda: deployment.servers["a1"].mode is ZoneMode.DRAINING, 10)
+            a1 = deployment.servers["a1"]
+            await until(lambda: a1.draining is not None, 10)
             assert deployment.servers["a2"].mode is ZoneMode.DEGRADED
-            drain.cancel()  # the writer moved again: the zone must take clients now
-            await until(lambda: deployment.servers["a1"].mode is ZoneMode.SERVING, 10)
+            drain.cancel()  # the writer moved again: its clients must stay now
+            await until(lambda: a1.draining is None, 10)
             await until(lambda: not drain.running, 10)
+            kept = len(a1.connections)
+            assert kept > 0  # over 30 s, most had not been closed yet
+            await asyncio.sleep(0.5)
+            assert len(a1.connections) == kept
+            assert len(sockets) == 20
             status = drain.status()
             assert status is not None
             assert status["state"] == "cancelled"

@@ -161,33 +161,50 @@ def test_the_drain_schedule_spreads_every_connection_over_the_spread() -> None:
     assert drain_schedule(0, 5.0) == []
 
 
-async def test_a_gradual_drain_closes_in_batches_over_the_spread_then_serves() -> None:
+async def test_a_failback_drain_closes_in_batches_over_the_spread_and_keeps_serving() -> None:
     server = zone_server()
     conns = [TimedClosing(server) for _ in range(40)]
     server.connections |= set(conns)
     loop = asyncio.get_running_loop()
     start = loop.time()
-    server.set_mode(ZoneMode.DRAINING, spread=0.6, serve_after=0.9)
-    assert server.mode is ZoneMode.DRAINING
-    assert gauge(server)["draining"] == 1.0
-    assert server.draining is not None
-    server.set_mode(ZoneMode.DRAINING, spread=0.6, serve_after=0.9)  # asked twice: one drain
+    server.set_mode(ZoneMode.SERVING, drain_over=0.6)
+    assert server.mode is ZoneMode.SERVING  # handshakes are still accepted
+    assert gauge(server)["serving"] == 1.0
+    first = server.draining
+    assert first is not None
+    server.set_mode(ZoneMode.SERVING, drain_over=0.6)  # asked twice: one drain
+    assert server.draining is first
+    await asyncio.sleep(0.05)  # the drain has started
+    late = TimedClosing(server)  # a client whose DNS answer had not expired yet
+    server.connections.add(late)
     await until(lambda: not server.connections, 5)
     times = sorted(c.at - start for c in conns if c.at is not None)
     assert len(times) == 40
     assert {c.closed for c in conns} == {(CloseCode.DRAINING, "zone draining; reconnect now")}
     assert times[-1] - times[0] > 0.2  # spread out, not one burst
     assert times[-1] < 0.6 + 0.5
-    await until(lambda: server.mode is ZoneMode.SERVING, 5)
-    assert gauge(server)["serving"] == 1.0
-    assert loop.time() - start >= 0.9 - 0.05
+    assert late.at is not None
+    assert late.at - start >= 0.6 - 0.05  # the newcomers go at the end
+    await until(lambda: first.done(), 5)
+    assert server.mode is ZoneMode.SERVING
+
+
+async def test_a_slow_drain_in_draining_mode_refuses_newcomers_meanwhile() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(10)]
+    server.connections |= set(conns)
+    server.set_mode(ZoneMode.DRAINING, drain_over=0.3)
+    assert server.mode is ZoneMode.DRAINING
+    assert gauge(server)["draining"] == 1.0
+    await until(lambda: not server.connections, 5)
+    assert server.mode is ZoneMode.DRAINING  # until told otherwise, as before
 
 
 async def test_serving_again_stops_a_gradual_drain_midway() -> None:
     server = zone_server()
     conns = [TimedClosing(server) for _ in range(50)]
     server.connections |= set(conns)
-    server.set_mode(ZoneMode.DRAINING, spread=2.0)
+    server.set_mode(ZoneMode.SERVING, drain_over=2.0)
     await until(lambda: len(server.connections) < 50, 5)
     server.set_mode(ZoneMode.SERVING)
     assert server.draining is None
@@ -198,7 +215,6 @@ async def test_serving_again_stops_a_gradual_drain_midway() -> None:
 
 async def test_drain_gradually_follows_the_schedule_on_an_injected_sleep() -> None:
     server = zone_server()
-    server.mode = ZoneMode.DRAINING
     conns = [TimedClosing(server) for _ in range(10)]
     server.connections |= set(conns)
     slept: list[float] = []
@@ -206,9 +222,9 @@ async def test_drain_gradually_follows_the_schedule_on_an_injected_sleep() -> No
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    await drain_gradually(server, 10.0, 20.0, rng=random.Random(3), sleep=sleep)
+    await drain_gradually(server, 10.0, rng=random.Random(3), sleep=sleep)
     expected = drain_schedule(10, 10.0, random.Random(3))
-    assert len(slept) == len(expected) + 1  # one per batch, one before serving again
-    assert slept[-1] == pytest.approx(20.0, abs=0.1)
+    assert len(slept) == len(expected) + 1  # one per batch, one before the last sweep
+    assert slept[-1] == pytest.approx(10.0, abs=0.1)
     assert not server.connections
     assert server.mode is ZoneMode.SERVING

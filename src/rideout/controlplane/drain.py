@@ -2,17 +2,20 @@
 
 Once the writer is back in the primary and DNS answers it, clients connected to the
 secondary stay there (their sockets are fine) and every bid they send is refused. The
-control plane moves them: each of the secondary's zones is put in ``draining`` mode with
-a spread (``POST /admin/mode`` ``{"mode": "draining", "spread": S, "serve_after": T}``,
-the admin token as the credential), so it closes its connections with 1012 at random
-moments over ``S = failback_drain_seconds`` seconds and the clients arrive at the
-primary at a rate it can take, instead of as the herd that overloads it into the next
-failover. Then the zones serve again: they are still the standby. ``serve_after`` makes
-each zone do that by itself even if this control plane dies meanwhile; a later move of
-the writer cancels a drain and puts its zones back to serving at once.
+control plane moves them: it asks each of the secondary's zones to close its connections
+with 1012 at random moments over ``failback_drain_seconds`` (``POST /admin/mode``
+``{"mode": "serving", "drain_over": S}``, the admin token as the credential), so that
+the clients reconnect through DNS to the primary at a rate it can take, instead of as
+the herd that overloads it into the next failover.
 
-Zones an operator has put in another mode (``degraded``, ``draining``) are left alone.
-The zones' admin routes exist in local mode only (``rideout up``): elsewhere the drain is
+The zones stay in ``serving`` mode meanwhile: they are still the standby, their region's
+canary keeps succeeding (a zone refusing handshakes would raise its region's alarm, and a
+primary failing then would find no healthy region to fail over to), and nothing is left
+to undo if this control plane dies mid-drain. A later move of the writer stops a drain
+(``{"mode": "serving"}``): the region taking over keeps its clients.
+
+Zones in another mode (an operator's ``degraded`` or ``draining``) are left alone. The
+zones' admin routes exist in local mode only (``rideout up``): elsewhere the drain is
 skipped and says so. With ``[realtime] workers`` above 1, a request reaches one worker
 of a zone, so only that worker's clients are drained.
 """
@@ -52,13 +55,10 @@ class FailbackDrain:
     ) -> None:
         self.config = config
         self.spread = config.failover.failback_drain_seconds
-        # Zones keep refusing handshakes a little past the spread, while cached DNS
-        # answers for them expire, then serve again by themselves.
-        self.linger = max(float(config.timing.dns_ttl), 2 * config.timing.canary_interval)
         self._token = token or (lambda: load_or_create_admin_token(config.keys_dir))
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
-        self._draining: list[ZoneConfig] = []  # zones this drain switched, to serve again
+        self._draining: list[ZoneConfig] = []  # zones told to drain, to stop if cancelled
         self.last: dict[str, Any] | None = None
         self.notes: deque[dict[str, Any]] = deque(maxlen=10)
 
@@ -92,7 +92,7 @@ class FailbackDrain:
         )
 
     def cancel(self) -> None:
-        """End a running drain; its zones serve again (the task does it as it ends)."""
+        """Stop a running drain (the task tells its zones as it ends)."""
         if self._task is not None and not self._task.done():
             self._task.cancel()
 
@@ -104,7 +104,7 @@ class FailbackDrain:
     # ------------------------------------------------------------------ the drain
 
     async def _drain(self, region: str, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:  # its zones must be serving again before we look
+        if previous is not None:  # its zones must have been told before we look
             await asyncio.wait({previous})
         self.last = {"region": region, "state": "draining", "started_at": self._clock(),
                      "spread": self.spread, "zones": {}}  # fmt: skip
@@ -121,13 +121,12 @@ class FailbackDrain:
                 self.last["state"] = "cancelled"
                 raise
             finally:
-                await self._serve_again(http, auth)
+                await self._stop_zones(http, auth)
 
     async def _run(self, http: httpx.AsyncClient, region: str, auth: dict[str, str]) -> None:
         assert self.last is not None
         zones = self.config.region(region).zones
-        body = {"mode": "draining", "spread": self.spread,
-                "serve_after": self.spread + self.linger}  # fmt: skip
+        body = {"mode": "serving", "drain_over": self.spread}
         answers = await asyncio.gather(*(self._switch(http, z, body, auth) for z in zones))
         closing = {z.name: n for z, n in zip(zones, answers, strict=True) if n is not None}
         self.last["zones"] = closing
@@ -140,19 +139,20 @@ class FailbackDrain:
             f"draining {region}'s zones {shown}: closing them with 1012 over "
             f"{self.spread:g} s so that their clients follow DNS to the writer",
         )
-        await asyncio.sleep(self.spread + self.linger / 2)
+        await asyncio.sleep(self.spread + 0.5)
         left = await asyncio.gather(*(self._connections(http, z, auth) for z in zones))
         self.last["left"] = sum(n or 0 for n in left)
         self.last["state"] = "done"
         self._note(
             f"drained {region}: {sum(closing.values())} connections closed over "
-            f"{self.spread:g} s, {self.last['left']} left; its zones serve again (standby)",
+            f"{self.spread:g} s, {self.last['left']} connected now; its zones serve on as the "
+            "standby",
         )
 
     async def _switch(
         self, http: httpx.AsyncClient, zone: ZoneConfig, body: dict[str, Any], auth: dict[str, str]
     ) -> int | None:
-        """Start the zone's drain if it is serving; its connections, or None if not."""
+        """Start the zone's drain if it is serving; its connections then, or None."""
         url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
         try:
             current = (await http.get(url, headers=auth)).json()
@@ -176,10 +176,11 @@ class FailbackDrain:
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None
 
-    async def _serve_again(self, http: httpx.AsyncClient, auth: dict[str, str]) -> None:
-        """Put the zones this drain switched back to serving (best effort: each zone
-        also does it by itself after ``serve_after``)."""
+    async def _stop_zones(self, http: httpx.AsyncClient, auth: dict[str, str]) -> None:
+        """Tell the zones told to drain to stop, if they still are (best effort)."""
         zones, self._draining = self._draining, []
+        if self.last is None or self.last["state"] == "done":
+            return  # they have finished by themselves
         for zone in zones:
             url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
             with contextlib.suppress(httpx.HTTPError):

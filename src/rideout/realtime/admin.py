@@ -3,9 +3,9 @@
 ``POST /admin/mode`` with ``{"mode": "serving" | "degraded" | "draining"}`` (a
 :class:`~rideout.realtime.zone.ZoneMode`, which says what each does) and the
 deployment's admin token (``Authorization: Bearer …``); ``GET`` shows the mode.
-A drain may be gradual: ``{"mode": "draining", "spread": S}`` closes the connections
-over ``S`` seconds, and ``"serve_after": T`` (at least ``S``) serves again ``T`` seconds
-after the drain began (the control plane's failback drain sends both).
+``"drain_over": S`` (with ``serving`` or ``draining``) closes the open connections with
+1012 over ``S`` seconds instead of at once; with ``serving``, the zone keeps accepting
+new ones meanwhile (the control plane's failback drain).
 
 The routes exist only in ``local`` mode; elsewhere they answer 404.
 """
@@ -26,8 +26,7 @@ from rideout.realtime.zone import ZoneMode, ZoneServer
 __all__ = ["admin_mode"]
 
 _EXPECTED = f'expected {{"mode": one of {[mode.value for mode in ZoneMode]}}}'
-MAX_SPREAD = 3600.0  # seconds a gradual drain may take
-MAX_SERVE_AFTER = 86400.0
+MAX_DRAIN_OVER = 3600.0  # seconds a gradual drain may take
 
 
 async def admin_mode(request: Request) -> Response:
@@ -46,43 +45,28 @@ async def admin_mode(request: Request) -> Response:
         mode = _parse_mode(body)
         if mode is None:
             return JSONResponse({"error": "bad_request", "message": _EXPECTED}, status_code=400)
-        drain = _parse_drain(body, mode)
-        if isinstance(drain, str):
-            return JSONResponse({"error": "bad_request", "message": drain}, status_code=400)
-        server.set_mode(mode, spread=drain[0], serve_after=drain[1])
+        drain_over = _parse_drain_over(body, mode)
+        if isinstance(drain_over, str):
+            return JSONResponse({"error": "bad_request", "message": drain_over}, status_code=400)
+        server.set_mode(mode, drain_over=drain_over)
     return JSONResponse({"region": server.region.name, "zone": server.zone.name, "mode": server.mode,
                          "connections": len(server.connections)})  # fmt: skip
 
 
-def _parse_drain(body: bytes, mode: ZoneMode) -> tuple[float, float | None] | str:
-    """A body's ``spread`` and ``serve_after`` (only with draining); else the problem."""
+def _parse_drain_over(body: bytes, mode: ZoneMode) -> float | str:
+    """A body's ``drain_over`` seconds (0 without one), or what is wrong with it."""
     data: dict[str, Any] = json.loads(body)  # _parse_mode has checked it is an object
-    spread, serve_after = data.get("spread"), data.get("serve_after")
-    if mode != ZoneMode.DRAINING:
-        if spread is not None or serve_after is not None:
-            return f"spread and serve_after go with draining only, not {mode}"
-        return (0.0, None)
-    checked = _seconds("spread", 0.0 if spread is None else spread, MAX_SPREAD)
-    if isinstance(checked, str):
-        return checked
-    if serve_after is None:
-        return (checked, None)
-    after = _seconds("serve_after", serve_after, MAX_SERVE_AFTER)
-    if isinstance(after, str):
-        return after
-    if after < checked:
-        return f"serve_after ({after:g}) must be at least spread ({checked:g})"
-    return (checked, after)
-
-
-def _seconds(name: str, value: object, maximum: float) -> float | str:
-    """`value` as seconds from 0 to `maximum`, or what is wrong with it."""
+    value = data.get("drain_over")
+    if value is None:
+        return 0.0
+    if mode == ZoneMode.DEGRADED:
+        return "drain_over goes with serving or draining, not degraded"
     try:
-        seconds = _validate.seconds(name, value, zero_ok=True)
+        seconds = _validate.seconds("drain_over", value, zero_ok=True)
     except InvalidArgument as exc:
         return str(exc)
-    if seconds > maximum:
-        return f"{name} must be at most {maximum:g} seconds, not {value!r}"
+    if seconds > MAX_DRAIN_OVER:
+        return f"drain_over must be at most {MAX_DRAIN_OVER:g} seconds, not {value!r}"
     return seconds
 
 

@@ -12,12 +12,16 @@ Modes, switched by ``POST /admin/mode`` or by signal:
   answered with ``error/unavailable``: the backend-failing-behind-an-open-socket case
   that the client's consecutive-failure detection exists for;
 - ``draining``: every connection is closed with 1012 (reconnect now) and new
-  handshakes are refused with 503 until the mode changes back. At once, or *gradually*
-  (the control plane's failback): closed in batches at random moments spread over
-  ``spread`` seconds (:func:`drain_schedule`), so the clients arrive at the other
-  region at a rate it can take, not as one herd; with ``serve_after``, the zone serves
-  again that many seconds after the drain began, whoever asked for it (a drain that
-  nobody ends does not leave a standby refusing every client).
+  handshakes are refused with 503 until the mode changes back.
+
+A drain can also be *gradual* (``drain_over`` seconds, :func:`drain_gradually`): the
+connections open when it starts are closed with 1012 in batches at random moments over
+that time (:func:`drain_schedule`), then any that opened meanwhile, so that the clients
+arrive elsewhere at a rate the other region can take, not as one herd. In ``draining``
+mode that is a slow drain; in ``serving`` mode (the control plane's failback drain) the
+zone keeps accepting handshakes while its clients leave, so its own region's canary
+keeps succeeding: a standby that refused handshakes would raise its region's alarm, and
+a primary failing meanwhile would then find no healthy region to fail over to.
 """
 
 from __future__ import annotations
@@ -100,7 +104,7 @@ class ZoneServer:
     mode: ZoneMode = ZoneMode.SERVING
     connections: set[ZoneConnection] = field(default_factory=set)
     unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements
-    draining: asyncio.Task[None] | None = field(default=None, repr=False)  # a gradual drain
+    draining: asyncio.Task[None] | None = field(default=None, repr=False)  # drain_gradually
 
     def __post_init__(self) -> None:
         self._show_mode()
@@ -108,14 +112,12 @@ class ZoneServer:
     def origin_allowed(self, origin: str) -> bool:
         return "*" in self.origins or origin in self.origins
 
-    def set_mode(
-        self, mode: ZoneMode, *, spread: float = 0.0, serve_after: float | None = None
-    ) -> None:
-        """Serve in `mode`; draining closes every connection, at once or over `spread`
-        seconds, and with `serve_after` serves again that long after (see the module
-        docstring). A gradual drain already running goes on unchanged if asked again."""
-        if mode == ZoneMode.DRAINING and (spread > 0 or serve_after is not None):
-            _start_gradual_drain(self, spread, serve_after)
+    def set_mode(self, mode: ZoneMode, *, drain_over: float = 0.0) -> None:
+        """Serve in `mode`; draining closes every connection at once. With `drain_over`
+        (serving or draining), the connections are closed over that many seconds
+        instead; asked again while that runs, in the same mode, it goes on unchanged."""
+        if drain_over > 0 and mode != ZoneMode.DEGRADED:
+            _start_gradual_drain(self, mode, drain_over)
             return
         _stop_gradual_drain(self)
         self.mode = mode
@@ -154,13 +156,12 @@ def drain_schedule(
 async def drain_gradually(
     server: ZoneServer,
     spread: float,
-    serve_after: float | None = None,
     *,
     rng: random.Random | None = None,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
 ) -> None:
-    """Close the zone's connections with 1012 over `spread` seconds (the caller has set
-    the draining mode); then, with `serve_after`, serve again that long after the start."""
+    """Close the zone's connections with 1012 over `spread` seconds, on the schedule of
+    :func:`drain_schedule`; at the end, also those that opened meanwhile."""
     loop = asyncio.get_running_loop()
     start = loop.time()
     waiting = list(server.connections)
@@ -171,23 +172,19 @@ async def drain_gradually(
         for connection in batch:
             if connection in server.connections:
                 connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
-    drain(server)  # any the schedule missed
-    if serve_after is not None:
-        await sleep(max(0.0, start + serve_after - loop.time()))
-        if server.mode == ZoneMode.DRAINING:
-            server.mode = ZoneMode.SERVING
-            server._show_mode()
+    await sleep(max(0.0, start + spread - loop.time()))
+    drain(server)  # those that came meanwhile (a client's DNS cache not yet expired)
 
 
-def _start_gradual_drain(server: ZoneServer, spread: float, serve_after: float | None) -> None:
+def _start_gradual_drain(server: ZoneServer, mode: ZoneMode, spread: float) -> None:
     running = server.draining is not None and not server.draining.done()
-    if server.mode == ZoneMode.DRAINING and running:
+    if server.mode == mode and running:
         return  # asked again (another caller, a retry): one schedule is enough
     _stop_gradual_drain(server)
-    server.mode = ZoneMode.DRAINING
+    server.mode = mode
     server._show_mode()
     server.draining = asyncio.get_running_loop().create_task(
-        drain_gradually(server, spread, serve_after), name="rideout-zone-drain"
+        drain_gradually(server, spread), name="rideout-zone-drain"
     )
 
 
