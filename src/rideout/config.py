@@ -196,7 +196,7 @@ class FailoverConfig:
     flap_damping: bool = True
     damping_half_life: float = 15.0  # fast profile; see FAILOVER_PROFILES
     damping_max_hold: float = 60.0
-    damping_suppress: float = field(default=2.0, metadata={"unitless": True})
+    damping_suppress: float = field(default=1.5, metadata={"unitless": True})
     damping_reuse: float = field(default=1.0, metadata={"unitless": True})
     # After a failback, the old writer's zones close their connections (1012) spread
     # over this many seconds, so the returning clients do not arrive as one herd.

@@ -253,7 +253,7 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         await _moves_to(controller, {P: False, S: True}, S)  # move 1: failover
         clock.advance(2)
         await _moves_to(controller, both, P)  # move 2: failback, not held
-        assert controller.failback_hold() == 0.0
+        assert not controller.status()["damping"]["holding"]
         clock.advance(2)
         await _moves_to(controller, {P: False, S: True}, S)  # move 3: failover again
         clock.advance(3)

@@ -43,7 +43,7 @@ class DampingPolicy:
 
     half_life: float
     max_hold: float
-    suppress: float = 2.0
+    suppress: float = 1.5
     reuse: float = 1.0
     penalty: float = 1.0
 
