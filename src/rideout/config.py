@@ -197,7 +197,7 @@ class FailoverConfig:
     damping_half_life: float = 15.0  # fast profile; see FAILOVER_PROFILES
     damping_max_hold: float = 60.0
     damping_suppress: float = field(default=1.5, metadata={"unitless": True})
-    damping_reuse: float = field(default=1.0, metadata={"unitless": True})
+    damping_reuse: float = field(default=0.75, metadata={"unitless": True})
     # After a failback, the old writer's zones close their connections (1012) spread
     # over this many seconds, so the returning clients do not arrive as one herd.
     failback_drain_seconds: float = field(default=5.0, metadata={"zero_ok": True})

@@ -207,7 +207,7 @@ async def test_a_flapping_primary_gets_the_writer_back_only_after_a_visible_hold
     # A longer half-life than the fast profile's, so that three moves stay above
     # suppress however slow this machine is, and the hold outlasts the checks.
     workdir, config = make_workdir(
-        failover={"damping_half_life": 40.0, "damping_max_hold": 60.0, "replica_down": "degrade"}
+        failover={"damping_half_life": 20.0, "damping_max_hold": 40.0, "replica_down": "degrade"}
     )
     with started(workdir) as up:
         up.wait_ready()
@@ -231,18 +231,18 @@ async def test_a_flapping_primary_gets_the_writer_back_only_after_a_visible_hold
         assert "failback held" in state["failover"]["decision"]["reason"]
         status = rideout("status", "-c", "rideout.toml", cwd=workdir).stdout
         assert "failback held" in status, status
-        assert re.search(r"penalty \d\.\d, \d moves in 60 s", status), status
+        assert re.search(r"penalty \d\.\d, \d moves in 40 s", status), status
         cp = config.control_plane
         async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
             metrics = (await http.get(f"http://{cp.address}:{cp.port}/metrics")).text
         hold = float(metrics.split("\nrideout_failback_hold_seconds ")[1].split()[0])
-        assert 0 < hold <= 60
+        assert 0 < hold <= 40
         assert "\nrideout_failover_damping_penalty " in metrics
         await dashboard_shows(config, "failback held")
 
         # Once the penalty has decayed, the failback happens by itself.
         held_since = time.monotonic()
-        await until(lambda: answers(config, PRIMARY), 60 + 20, interval=0.2)
+        await until(lambda: answers(config, PRIMARY), 40 + 20, interval=0.2)
         assert time.monotonic() - held_since > 1.0
         state = await summary(config)
         assert (state["failover"]["failovers"], state["failover"]["failbacks"]) == (2, 2)
@@ -268,7 +268,7 @@ async def dashboard_shows(config: Config, text: str) -> None:
             )
             shown = await page.inner_text("#damping")
             assert "penalty" in shown
-            assert re.search(r"\d moves in 60 s", shown), shown
+            assert re.search(r"\d moves in 40 s", shown), shown
             assert errors == []
         finally:
             await browser.close()

@@ -114,6 +114,7 @@ class _Plane:
         self.url = routes.control_plane_url(config, routes.SUMMARY)
         self.http = httpx.AsyncClient(trust_env=False, timeout=2.0)
         self.timeline: list[dict[str, Any]] = []
+        self.last: dict[str, Any] | None = None
         self.primary = config.primary.name
         self.secondary = config.secondary.name
 
@@ -123,6 +124,7 @@ class _Plane:
             body: dict[str, Any] = response.json()
         except (httpx.HTTPError, ValueError):
             return None
+        self.last = body
         alarms = {name: a.get("state") for name, a in body.get("alarms", {}).items()}
         failover = body.get("failover", {})
         self.timeline.append(
@@ -137,6 +139,20 @@ class _Plane:
             }
         )
         return body
+
+    def history(self, since: float) -> dict[str, Any]:
+        """What the control plane said happened since `since`: its failover events and
+        alarm changes (why the writer moved, each time), and the latest failback drain."""
+        body = self.last or {}
+        failover = body.get("failover", {})
+        return {
+            "events": [e for e in failover.get("events", []) if e.get("at", 0) >= since],
+            "alarms": {
+                name: [c for c in a.get("history", []) if c.get("timestamp", 0) >= since]
+                for name, a in body.get("alarms", {}).items()
+            },
+            "drain": failover.get("drain"),
+        }
 
     def moves(self) -> dict[str, int | None]:
         """Writer moves between the first and the latest poll, by kind."""
@@ -316,6 +332,7 @@ class _Pass:
 
     async def run(self) -> dict[str, Any]:
         result = self.plan.header()
+        started = time.time()
         try:
             await self._healthy_deployment()
             result.update(await self._start_clients())
@@ -328,6 +345,7 @@ class _Pass:
             await self.plane.aclose()
         result.update(await self._account(self.fleet.snapshot()))
         result["writer_moves"] = self.plane.moves()
+        result["control_plane"] = self.plane.history(started)
         return result
 
     async def _healthy_deployment(self) -> None:

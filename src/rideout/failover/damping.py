@@ -44,7 +44,7 @@ class DampingPolicy:
     half_life: float
     max_hold: float
     suppress: float = 1.5
-    reuse: float = 1.0
+    reuse: float = 0.75
     penalty: float = 1.0
 
     def __post_init__(self) -> None:
