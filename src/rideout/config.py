@@ -353,33 +353,31 @@ class _Reader:
             raise ConfigError(self.key(name), f"must be at most {maximum}, got {value}")
         return value
 
+    def _float(self, name: str, what: str) -> float:
+        """Take `name` (present) as a float; `what` is the kind the messages expect."""
+        value = self._table.pop(name)
+        if isinstance(value, str):
+            try:
+                value = float(value.strip())
+            except ValueError:
+                raise ConfigError(self.key(name), f"expected {what}, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(self.key(name), f"expected {what}, got {_kind(value)}")
+        return float(value)
+
     def positive(self, name: str, default: float) -> float:
         """A number greater than zero (not a duration: a threshold, a ratio)."""
         if name not in self._table:
             return default
-        value = self._table.pop(name)
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise ConfigError(self.key(name), f"expected a number, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(self.key(name), f"expected a number, got {_kind(value)}")
+        value = self._float(name, "a number")
         if not math.isfinite(value) or value <= 0:
             raise ConfigError(self.key(name), f"must be a number above zero, got {value}")
-        return float(value)
+        return value
 
     def seconds(self, name: str, default: float, *, zero_ok: bool = False) -> float:
         if name not in self._table:
             return default
-        value = self._table.pop(name)
-        if isinstance(value, str):
-            try:
-                value = float(value.strip())
-            except ValueError:
-                raise ConfigError(self.key(name), f"expected seconds, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(self.key(name), f"expected seconds, got {_kind(value)}")
+        value = self._float(name, "seconds")
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             what = "zero or more" if zero_ok else "a positive number of"
             raise ConfigError(self.key(name), f"must be {what} seconds, got {value}")
