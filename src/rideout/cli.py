@@ -345,9 +345,31 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
         f"{failover['failovers']} failovers, {failover['failbacks']} failbacks, "
         f"{failover['lost_writes']} writes lost  ·  alarms: {alarms}"
     )
+    damping = _damping_line(failover.get("damping"))
+    if damping:
+        console.print(damping, highlight=False)
+    drain = failover.get("drain")
+    if drain and drain.get("notes"):
+        console.print(f"  failback drain ({drain['state']}): {drain['notes'][-1]['message']}",
+                      highlight=False)  # fmt: skip
     for event in failover["events"][-3:]:
         when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
         console.print(f"  [dim]{when}[/] {event['kind']}: {event['message']}", highlight=False)
+
+
+def _damping_line(damping: dict[str, Any] | None) -> str | None:
+    """Flap damping in one line, when it has something to say."""
+    if not damping or (not damping["penalty"] and not damping["hold_seconds"]):
+        return None
+    moves = f"{damping['moves']} move{'' if damping['moves'] == 1 else 's'}"
+    detail = f"penalty {damping['penalty']:.1f}, {moves} in {damping['window']:g} s"
+    if damping["holding"]:
+        return f"[bold yellow]failback held {damping['hold_seconds']:.0f} s more[/] ({detail})"
+    if damping["hold_seconds"] > 0:
+        return (
+            f"flap damping: a failback now would be held {damping['hold_seconds']:.0f} s ({detail})"
+        )
+    return f"flap damping: failback not held ({detail})"
 
 
 def _redis_state(state: dict[str, Any] | None) -> Text:

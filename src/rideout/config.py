@@ -12,6 +12,7 @@ file only. ``RIDEOUT_CONFIG`` names the file when no path is given explicitly.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import math
 import os
@@ -26,6 +27,7 @@ from rideout.errors import InvalidArgument
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "FAILOVER_PROFILES",
     "PROFILES",
     "AuthConfig",
     "Config",
@@ -220,6 +222,29 @@ class FailoverConfig:
     # client retries) or "degrade" to async for that bid (counted, shown in status).
     replica_down: str = "reject"
     auto_failback: bool = True  # move back to the primary once it is healthy again
+    # Failback damping (RFC 2439's route flap damping, the writer's moves as the flaps):
+    # each move adds 1 to a penalty that halves every `damping_half_life` seconds; a
+    # move that leaves it above `damping_suppress` holds failback until it is below
+    # `damping_reuse`, never longer than `damping_max_hold` after the last move.
+    flap_damping: bool = True
+    damping_half_life: float = 15.0  # fast profile; see FAILOVER_PROFILES
+    damping_max_hold: float = 60.0
+    damping_suppress: float = field(default=1.5, metadata={"unitless": True})
+    damping_reuse: float = field(default=0.75, metadata={"unitless": True})
+    # After a failback, the old writer's zones close their connections (1012) spread
+    # over this many seconds, so the returning clients do not arrive as one herd.
+    failback_drain_seconds: float = field(default=5.0, metadata={"zero_ok": True})
+
+
+# The [failover] settings that scale with the timing profile, as Timing does.
+FAILOVER_PROFILES: Mapping[str, Mapping[str, Any]] = {
+    "seed": {
+        "damping_half_life": 900.0,
+        "damping_max_hold": 3600.0,
+        "failback_drain_seconds": 60.0,
+    },
+    "fast": {"damping_half_life": 15.0, "damping_max_hold": 60.0, "failback_drain_seconds": 5.0},
+}
 
 
 def _default_regions() -> tuple[RegionConfig, ...]:
@@ -361,17 +386,31 @@ class _Reader:
             raise ConfigError(self.key(name), f"must be at most {maximum}, got {value}")
         return value
 
-    def seconds(self, name: str, default: float, *, zero_ok: bool = False) -> float:
-        if name not in self._table:
-            return default
+    def _float(self, name: str, what: str) -> float:
+        """Take `name` (present) as a float; `what` is the kind the messages expect."""
         value = self._table.pop(name)
         if isinstance(value, str):
             try:
                 value = float(value.strip())
             except ValueError:
-                raise ConfigError(self.key(name), f"expected seconds, got {value!r}") from None
+                raise ConfigError(self.key(name), f"expected {what}, got {value!r}") from None
         if isinstance(value, bool) or not isinstance(value, int | float):
-            raise ConfigError(self.key(name), f"expected seconds, got {_kind(value)}")
+            raise ConfigError(self.key(name), f"expected {what}, got {_kind(value)}")
+        return float(value)
+
+    def positive(self, name: str, default: float) -> float:
+        """A number greater than zero (not a duration: a threshold, a ratio)."""
+        if name not in self._table:
+            return default
+        value = self._float(name, "a number")
+        if not math.isfinite(value) or value <= 0:
+            raise ConfigError(self.key(name), f"must be a number above zero, got {value}")
+        return value
+
+    def seconds(self, name: str, default: float, *, zero_ok: bool = False) -> float:
+        if name not in self._table:
+            return default
+        value = self._float(name, "seconds")
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             what = "zero or more" if zero_ok else "a positive number of"
             raise ConfigError(self.key(name), f"must be {what} seconds, got {value}")
@@ -513,7 +552,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         timing=_parse_timing(root.table("timing"), PROFILES[profile]),
         auth=_parse_auth(root.table("auth"), mode),
         realtime=_parse_realtime(root.table("realtime")),
-        failover=_parse_failover(root.table("failover")),
+        failover=_parse_failover(root.table("failover"), profile),
     )
     root.done()
     _validate(config)
@@ -545,6 +584,8 @@ def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
         elif isinstance(default, int):
             minimum = 0 if f.metadata.get("zero_ok", False) else 1
             values[f.name] = t.integer(f.name, default, minimum=minimum)
+        elif isinstance(default, float) and f.metadata.get("unitless"):
+            values[f.name] = t.positive(f.name, default)
         elif isinstance(default, float):
             values[f.name] = t.seconds(f.name, default, zero_ok=f.metadata.get("zero_ok", False))
         elif isinstance(default, str):
@@ -584,8 +625,9 @@ def _parse_realtime(t: _Reader) -> RealtimeConfig:
     return realtime
 
 
-def _parse_failover(t: _Reader) -> FailoverConfig:
-    failover = FailoverConfig(**_scalars(t, FailoverConfig()))
+def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
+    base = dataclasses.replace(FailoverConfig(), **FAILOVER_PROFILES[profile])
+    failover = FailoverConfig(**_scalars(t, base))
     if failover.replication not in ("async", "sync"):
         raise ConfigError(
             t.key("replication"), f"must be 'async' or 'sync', got {failover.replication!r}"
@@ -593,6 +635,19 @@ def _parse_failover(t: _Reader) -> FailoverConfig:
     if failover.replica_down not in ("reject", "degrade"):
         raise ConfigError(
             t.key("replica_down"), f"must be 'reject' or 'degrade', got {failover.replica_down!r}"
+        )
+    if failover.damping_suppress < failover.damping_reuse:
+        raise ConfigError(t.key("damping_suppress"), "must be at least damping_reuse")
+    # The hold is bounded by the ceiling reuse * 2^(max_hold / half_life): below
+    # suppress, no move could ever hold a failback.
+    shortest = failover.damping_half_life * math.log2(
+        failover.damping_suppress / failover.damping_reuse
+    )
+    if failover.flap_damping and failover.damping_max_hold <= shortest:
+        raise ConfigError(
+            t.key("damping_max_hold"),
+            f"must be longer than {shortest:g} s (damping_half_life * "
+            "log2(damping_suppress / damping_reuse)), or no failback is ever held",
         )
     return failover
 

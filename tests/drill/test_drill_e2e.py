@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,9 @@ pytestmark = pytest.mark.slow
 CLIENTS = int(os.environ.get("DRILL_E2E_CLIENTS", "200"))
 
 
-def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
+def run_drill(tmp_path: Path, *extra: str, timeout: float) -> tuple[str, dict[str, Any]]:
+    """`rideout drill region-outage` on its own fast-profile deployment (sync/reject):
+    its output, and its report.json (the drill must have succeeded)."""
     config = parse_config(
         config_data(
             tmp_path / ".rideout",
@@ -40,7 +43,7 @@ def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
         sys.executable, "-m", "rideout", "drill", "region-outage",
         "--clients", str(CLIENTS), "--fault", "kill", "--replication", "sync",
         "--profile", "fast", "--max-rto", "30", "--max-lost", "0",
-        "--report", str(report_dir), "--config", "rideout.toml",
+        "--report", str(report_dir), "--config", "rideout.toml", *extra,
     ]  # fmt: skip
     proc = subprocess.Popen(
         argv,
@@ -51,7 +54,7 @@ def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
         env={**os.environ, "COLUMNS": "200"},
     )
     try:
-        output, _ = proc.communicate(timeout=85)
+        output, _ = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         proc.send_signal(signal.SIGINT)  # the drill stops its deployment on the way out
         output, _ = proc.communicate(timeout=20)
@@ -62,8 +65,14 @@ def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
             proc.wait()
     assert proc.returncode == 0, output
     assert (report_dir / "report.md").is_file()
-    report = json.loads((report_dir / "report.json").read_text())
+    report: dict[str, Any] = json.loads((report_dir / "report.json").read_text())
     assert report["ok"]
+    assert "Drill: region outage" in (report_dir / "report.md").read_text()
+    return output, report
+
+
+def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
+    _, report = run_drill(tmp_path, timeout=85)
     (run,) = report["passes"]
     failover = run["failover"]
     assert failover["recovered"] == failover["clients"] == CLIENTS
@@ -75,4 +84,23 @@ def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
     assert failover["time_to_dns"] is not None
     assert failover["time_to_dns"] < 20
     assert failover["time_to_restored"]["p99"] < 30
-    assert "Drill: region outage" in (report_dir / "report.md").read_text()
+
+
+def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: Path) -> None:
+    """The control plane, not the drill, moves the secondary's clients after failback,
+    spread out (no herd toward the primary), and the writer moves once each way."""
+    _, report = run_drill(tmp_path, "--failback", timeout=180)
+    (run,) = report["passes"]
+    failback = run["failback"]
+    assert failback["recovered"] == CLIENTS
+    assert failback["drained_by_drill"] is False
+    assert run["writer_moves"] == {"failovers": 1, "failbacks": 1}
+    assert run["final_writer"] == "us-east-1"
+    assert run["bids"]["lost"] == 0
+    assert run["bids"]["duplicates"] == 0
+    # Before, every client was closed at once: ~90 of 200 reconnects started within
+    # 100 ms. Spread over failback_drain_seconds (5 s), about 2 per 100 ms on average.
+    assert failback["reconnects"]["total"] >= CLIENTS
+    assert failback["reconnects"]["peak_in_window"] <= max(10, CLIENTS // 4), failback
+    names = {o["name"]: o["ok"] for o in report["objectives"]}
+    assert names["full-jitter: the writer moved once each way (no flapping)"]

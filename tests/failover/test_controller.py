@@ -12,7 +12,7 @@ from rideout.failover.controller import ControllerState, FailoverController, dec
 from rideout.store import keys
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch, replication_status
-from tests.conftest import ADMIN, running_redis_pair, until
+from tests.conftest import ADMIN, FakeClock, running_redis_pair, until
 
 P, S = "us-east-1", "us-west-2"
 
@@ -228,3 +228,112 @@ async def test_an_unreachable_target_is_an_error_event_not_a_crash(
         assert "unreachable" in controller.status()["events"][-1]["message"]
     finally:
         await controller.close()
+
+
+async def _moves_to(controller: FailoverController, healthy: dict[str, bool], writer: str) -> None:
+    """Tick until the writer is `writer` (a coordinated move waits for the link first)."""
+
+    async def moved() -> bool:
+        await controller.tick(healthy)
+        return controller.writer == writer
+
+    await until(moved, 20, interval=0.1, message=f"the writer moved to {writer}")
+
+
+async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_decays(
+    pair: Pair,
+) -> None:
+    """Flap damping: a failover and a failback pass at once; a primary that loses the
+    writer again soon after gets it back only after a hold, longer the more it moved;
+    failover and leaving a failing secondary are never held; once the penalty has
+    decayed, failback happens as usual."""
+    config = pair.config
+    policy = config.failover
+    assert (policy.damping_half_life, policy.damping_max_hold) == (15.0, 60.0)  # fast
+    clock = FakeClock(1_800_000_000.0)
+    controller = FailoverController(config, clock=clock)
+    both = {P: True, S: True}
+    try:
+        await controller.tick(both)
+        await _moves_to(controller, {P: False, S: True}, S)  # move 1: failover
+        clock.advance(2)
+        await _moves_to(controller, both, P)  # move 2: failback, not held
+        assert not controller.status()["damping"]["holding"]
+        clock.advance(2)
+        await _moves_to(controller, {P: False, S: True}, S)  # move 3: failover again
+        clock.advance(3)
+        decision = await controller.tick(both)
+        assert decision.move == "none"
+        assert controller.writer == S
+        assert "failback held" in decision.reason
+        first_hold = controller.failback_hold()
+        assert 10 < first_hold <= 60
+        damping = controller.status()["damping"]
+        assert damping["suppressed"]
+        assert damping["moves"] == 3
+        assert damping["penalty"] > config.failover.damping_suppress
+
+        # Leaving a failing region is never held: not to the primary (urgent failback)...
+        await _moves_to(controller, {P: True, S: False}, P)  # move 4
+        # ...nor a failover.
+        await _moves_to(controller, {P: False, S: True}, S)  # move 5
+        clock.advance(3)
+        assert (await controller.tick(both)).move == "none"
+        second_hold = controller.failback_hold()
+        assert second_hold > first_hold  # more moves in the window: a longer hold
+        assert second_hold <= config.failover.damping_max_hold
+
+        # Time forgives: just before the hold ends, still held; after it, failback.
+        clock.advance(second_hold - 0.5)
+        assert (await controller.tick(both)).move == "none"
+        assert controller.writer == S
+        clock.advance(1.0)
+        assert controller.failback_hold() == 0.0
+        await _moves_to(controller, both, P)
+        kinds = [e["kind"] for e in controller.status()["events"]]
+        assert kinds.count("fail-over") == 3
+        assert kinds.count("fail-back") == 3
+        assert controller.status()["failbacks"] == 3
+    finally:
+        await controller.close()
+
+
+async def test_damping_off_fails_back_at_once(make_config: Callable[..., Config]) -> None:
+    config = make_config(failover={"flap_damping": False})
+    controller = FailoverController(config, state=ControllerState(writer=S, epoch=3))
+    assert controller.damping is None
+    assert controller.failback_hold() == 0.0
+    assert controller.status()["damping"] is None
+    decision = decide(
+        writer=S, primary=P, secondary=S, healthy={P: True, S: True}, auto_failback=True,
+        failback_hold=0.0,
+    )  # fmt: skip
+    assert decision.move == "fail-back"
+    await controller.close()
+
+
+def test_decide_holds_only_a_healthy_writers_failback() -> None:
+    args = {"primary": P, "secondary": S, "auto_failback": True, "failback_hold": 12.0}
+    held = decide(writer=S, healthy={P: True, S: True}, **args)  # type: ignore[arg-type]
+    assert (held.move, held.target) == ("none", None)
+    assert "failback held 12.0 s more" in held.reason
+    urgent = decide(writer=S, healthy={P: True, S: False}, **args)  # type: ignore[arg-type]
+    assert (urgent.move, urgent.urgent) == ("fail-back", True)
+    failover = decide(writer=P, healthy={P: False, S: True}, **args)  # type: ignore[arg-type]
+    assert failover.move == "fail-over"
+
+
+def test_the_damping_state_is_part_of_the_controller_state() -> None:
+    from rideout.failover.damping import DampingPolicy
+
+    policy = DampingPolicy(half_life=15.0, max_hold=60.0)
+    state = ControllerState(writer=S, epoch=4, failovers=2, failbacks=1)
+    for t in (1000.0, 1002.0, 1004.0):
+        state.damping = state.damping.record_move(policy, t)
+    restored = ControllerState.from_dict(state.to_dict())
+    assert restored.damping == state.damping
+    assert restored.damping.hold(policy, 1005.0) == state.damping.hold(policy, 1005.0) > 0
+    # A state saved before damping existed loads with none.
+    legacy = state.to_dict()
+    del legacy["damping"]
+    assert ControllerState.from_dict(legacy).damping.merit == 0.0

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -72,6 +75,84 @@ async def test_admin_routes_do_not_exist_outside_local_mode(
         )
         assert response.status_code == 404
         assert d.urls
+
+
+async def test_a_failback_drain_closes_over_the_spread_and_keeps_serving(
+    deployment: Deployment,
+) -> None:
+    """What the control plane asks of the old writer's zones after a failback."""
+    config = deployment.config
+    zone = config.primary.zones[0]
+    admin = f"http://{zone.address}:{config.app_port}/admin/mode"
+    auth = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
+    loop = asyncio.get_running_loop()
+    async with contextlib.AsyncExitStack() as stack, httpx.AsyncClient(trust_env=False) as http:
+        sockets = [
+            await stack.enter_async_context(deployment.connect("a1", f"u{i}")) for i in range(12)
+        ]
+        for ws in sockets:  # each is served (counted by the zone) before the drain
+            await send(ws, action="heartbeat")
+            assert await recv(ws) == "pong"
+
+        async def closed_at(ws: Any) -> tuple[int | None, float]:
+            try:
+                while True:
+                    await recv(ws, timeout=10)
+            except ConnectionClosed as closed:
+                return (closed.rcvd.code if closed.rcvd else None, loop.time())
+
+        start = loop.time()
+        answer = await http.post(admin, json={"mode": "serving", "drain_over": 1.5}, headers=auth)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["mode"] == "serving"
+        # Meanwhile the zone still takes a handshake (its canary's, say) and answers it.
+        async with deployment.connect("a1", "canary") as ws:
+            await send(ws, action="heartbeat")
+            assert await recv(ws) == "pong"
+        closes = await asyncio.gather(*(closed_at(ws) for ws in sockets))
+        assert {code for code, _ in closes} == {1012}
+        times = sorted(t - start for _, t in closes)
+        assert times[-1] - times[0] > 0.3, times  # over the spread, not in one instant
+        assert times[-1] < 1.5 + 1.0, times
+        assert (await http.get(admin, headers=auth)).json()["mode"] == "serving"
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ({"mode": "serving", "drain_over": -1}, "drain_over must be >= 0"),
+        ({"mode": "serving", "drain_over": "5"}, "drain_over must be a number of seconds"),
+        ({"mode": "draining", "drain_over": True}, "drain_over must be a number of seconds"),
+        ({"mode": "serving", "drain_over": 1e9}, "drain_over must be at most 3600 seconds"),
+        (b'{"mode": "serving", "drain_over": Infinity}', "drain_over must be finite"),
+        ({"mode": "degraded", "drain_over": 5}, "not degraded"),
+        ({"mode": "draining", "drain_over": None}, None),
+    ],
+)
+async def test_a_bad_drain_is_refused_clearly_and_changes_nothing(
+    deployment: Deployment, body: dict[str, Any] | bytes, message: str | None
+) -> None:
+    config = deployment.config
+    zone = config.primary.zones[0]
+    admin = f"http://{zone.address}:{config.app_port}/admin/mode"
+    auth = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
+    async with httpx.AsyncClient(trust_env=False) as http:
+        if isinstance(body, bytes):
+            answer = await http.post(admin, content=body, headers=auth)
+        else:
+            answer = await http.post(admin, json=body, headers=auth)
+        if message is None:  # nulls are absent values: a plain drain
+            assert answer.json()["mode"] == "draining"
+            await http.post(admin, json={"mode": "serving"}, headers=auth)
+            return
+        assert answer.status_code == 400
+        assert answer.json()["error"] == "bad_request"
+        assert message in answer.json()["message"]
+        assert (await http.get(admin, headers=auth)).json()["mode"] == "serving"
+        # Without the token the drain options change nothing either.
+        no_token = await http.post(admin, json={"mode": "draining", "drain_over": 1})
+        assert no_token.status_code == 401
+        assert deployment.servers["a1"].mode is ZoneMode.SERVING
 
 
 @pytest.mark.parametrize(

@@ -2,18 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import random
 import signal
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import rideout
 from rideout.auth.revocation import RevocationList
 from rideout.protocol import CloseCode
 from rideout.realtime.metrics import AppMetrics
-from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer, drain
+from rideout.realtime.zone import (
+    DEGRADE_SIGNAL,
+    SERVE_SIGNAL,
+    ZoneMode,
+    ZoneServer,
+    drain,
+    drain_gradually,
+    drain_schedule,
+)
+from tests.conftest import until
 
 
 class Closing:
@@ -115,3 +128,104 @@ def test_importing_the_zone_or_the_package_loads_no_server_stack() -> None:
     loaded, where = result.stdout.splitlines()
     assert json.loads(loaded) == []
     assert Path(where).resolve().is_relative_to(src)
+
+
+# ------------------------------------------------------------------ gradual drain
+
+
+class TimedClosing(Closing):
+    """Remembers when (loop time) it was closed, and leaves the zone as a socket does."""
+
+    def __init__(self, server: ZoneServer) -> None:
+        super().__init__()
+        self.server = server
+        self.at: float | None = None
+
+    def close_soon(self, code: int, reason: str) -> None:
+        if self.closed is None:
+            super().close_soon(code, reason)
+            self.at = asyncio.get_running_loop().time()
+            self.server.connections.discard(self)
+
+
+def test_the_drain_schedule_spreads_every_connection_over_the_spread() -> None:
+    plan = drain_schedule(1000, 5.0, random.Random(1))
+    assert sum(n for _, n in plan) == 1000
+    offsets = [t for t, _ in plan]
+    assert offsets == sorted(offsets)
+    assert offsets[0] >= 0
+    assert offsets[-1] < 5.0
+    assert len(plan) > 50  # batches, not one burst
+    assert max(n for _, n in plan) < 40  # ~10 per 50 ms step on average
+    assert all(t == pytest.approx(round(t / 0.05) * 0.05) for t in offsets)  # on step edges
+    assert drain_schedule(7, 0.0) == [(0.0, 7)]
+    assert drain_schedule(0, 5.0) == []
+
+
+async def test_a_failback_drain_closes_in_batches_over_the_spread_and_keeps_serving() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(40)]
+    server.connections |= set(conns)
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    server.set_mode(ZoneMode.SERVING, drain_over=0.6)
+    assert server.mode is ZoneMode.SERVING  # handshakes are still accepted
+    assert gauge(server)["serving"] == 1.0
+    first = server.draining
+    assert first is not None
+    server.set_mode(ZoneMode.SERVING, drain_over=0.6)  # asked twice: one drain
+    assert server.draining is first
+    await asyncio.sleep(0.05)  # the drain has started
+    late = TimedClosing(server)  # a client whose DNS answer had not expired yet
+    server.connections.add(late)
+    await until(lambda: not server.connections, 5)
+    times = sorted(c.at - start for c in conns if c.at is not None)
+    assert len(times) == 40
+    assert {c.closed for c in conns} == {(CloseCode.DRAINING, "zone draining; reconnect now")}
+    assert times[-1] - times[0] > 0.2  # spread out, not one burst
+    assert times[-1] < 0.6 + 0.5
+    assert late.at is not None
+    assert late.at - start >= 0.6 - 0.05  # the newcomers go at the end
+    await until(lambda: first.done(), 5)
+    assert server.mode is ZoneMode.SERVING
+
+
+async def test_a_slow_drain_in_draining_mode_refuses_newcomers_meanwhile() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(10)]
+    server.connections |= set(conns)
+    server.set_mode(ZoneMode.DRAINING, drain_over=0.3)
+    assert server.mode is ZoneMode.DRAINING
+    assert gauge(server)["draining"] == 1.0
+    await until(lambda: not server.connections, 5)
+    assert server.mode is ZoneMode.DRAINING  # until told otherwise, as before
+
+
+async def test_serving_again_stops_a_gradual_drain_midway() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(50)]
+    server.connections |= set(conns)
+    server.set_mode(ZoneMode.SERVING, drain_over=2.0)
+    await until(lambda: len(server.connections) < 50, 5)
+    server.set_mode(ZoneMode.SERVING)
+    assert server.draining is None
+    left = len(server.connections)
+    await asyncio.sleep(0.3)
+    assert len(server.connections) == left > 0  # the rest stay connected
+
+
+async def test_drain_gradually_follows_the_schedule_on_an_injected_sleep() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(10)]
+    server.connections |= set(conns)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    await drain_gradually(server, 10.0, rng=random.Random(3), sleep=sleep)
+    expected = drain_schedule(10, 10.0, random.Random(3))
+    assert len(slept) == len(expected) + 1  # one per batch, one before the last sweep
+    assert slept[-1] == pytest.approx(10.0, abs=0.1)
+    assert not server.connections
+    assert server.mode is ZoneMode.SERVING

@@ -6,8 +6,11 @@ the alarm state to the region's health check (Route 53 ``CLOUDWATCH_METRIC`` sem
 ``InsufficientDataHealthStatus: LastKnownStatus``), lets the failover controller move
 the writer, and answers DNS from the controller's view (or, given a ``dns_feed``,
 publishes that view to a DNS server in another process: see :mod:`rideout.dns.feed`).
+After a failback it drains the old writer's zones gradually
+(:mod:`~rideout.controlplane.drain`), so that the clients still there move to the
+primary too, at a rate it can take.
 
-Restarts: alarm, health check and controller state are saved to
+Restarts: alarm, health check and controller state (with its failback damping) are saved to
 ``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
 are in memory only, so a restarted control plane does not evaluate the periods before
 it was listening (nor, per region, before that region's first datapoint since the start,
@@ -32,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
+from rideout.controlplane.drain import FailbackDrain
 from rideout.controlplane.errors import IngestError, IngestForbidden
 from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
@@ -99,6 +103,7 @@ class ControlPlane:
         self.controller = FailoverController(
             config, state=restored, clock=clock, on_change=lambda _: self.save()
         )
+        self.drain = FailbackDrain(config, clock=clock)
         self.zone = DnsZoneConfig.from_config(config)
         self.registry = CollectorRegistry()
         self.dns_metrics = DnsMetrics(self.registry)
@@ -250,11 +255,26 @@ class ControlPlane:
                     name,
                     "healthy" if self.checks[name].healthy else "UNHEALTHY",
                 )
+        moves = self._move_counts()
         await self.controller.tick(self.healthy())
         self._refresh_answer()
+        self._after_moves(moves)
         if changed:
             self.save()
         self._update_metrics()
+
+    def _move_counts(self) -> tuple[int, int]:
+        state = self.controller.state
+        return (state.failovers, state.failbacks) if state else (0, 0)
+
+    def _after_moves(self, before: tuple[int, int]) -> None:
+        """A failback (DNS already answers the primary) drains the old writer's zones;
+        a failover ends such a drain, so the region taking over serves at once."""
+        failovers, failbacks = self._move_counts()
+        if failbacks > before[1]:
+            self.drain.start(self.config.secondary.name)
+        elif failovers > before[0]:
+            self.drain.cancel()
 
     def _refresh_answer(self) -> Answer:
         answer = failover_answer(self.zone, self.controller.dns_health(self.healthy()))
@@ -305,6 +325,7 @@ class ControlPlane:
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
+        await self.drain.stop()
         await self.dns.stop()
         await self.controller.close()
         with contextlib.suppress(OSError):
@@ -351,7 +372,7 @@ class ControlPlane:
                 "reason": answer.reason,
                 "serial": self._serial,
             },
-            "failover": self.controller.status(),
+            "failover": {**self.controller.status(), "drain": self.drain.status()},
         }
 
     def canary_history(self, seconds: float = 60.0) -> dict[str, list[tuple[float, float]]]:
@@ -420,6 +441,25 @@ class ControlPlane:
             "rideout_canary_timestamp_seconds", "Time of the latest canary datapoint.",
             ["region", "zone"], registry=r,
         )  # fmt: skip
+        self._damping_metrics()
+
+    def _damping_metrics(self) -> None:
+        r = self.registry
+        self._damping_penalty = Gauge(
+            "rideout_failover_damping_penalty",
+            "Failback damping's figure of merit: recent writer moves, decayed.",
+            registry=r,
+        )
+        self._failback_hold = Gauge(
+            "rideout_failback_hold_seconds",
+            "Seconds a failback is still held by flap damping (0: not held).",
+            registry=r,
+        )
+        self._drain_active = Gauge(
+            "rideout_failback_drain_active",
+            "1 while the control plane drains the old writer's zones after a failback.",
+            registry=r,
+        )
 
     def _update_metrics(self) -> None:
         for name, alarm in self.alarms.items():
@@ -439,6 +479,10 @@ class ControlPlane:
             self._lag_bytes.set(status["lag_bytes"])
         if status["lag_seconds"] is not None:
             self._lag_seconds.set(status["lag_seconds"])
+        damping = status["damping"] or {}
+        self._damping_penalty.set(damping.get("penalty", 0.0))
+        self._failback_hold.set(damping.get("hold_seconds", 0.0))
+        self._drain_active.set(1 if self.drain.running else 0)
 
 
 def _check_region(data: list[Any], region: str) -> None:

@@ -23,6 +23,12 @@ def default_report_dir(data_dir: Path, now: float | None = None) -> Path:
     return data_dir / "drills" / stamp
 
 
+def _drained(failback: dict[str, Any]) -> str:
+    if failback.get("drained_by_drill"):
+        return " (**the drill had to drain the old region**: the deployment did not move them)"
+    return " (the control plane drained the old region gradually: close 1012, reconnect at once)"
+
+
 def fmt_seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
@@ -131,11 +137,13 @@ def render_markdown(report: dict[str, Any]) -> str:
                     if "accepted" in d
                     else ""
                 )
-                + (
-                    " (the old region was drained: close 1012 reconnects at once, no backoff)"
-                    if phase == "failback"
-                    else ""
-                )
+                + (_drained(d) if phase == "failback" else "")
+            )
+        moves = p.get("writer_moves")
+        if moves and moves.get("failovers") is not None:
+            lines.append(
+                f"- the writer moved {moves['failovers']} time(s) to the secondary and "
+                f"{moves['failbacks']} time(s) back during the pass"
             )
         lines.append("")
     cmp = report.get("jitter_comparison")

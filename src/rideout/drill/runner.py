@@ -4,8 +4,10 @@ Against a running deployment (``rideout up`` from the same data directory) or on
 own (a :class:`~rideout.cluster.supervisor.LocalCluster` in a temporary data directory,
 stopped on every exit path): start N resilient clients that follow the app domain and
 bid, break the primary region through the supervisor, watch the control plane move the
-writer and DNS, optionally restore the primary and watch failback, then account for
-every acknowledged bid in the final writer's room streams.
+writer and DNS, optionally restore the primary and watch failback (the control plane
+drains the secondary's zones itself; the drill does so only as a reported fallback),
+then account for every acknowledged bid in the final writer's room streams and for
+every move of the writer.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.chaos import send_command
 from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
 from rideout.cluster.supervisor import LocalCluster
-from rideout.config import PROFILES, Config, load_config
+from rideout.config import FAILOVER_PROFILES, PROFILES, Config, load_config
 from rideout.drill.analysis import (
     StreamEntry,
     account_bids,
@@ -113,6 +115,7 @@ class _Plane:
         self.url = routes.control_plane_url(config, routes.SUMMARY)
         self.http = httpx.AsyncClient(trust_env=False, timeout=2.0)
         self.timeline: list[dict[str, Any]] = []
+        self.last: dict[str, Any] | None = None
         self.primary = config.primary.name
         self.secondary = config.secondary.name
 
@@ -122,17 +125,43 @@ class _Plane:
             body: dict[str, Any] = response.json()
         except (httpx.HTTPError, ValueError):
             return None
+        self.last = body
         alarms = {name: a.get("state") for name, a in body.get("alarms", {}).items()}
+        failover = body.get("failover", {})
         self.timeline.append(
             {
                 "t": time.time(),
                 "alarms": alarms,
                 "dns": body.get("dns", {}).get("region"),
-                "writer": body.get("failover", {}).get("writer"),
-                "epoch": body.get("failover", {}).get("epoch"),
+                "writer": failover.get("writer"),
+                "epoch": failover.get("epoch"),
+                "failovers": failover.get("failovers"),
+                "failbacks": failover.get("failbacks"),
             }
         )
         return body
+
+    def history(self, since: float) -> dict[str, Any]:
+        """What the control plane said happened since `since`: its failover events and
+        alarm changes (why the writer moved, each time), and the latest failback drain."""
+        body = self.last or {}
+        failover = body.get("failover", {})
+        return {
+            "events": [e for e in failover.get("events", []) if e.get("at", 0) >= since],
+            "alarms": {
+                name: [c for c in a.get("history", []) if c.get("timestamp", 0) >= since]
+                for name, a in body.get("alarms", {}).items()
+            },
+            "drain": failover.get("drain"),
+        }
+
+    def moves(self) -> dict[str, int | None]:
+        """Writer moves between the first and the latest poll, by kind."""
+        rows = [r for r in self.timeline if r.get("failovers") is not None]
+        if not rows:
+            return {"failovers": None, "failbacks": None}
+        first, last = rows[0], rows[-1]
+        return {k: int(last[k]) - int(first[k]) for k in ("failovers", "failbacks")}
 
     async def until(
         self, check: Callable[[dict[str, Any]], bool], timeout: float, what: str
@@ -170,6 +199,8 @@ def _load(options: DrillOptions) -> Config:
 def _own_config(config: Config, options: DrillOptions, data_dir: Path) -> Config:
     profile = options.profile or config.profile
     failover = dataclasses.replace(config.failover, replication=options.replication)
+    if profile != config.profile:
+        failover = dataclasses.replace(failover, **FAILOVER_PROFILES[profile])
     timing = PROFILES[profile] if profile != config.profile else config.timing
     return dataclasses.replace(
         config, data_dir=data_dir, profile=profile, timing=timing, failover=failover
@@ -307,6 +338,7 @@ class _Pass:
 
     async def run(self) -> dict[str, Any]:
         result = self.plan.header()
+        started = time.time()
         try:
             await self._healthy_deployment()
             result.update(await self._start_clients())
@@ -318,6 +350,8 @@ class _Pass:
             await self.plane.poll()
             await self.plane.aclose()
         result.update(await self._account(self.fleet.snapshot()))
+        result["writer_moves"] = self.plane.moves()
+        result["control_plane"] = self.plane.history(started)
         return result
 
     async def _healthy_deployment(self) -> None:
@@ -368,18 +402,25 @@ class _Pass:
         await self.plane.until(
             _serves_from(primary), self.failover_timeout * 3, f"failback to {primary}"
         )
-        # Clients still attached to the old writer's region keep their sockets (its
-        # servers answer bids `unavailable`): drain it so they follow DNS at once.
-        self.say(f"draining {secondary}")
-        await _set_zone_mode(self.config, secondary, ZoneMode.DRAINING)
-        try:
-            await self._wait_recovered(back_at, primary)
-        finally:
-            await _set_zone_mode(self.config, secondary, ZoneMode.SERVING)
+        # The control plane drains the secondary's zones, gradually, so that the clients
+        # still there follow DNS: the drill only watches. If they are still there when
+        # the recovery window ends, it drains them itself and says so in the report.
+        drained_by_drill = False
+        if not await self._wait_recovered(back_at, primary):
+            drained_by_drill = True
+            self.say(f"clients are still on {secondary}: the drill drains it (fallback)")
+            await _set_zone_mode(self.config, secondary, ZoneMode.DRAINING)
+            try:
+                await self._wait_recovered(back_at, primary)
+            finally:
+                await _set_zone_mode(self.config, secondary, ZoneMode.SERVING)
         await asyncio.sleep(self.options.settle)
-        return self._phase(back_at, secondary, primary, failback=True)
+        phase = self._phase(back_at, secondary, primary, failback=True)
+        phase["drained_by_drill"] = drained_by_drill
+        return phase
 
-    async def _wait_recovered(self, since: float, region: str) -> None:
+    async def _wait_recovered(self, since: float, region: str) -> bool:
+        """Wait until every client has restored its state in `region`; whether it did."""
         deadline = time.monotonic() + self.recovery_timeout
         while time.monotonic() < deadline:
             done = _restored(self.fleet.snapshot(), region, since)
@@ -387,8 +428,10 @@ class _Pass:
                 f"{self.plan.name}: {len(done)}/{self.fleet.clients} clients restored in {region}"
             )
             if len(done) >= self.fleet.clients:
-                return
+                return True
+            await self.plane.poll()  # the timeline keeps every move of the writer
             await asyncio.sleep(0.2)
+        return False
 
     def _phase(
         self, since: float, lost: str, target: str, *, failback: bool = False
@@ -452,6 +495,21 @@ def _objectives(options: DrillOptions, passes: list[dict[str, Any]]) -> list[dic
             found.append({
                 "name": f"{p['name']}: acknowledged bids lost",
                 "limit": options.max_lost, "value": lost, "ok": lost <= options.max_lost,
+            })  # fmt: skip
+        failback = p.get("failback")
+        if failback:
+            # The deployment must move its clients back by itself, once, without flapping.
+            moves = p.get("writer_moves") or {}
+            found.append({
+                "name": f"{p['name']}: the writer moved once each way (no flapping)",
+                "limit": "1 failover, 1 failback",
+                "value": f"{moves.get('failovers')} failovers, {moves.get('failbacks')} failbacks",
+                "ok": moves.get("failovers") == 1 and moves.get("failbacks") == 1,
+            })  # fmt: skip
+            found.append({
+                "name": f"{p['name']} failback: clients moved without the drill draining",
+                "limit": "no drill drain", "value": failback.get("drained_by_drill"),
+                "ok": failback.get("drained_by_drill") is False,
             })  # fmt: skip
         # A bid applied twice is a correctness failure whatever the options say.
         duplicates = p["bids"]["duplicates"]

@@ -1,4 +1,4 @@
-"""Moving the writer between regions: failover, failback, fencing."""
+"""Moving the writer between regions: failover, failback, fencing, failback damping."""
 
 from __future__ import annotations
 
@@ -7,7 +7,18 @@ from rideout.failover.controller import (
     Decision,
     FailoverController,
     FailoverEvent,
+    damping_policy,
     decide,
 )
+from rideout.failover.damping import DampingPolicy, DampingState
 
-__all__ = ["ControllerState", "Decision", "FailoverController", "FailoverEvent", "decide"]
+__all__ = [
+    "ControllerState",
+    "DampingPolicy",
+    "DampingState",
+    "Decision",
+    "FailoverController",
+    "FailoverEvent",
+    "damping_policy",
+    "decide",
+]

@@ -9,7 +9,9 @@ alarms) and what each region's Redis says about itself, and:
 - **fails back** when the primary is healthy again (and ``failover.auto_failback``):
   Redis 6.2's ``FAILOVER TO`` on the current writer pauses writes, waits until the
   primary's Redis has caught up, and hands over; then a higher epoch, then DNS. No
-  acknowledged write is lost, in either replication mode;
+  acknowledged write is lost, in either replication mode. A primary that keeps losing
+  the writer again gets it back only after a hold that grows with its recent moves
+  (:mod:`~rideout.failover.damping`); leaving a failed region is never held;
 - **reconciles** roles: a writer that restarted as a replica is promoted again; a stale
   writer that comes back (a region restored after a kill or freeze) is demoted to a
   replica of the current writer as soon as it is reachable, after counting the writes it
@@ -33,7 +35,8 @@ from typing import Any, Literal
 
 import redis.asyncio as aioredis
 
-from rideout.config import Config
+from rideout.config import Config, FailoverConfig
+from rideout.failover.damping import DampingPolicy, DampingState
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import (
@@ -48,7 +51,14 @@ from rideout.store.replication import (
     switch_over,
 )
 
-__all__ = ["ControllerState", "Decision", "FailoverController", "FailoverEvent", "decide"]
+__all__ = [
+    "ControllerState",
+    "Decision",
+    "FailoverController",
+    "FailoverEvent",
+    "damping_policy",
+    "decide",
+]
 
 log = logging.getLogger("rideout.failover")
 
@@ -72,11 +82,13 @@ def decide(
     secondary: str,
     healthy: Mapping[str, bool],
     auto_failback: bool,
+    failback_hold: float = 0.0,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
-      back to a healthy primary when `auto_failback` is set.
+      back to a healthy primary when `auto_failback` is set and no `failback_hold`
+      (seconds, from flap damping) remains.
     - The writer's region unhealthy and the other healthy: move there.
     - Both unhealthy: stay (moving to a region that is also failing gains nothing;
       DNS keeps answering the writer's region).
@@ -87,6 +99,12 @@ def decide(
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
     if writer == secondary and other_ok and auto_failback and writer_ok:
+        if failback_hold > 0:
+            return Decision(
+                "none", None,
+                f"{primary} is healthy again; failback held {failback_hold:.1f} s more "
+                "(flap damping)",
+            )  # fmt: skip
         return Decision("fail-back", primary, f"{primary} is healthy again")
     if not writer_ok:
         return Decision("none", None, f"both regions are unhealthy: the writer stays in {writer}")
@@ -114,10 +132,12 @@ class ControllerState:
     failovers: int = 0
     failbacks: int = 0
     events: deque[FailoverEvent] = field(default_factory=lambda: deque(maxlen=100))
+    damping: DampingState = field(default_factory=DampingState)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["events"] = [asdict(e) for e in self.events]
+        data["damping"] = self.damping.to_dict()
         return data
 
     @classmethod
@@ -128,10 +148,25 @@ class ControllerState:
             lost_writes=int(data.get("lost_writes", 0)),
             failovers=int(data.get("failovers", 0)),
             failbacks=int(data.get("failbacks", 0)),
+            damping=DampingState.from_dict(data["damping"])
+            if "damping" in data
+            else DampingState(),
         )
         for e in data.get("events", []):
             state.events.append(FailoverEvent(**e))
         return state
+
+
+def damping_policy(failover: FailoverConfig) -> DampingPolicy | None:
+    """The ``[failover]`` settings' damping policy; None when ``flap_damping`` is off."""
+    if not failover.flap_damping:
+        return None
+    return DampingPolicy(
+        half_life=failover.damping_half_life,
+        max_hold=failover.damping_max_hold,
+        suppress=failover.damping_suppress,
+        reuse=failover.damping_reuse,
+    )
 
 
 class FailoverController:
@@ -157,6 +192,7 @@ class FailoverController:
         self.redis: dict[str, ReplicationStatus] = {}
         self.last_decision: Decision | None = None
         self._waiting_since: float | None = None
+        self.damping = damping_policy(config.failover)
 
     async def close(self) -> None:
         for client in self._clients.values():
@@ -171,6 +207,22 @@ class FailoverController:
     @property
     def epoch(self) -> int | None:
         return self.state.epoch if self.state else None
+
+    def failback_hold(self) -> float:
+        """Seconds a failback is still held by flap damping (0: not held)."""
+        if self.damping is None or self.state is None:
+            return 0.0
+        return self.state.damping.hold(self.damping, self._clock())
+
+    def damping_status(self) -> dict[str, Any] | None:
+        """The damping view ``status`` shows (``holding``: a failback is being held
+        now); None when damping is off."""
+        if self.damping is None:
+            return None
+        state = self.state.damping if self.state else DampingState()
+        view = state.view(self.damping, self._clock())
+        view["holding"] = self.writer != self.config.primary.name and view["hold_seconds"] > 0
+        return view
 
     def dns_health(self, healthy: Mapping[str, bool]) -> dict[str, bool]:
         """The health view DNS answers from: the writer's region, and nothing else.
@@ -202,6 +254,7 @@ class FailoverController:
             "failbacks": self.state.failbacks if self.state else 0,
             "lag_bytes": lag_bytes,
             "lag_seconds": writer_view.replica_lag if writer_view else None,
+            "damping": self.damping_status(),
             "redis": {name: view.to_dict() for name, view in self.redis.items()},
             "events": [asdict(e) for e in (self.state.events if self.state else ())][-20:],
         }
@@ -245,6 +298,7 @@ class FailoverController:
             secondary=self.config.secondary.name,
             healthy=healthy,
             auto_failback=self.config.failover.auto_failback,
+            failback_hold=self.failback_hold(),
         )
         self.last_decision = decision
         try:
@@ -307,6 +361,8 @@ class FailoverController:
         self._waiting_since = None
         epoch = await bump_epoch(self._clients[new], self.state.epoch)
         self.state.writer, self.state.epoch = new, epoch
+        if self.damping is not None:
+            self.state.damping = self.state.damping.record_move(self.damping, self._clock())
         if decision.move == "fail-over":
             self.state.failovers += 1
         else:

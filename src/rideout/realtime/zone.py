@@ -13,11 +13,24 @@ Modes, switched by ``POST /admin/mode`` or by signal:
   that the client's consecutive-failure detection exists for;
 - ``draining``: every connection is closed with 1012 (reconnect now) and new
   handshakes are refused with 503 until the mode changes back.
+
+A drain can also be *gradual* (``drain_over`` seconds, :func:`drain_gradually`): the
+connections open when it starts are closed with 1012 in batches at random moments over
+that time (:func:`drain_schedule`), then any that opened meanwhile, so that the clients
+arrive elsewhere at a rate the other region can take, not as one herd. In ``draining``
+mode that is a slow drain; in ``serving`` mode (the control plane's failback drain) the
+zone keeps accepting handshakes while its clients leave, so its own region's canary
+keeps succeeding: a standby that refused handshakes would raise its region's alarm, and
+a primary failing meanwhile would then find no healthy region to fail over to.
 """
 
 from __future__ import annotations
 
+import asyncio
+import math
+import random
 import signal
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
@@ -44,6 +57,8 @@ __all__ = [
     "ZoneMode",
     "ZoneServer",
     "drain",
+    "drain_gradually",
+    "drain_schedule",
 ]
 
 
@@ -100,6 +115,7 @@ class ZoneServer:
     # the app builds both from its [realtime]; the defaults are the default settings'.
     caps: ConnectionCaps = field(default_factory=lambda: ConnectionCaps.for_config(_DEFAULTS))
     budget: CostBudget = field(default_factory=lambda: CostBudget.for_config(_DEFAULTS))
+    draining: asyncio.Task[None] | None = field(default=None, repr=False)  # drain_gradually
 
     def __post_init__(self) -> None:
         self._show_mode()
@@ -107,8 +123,14 @@ class ZoneServer:
     def origin_allowed(self, origin: str) -> bool:
         return "*" in self.origins or origin in self.origins
 
-    def set_mode(self, mode: ZoneMode) -> None:
-        """Serve in `mode`; draining closes every connection at once."""
+    def set_mode(self, mode: ZoneMode, *, drain_over: float = 0.0) -> None:
+        """Serve in `mode`; draining closes every connection at once. With `drain_over`
+        (serving or draining), the connections are closed over that many seconds
+        instead; asked again while that runs, in the same mode, it goes on unchanged."""
+        if drain_over > 0 and mode != ZoneMode.DEGRADED:
+            _start_gradual_drain(self, mode, drain_over)
+            return
+        _stop_gradual_drain(self)
         self.mode = mode
         self._show_mode()
         if mode == ZoneMode.DRAINING:
@@ -119,7 +141,65 @@ class ZoneServer:
             self.metrics.modes.labels(name).set(1 if name == self.mode else 0)
 
 
+_DRAIN_REASON = "zone draining; reconnect now"
+
+
 def drain(server: ZoneServer) -> None:
     """Close every connection with 1012 so clients reconnect (elsewhere) at once."""
     for connection in list(server.connections):
-        connection.close_soon(CloseCode.DRAINING, "zone draining; reconnect now")
+        connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
+
+
+def drain_schedule(
+    count: int, spread: float, rng: random.Random | None = None, *, step: float = 0.05
+) -> list[tuple[float, int]]:
+    """When to close `count` connections over `spread` seconds: ``(offset, how many)``
+    batches, in order. Each connection gets a uniformly random moment in
+    ``[0, spread)`` (full jitter), and moments within one `step` close together."""
+    draw = rng.random if rng is not None else random.random
+    batches: dict[int, int] = {}
+    for _ in range(count):
+        slot = math.floor(draw() * spread / step) if spread > 0 else 0
+        batches[slot] = batches.get(slot, 0) + 1
+    return [(slot * step, batches[slot]) for slot in sorted(batches)]
+
+
+async def drain_gradually(
+    server: ZoneServer,
+    spread: float,
+    *,
+    rng: random.Random | None = None,
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+) -> None:
+    """Close the zone's connections with 1012 over `spread` seconds, on the schedule of
+    :func:`drain_schedule`; at the end, also those that opened meanwhile."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    waiting = list(server.connections)
+    (rng or random).shuffle(waiting)
+    for offset, count in drain_schedule(len(waiting), spread, rng):
+        await sleep(max(0.0, start + offset - loop.time()))
+        batch, waiting = waiting[:count], waiting[count:]
+        for connection in batch:
+            if connection in server.connections:
+                connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
+    await sleep(max(0.0, start + spread - loop.time()))
+    drain(server)  # those that came meanwhile (a client's DNS cache not yet expired)
+
+
+def _start_gradual_drain(server: ZoneServer, mode: ZoneMode, spread: float) -> None:
+    running = server.draining is not None and not server.draining.done()
+    if server.mode == mode and running:
+        return  # asked again (another caller, a retry): one schedule is enough
+    _stop_gradual_drain(server)
+    server.mode = mode
+    server._show_mode()
+    server.draining = asyncio.get_running_loop().create_task(
+        drain_gradually(server, spread), name="rideout-zone-drain"
+    )
+
+
+def _stop_gradual_drain(server: ZoneServer) -> None:
+    if server.draining is not None:
+        server.draining.cancel()
+        server.draining = None

@@ -73,6 +73,15 @@ function addEvent(event) {
   $("events").prepend(el("li", {}, `${when}  ${event.kind}: ${event.message}`));
 }
 
+// Flap damping, as `rideout status` prints it: whether (and how long) failback is held.
+function dampingText(d) {
+  if (!d) return "off";
+  const detail = `penalty ${d.penalty.toFixed(1)}, ${d.moves} move${d.moves === 1 ? "" : "s"} in ${d.window} s`;
+  if (d.holding) return `failback held ${Math.ceil(d.hold_seconds)} s more (${detail})`;
+  if (d.hold_seconds > 0) return `a failback now would be held ${Math.ceil(d.hold_seconds)} s (${detail})`;
+  return d.penalty > 0 ? `not held (${detail})` : "not held";
+}
+
 function render(view) {
   const failover = view.failover;
   const dns = view.dns;
@@ -88,6 +97,7 @@ function render(view) {
   $("lag").textContent = failover.lag_bytes == null ? "—" : `${failover.lag_bytes} B${failover.lag_seconds == null ? "" : `, ${failover.lag_seconds} s`}`;
   $("moves").textContent = `${failover.failovers} / ${failover.failbacks}`;
   $("lost").textContent = failover.lost_writes;
+  $("damping").textContent = dampingText(failover.damping);
   for (const [name, alarm] of Object.entries(view.alarms)) {
     if (!$(`region-${name}`)) $("regions").append(regionCard(name));
     $(`alarm-${name}`).className = `pill ${alarm.state}`;

@@ -1,0 +1,187 @@
+"""After a failback, the clients still on the old writer's region move too.
+
+Once the writer is back in the primary and DNS answers it, clients connected to the
+secondary stay there (their sockets are fine) and every bid they send is refused. The
+control plane moves them: it asks each of the secondary's zones to close its connections
+with 1012 at random moments over ``failback_drain_seconds`` (``POST /admin/mode``
+``{"mode": "serving", "drain_over": S}``, the admin token as the credential), so that
+the clients reconnect through DNS to the primary at a rate it can take, instead of as
+the herd that overloads it into the next failover.
+
+The zones stay in ``serving`` mode meanwhile: they are still the standby, their region's
+canary keeps succeeding (a zone refusing handshakes would raise its region's alarm, and a
+primary failing then would find no healthy region to fail over to), and nothing is left
+to undo if this control plane dies mid-drain. A later move of the writer stops a drain
+(``{"mode": "serving"}``): the region taking over keeps its clients.
+
+Zones in another mode (an operator's ``degraded`` or ``draining``) are left alone. The
+zones' admin routes exist in local mode only (``rideout up``): elsewhere the drain is
+skipped and says so. With ``[realtime] workers`` above 1, a request reaches one worker
+of a zone, so only that worker's clients are drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+
+from rideout import routes
+from rideout.auth.admin import load_or_create_admin_token
+from rideout.auth.errors import CredentialError
+from rideout.config import Config, ZoneConfig
+from rideout.store.client import cancel_and_wait
+
+__all__ = ["FailbackDrain"]
+
+log = logging.getLogger("rideout.controlplane.drain")
+
+
+class FailbackDrain:
+    """Drains one region's zones after a failback, gradually; see the module docstring."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        token: Callable[[], str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.spread = config.failover.failback_drain_seconds
+        self._token = token or (lambda: load_or_create_admin_token(config.keys_dir))
+        self._clock = clock
+        self._task: asyncio.Task[None] | None = None
+        self._draining: list[ZoneConfig] = []  # zones told to drain, to stop if cancelled
+        self.last: dict[str, Any] | None = None
+        self.notes: deque[dict[str, Any]] = deque(maxlen=10)
+
+    def status(self) -> dict[str, Any] | None:
+        """The latest drain (region, zones and their connections, when, how it stands)
+        and its steps; None before the first."""
+        if self.last is None:
+            return None
+        return {**self.last, "notes": list(self.notes)}
+
+    def _note(self, message: str) -> None:
+        log.info("%s", message)
+        self.notes.append({"at": self._clock(), "message": message})
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    def start(self, region: str) -> None:
+        """Drain `region`'s zones in the background (ending any drain still running)."""
+        previous = self._task
+        self.cancel()
+        if self.config.mode != "local":
+            self._note(
+                f"clients on {region} are not drained: the zones take admin switches in "
+                "local mode only",
+            )
+            return
+        self._task = asyncio.create_task(
+            self._drain(region, previous), name=f"rideout-drain-{region}"
+        )
+
+    def cancel(self) -> None:
+        """Stop a running drain (the task tells its zones as it ends)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_and_wait(self._task)
+            self._task = None
+
+    # ------------------------------------------------------------------ the drain
+
+    async def _drain(self, region: str, previous: asyncio.Task[None] | None) -> None:
+        if previous is not None:  # its zones must have been told before we look
+            await asyncio.wait({previous})
+        self.last = {"region": region, "state": "draining", "started_at": self._clock(),
+                     "spread": self.spread, "zones": {}}  # fmt: skip
+        try:
+            auth = {"Authorization": f"Bearer {self._token()}"}
+        except CredentialError as exc:
+            self.last["state"] = "skipped"
+            self._note(f"clients on {region} are not drained: {exc}")
+            return
+        async with httpx.AsyncClient(trust_env=False, timeout=2.0) as http:
+            try:
+                await self._run(http, region, auth)
+            except asyncio.CancelledError:
+                self.last["state"] = "cancelled"
+                raise
+            finally:
+                await self._stop_zones(http, auth)
+
+    async def _run(self, http: httpx.AsyncClient, region: str, auth: dict[str, str]) -> None:
+        assert self.last is not None
+        zones = self.config.region(region).zones
+        body = {"mode": "serving", "drain_over": self.spread}
+        answers = await asyncio.gather(*(self._switch(http, z, body, auth) for z in zones))
+        closing = {z.name: n for z, n in zip(zones, answers, strict=True) if n is not None}
+        self.last["zones"] = closing
+        if not closing:
+            self.last["state"] = "skipped"
+            self._note(f"no zone of {region} could be drained")
+            return
+        shown = ", ".join(f"{name} ({n} connections)" for name, n in closing.items())
+        self._note(
+            f"draining {region}'s zones {shown}: closing them with 1012 over "
+            f"{self.spread:g} s so that their clients follow DNS to the writer",
+        )
+        await asyncio.sleep(self.spread + 0.5)
+        left = await asyncio.gather(*(self._connections(http, z, auth) for z in zones))
+        self.last["left"] = sum(n or 0 for n in left)
+        self.last["state"] = "done"
+        self._note(
+            f"drained {region}: {sum(closing.values())} connections closed over "
+            f"{self.spread:g} s, {self.last['left']} connected now; its zones serve on as the "
+            "standby",
+        )
+
+    async def _switch(
+        self, http: httpx.AsyncClient, zone: ZoneConfig, body: dict[str, Any], auth: dict[str, str]
+    ) -> int | None:
+        """Start the zone's drain if it is serving; its connections then, or None."""
+        url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
+        try:
+            current = (await http.get(url, headers=auth)).json()
+            if current.get("mode") != "serving":
+                self._note(f"{zone.name} is {current.get('mode')!r}: left alone")
+                return None
+            answer = await http.post(url, json=body, headers=auth)
+            answer.raise_for_status()
+        except (httpx.HTTPError, ValueError, AttributeError) as exc:
+            self._note(f"cannot drain {zone.name}: {exc or type(exc).__name__}")
+            return None
+        self._draining.append(zone)
+        return int(current.get("connections", 0))
+
+    async def _connections(
+        self, http: httpx.AsyncClient, zone: ZoneConfig, auth: dict[str, str]
+    ) -> int | None:
+        url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
+        try:
+            return int((await http.get(url, headers=auth)).json()["connections"])
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+
+    async def _stop_zones(self, http: httpx.AsyncClient, auth: dict[str, str]) -> None:
+        """Tell the zones told to drain to stop, if they still are (best effort)."""
+        zones, self._draining = self._draining, []
+        if self.last is None or self.last["state"] == "done":
+            return  # they have finished by themselves
+        for zone in zones:
+            url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
+            with contextlib.suppress(httpx.HTTPError):
+                await http.post(url, json={"mode": "serving"}, headers=auth)
