@@ -26,6 +26,8 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
 
+from rideout._validate import count, seconds
+
 __all__ = [
     "Deadline",
     "DecorrelatedJitter",
@@ -59,39 +61,13 @@ class DelayPolicy(Protocol):
 # ------------------------------------------------------------------------- validation
 
 
-def _number(name: str, value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"{name} must be a number of seconds, not {value!r}")
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, not {value!r}")
-    return float(value)
-
-
-def _positive(name: str, value: object) -> float:
-    number = _number(name, value)
-    if number <= 0:
-        raise ValueError(f"{name} must be > 0, not {value!r}")
-    return number
-
-
-def _non_negative(name: str, value: object) -> float:
-    number = _number(name, value)
-    if number < 0:
-        raise ValueError(f"{name} must be >= 0, not {value!r}")
-    return number
-
-
 def _check_attempt(attempt: object) -> int:
-    if isinstance(attempt, bool) or not isinstance(attempt, int):
-        raise TypeError(f"attempt must be an int, not {attempt!r}")
-    if attempt < 0:
-        raise ValueError(f"attempt must be >= 0, not {attempt}")
-    return attempt
+    return count("attempt", attempt)
 
 
 def _check_base_cap(policy: object, base: float, cap: float) -> None:
-    checked_base = _positive("base", base)
-    checked_cap = _positive("cap", cap)
+    checked_base = seconds("base", base)
+    checked_cap = seconds("cap", cap)
     if checked_cap < checked_base:
         raise ValueError(f"cap ({cap!r}) must be >= base ({base!r})")
     object.__setattr__(policy, "base", checked_base)
@@ -180,7 +156,9 @@ class DecorrelatedJitter(_Exponential):
         """A random delay in ``[base, min(cap, 3 * max(base, previous))]``."""
         _check_attempt(attempt)
         last = (
-            self.base if previous is None else max(self.base, _non_negative("previous", previous))
+            self.base
+            if previous is None
+            else max(self.base, seconds("previous", previous, zero_ok=True))
         )
         return min(self.cap, _uniform(rng, self.base, last * 3))
 
@@ -200,7 +178,7 @@ class FixedSchedule:
         if isinstance(values, str | bytes) or not isinstance(values, Iterable):
             raise TypeError(f"delays must be a tuple of seconds, not {values!r}")
         checked = tuple(
-            _non_negative(f"delays[{index}]", value) for index, value in enumerate(values)
+            seconds(f"delays[{index}]", value, zero_ok=True) for index, value in enumerate(values)
         )
         if not checked:
             raise ValueError("delays must not be empty: the schedule bounds the attempts")
@@ -320,7 +298,7 @@ class Deadline:
     __slots__ = ("_clock", "_expires_at", "_total")
 
     def __init__(self, total: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._total = _positive("total", total)
+        self._total = seconds("total", total)
         self._clock = clock
         self._expires_at = clock() + self._total
 
@@ -342,4 +320,4 @@ class Deadline:
 
     def allows(self, delay: float) -> bool:
         """True only if, after sleeping ``delay`` seconds, some time would be left."""
-        return _non_negative("delay", delay) < self.remaining()
+        return seconds("delay", delay, zero_ok=True) < self.remaining()
