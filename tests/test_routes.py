@@ -14,6 +14,8 @@ PATHS = {
     "STREAM": "/v1/stream",
     "DASHBOARD": "/v1/dashboard",
     "CHAOS": "/v1/chaos",
+    "LOGIN_CODES": "/v1/login-codes",
+    "LOGIN": "/login",
     "STATUS": "/status",
     "RESOLVE": "/resolve",
     "HEALTH": "/health",

@@ -188,6 +188,7 @@ _SCRIPT_COMMANDS: Final = (
 _APP_COMMANDS: Final = (
     "ping", "info", "hget", "xread", "wait",  # /health, last_offset, the hub, sync mode
     "evalsha", "script|load", "script|exists",  # the scripts, through redis-py's Script
+    "expire", "ttl",  # a demo sign-in's name claim (realtime/demo.py)
 )  # fmt: skip
 _CONTROLLER_COMMANDS: Final = (
     "ping", "info", "replicaof", "failover",
