@@ -677,7 +677,9 @@ def serve(
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
     from rideout.realtime.app import create_app
+    from rideout.realtime.zone import hold_mode_signals
 
+    hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = _load(config_path)
     try:
         app_ = create_app(config, region, zone, signals=True)

@@ -229,3 +229,20 @@ async def test_drain_gradually_follows_the_schedule_on_an_injected_sleep() -> No
     assert slept[-1] == pytest.approx(10.0, abs=0.1)
     assert not server.connections
     assert server.mode is ZoneMode.SERVING
+
+
+def test_a_mode_signal_before_the_zone_is_up_is_remembered_not_fatal() -> None:
+    # SIGUSR1/2 terminate a process by default: a worker still starting must survive
+    # `rideout chaos`'s signal, and apply the mode once its zone is up.
+    import subprocess
+    import sys
+
+    code = (
+        "import os, signal\n"
+        "from rideout.realtime.zone import DEGRADE_SIGNAL, early_mode, hold_mode_signals\n"
+        "hold_mode_signals()\n"
+        "os.kill(os.getpid(), DEGRADE_SIGNAL)\n"
+        "print(early_mode())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "degraded"), done.stderr

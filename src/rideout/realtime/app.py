@@ -46,7 +46,14 @@ from rideout.realtime.hub import Hub
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.revocation import RevocationFollower
-from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL, ZoneMode, ZoneServer
+from rideout.realtime.zone import (
+    DEGRADE_SIGNAL,
+    SERVE_SIGNAL,
+    ZoneMode,
+    ZoneServer,
+    early_mode,
+    hold_mode_signals,
+)
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.client import state_client
@@ -246,9 +253,13 @@ async def _follow_revocations(stack: contextlib.AsyncExitStack, server: ZoneServ
 
 def _switch_on_signals(stack: contextlib.AsyncExitStack, server: ZoneServer) -> None:
     loop = asyncio.get_running_loop()
+    stack.callback(hold_mode_signals)  # last: once the handlers below are gone again
     for signum, mode in ((DEGRADE_SIGNAL, ZoneMode.DEGRADED), (SERVE_SIGNAL, ZoneMode.SERVING)):
         loop.add_signal_handler(signum, server.set_mode, mode)
         stack.callback(loop.remove_signal_handler, signum)
+    requested = early_mode()
+    if requested is not None:  # a signal came while the zone was starting
+        server.set_mode(requested)
 
 
 def create_app(

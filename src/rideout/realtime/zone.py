@@ -59,6 +59,8 @@ __all__ = [
     "drain",
     "drain_gradually",
     "drain_schedule",
+    "early_mode",
+    "hold_mode_signals",
 ]
 
 
@@ -76,6 +78,28 @@ DEGRADE_SIGNAL: Final = signal.SIGUSR1
 """Puts a zone in :attr:`ZoneMode.DEGRADED`."""
 SERVE_SIGNAL: Final = signal.SIGUSR2
 """Puts a zone back to :attr:`ZoneMode.SERVING`."""
+
+# A mode signal that arrives before the zone is up (or after it is down). Process-wide,
+# as signal dispositions are: SIGUSR1/2 terminate a process by default, and a worker
+# still starting (the kernel spreads health checks over a zone's workers, so a sibling
+# may answer them) was killed by `chaos restore`'s SIGUSR2.
+_early_mode: ZoneMode | None = None
+
+
+def hold_mode_signals() -> None:
+    """Until the zone handles them: remember the latest mode signal instead of dying."""
+
+    def remember(signum: int, frame: object) -> None:
+        global _early_mode
+        _early_mode = ZoneMode.DEGRADED if signum == DEGRADE_SIGNAL else ZoneMode.SERVING
+
+    signal.signal(DEGRADE_SIGNAL, remember)
+    signal.signal(SERVE_SIGNAL, remember)
+
+
+def early_mode() -> ZoneMode | None:
+    """The mode the last signal held by :func:`hold_mode_signals` asked for, if any."""
+    return _early_mode
 
 
 class ZoneConnection(Protocol):
