@@ -20,6 +20,7 @@ it listens on ``run/control.sock`` for one-line JSON commands (see :mod:`.chaos`
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import errno
@@ -150,7 +151,7 @@ def _dns_probe(config: Config) -> Probe:
 
 
 @dataclass(eq=False)
-class _Child:
+class _Child(abc.ABC):
     """A process the supervisor keeps running, and what it knows about its restarts."""
 
     record: ProcessRecord
@@ -166,16 +167,16 @@ class _Child:
         return self.record.name
 
     @property
-    def pid(self) -> int | None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def pid(self) -> int | None: ...
 
     @property
-    def running(self) -> bool:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def running(self) -> bool: ...
 
+    @abc.abstractmethod
     async def wait(self) -> int | None:
         """Until the current process exits; its exit code (None: none was started)."""
-        raise NotImplementedError
 
 
 @dataclass(eq=False)
