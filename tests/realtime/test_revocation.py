@@ -23,7 +23,7 @@ from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client, state_client
 from rideout.store.replication import promote
 from rideout.store.revocations import RevocationStore
-from tests.conftest import credentials, running_redis_pair, serving
+from tests.conftest import credentials, running_redis_pair, serving, until
 from tests.realtime.conftest import Deployment, recv, rejected, running_deployment, send
 
 INTERVAL = 0.2  # auth.revocation_interval in these tests
@@ -154,6 +154,9 @@ async def test_revoking_one_token_leaves_the_others_of_its_subject(revocable: De
         assert f"revoked the token '{jti_of(stolen)}' until" in out
         assert (await closed_within(thief, BOUND))[:2] == (1008, "token revoked")
         assert await alive(owner)
+    # The other region learns it through replication and its own follower's next poll.
+    await until(lambda: d.servers["b1"].revocations.match("alice", jti_of(stolen), 0) is not None,
+                BOUND, message="the other region's list has the revocation")  # fmt: skip
     status, body = await rejected(f"{d.urls['b1']}/ws?token={stolen}")
     assert (status, body["error"]) == (403, "token_revoked")
     async with connect(f"{d.urls['b1']}/ws?token={kept}") as ws:
