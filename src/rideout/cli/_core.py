@@ -35,7 +35,7 @@ from rideout.store.embedded import EmbeddedRedisError
 if TYPE_CHECKING:
     from rideout.auth.revocation import Revocation
 
-__all__ = ["app", "main"]
+__all__ = ["ConfigOption", "app", "console", "err", "fail", "load"]
 
 app = typer.Typer(
     name="rideout",
@@ -71,19 +71,19 @@ ConfigOption = Annotated[
 ]  # fmt: skip
 
 
-def _fail(message: str, code: int = 1) -> NoReturn:
+def fail(message: str, code: int = 1) -> NoReturn:
     err.print(Text(f"error: {message}", style="bold red"), soft_wrap=True)
     raise typer.Exit(code)
 
 
-def _load(path: Path | None, profile: str | None = None) -> Config:
+def load(path: Path | None, profile: str | None = None) -> Config:
     env = dict(os.environ)
     if profile is not None:
         env["RIDEOUT_PROFILE"] = profile
     try:
         return load_config(path, env=env)
     except ConfigError as exc:
-        _fail(str(exc), 2)
+        fail(str(exc), 2)
 
 
 def _version_callback(value: bool) -> None:
@@ -156,16 +156,16 @@ def up(
     server and the control plane; prints what runs where; streams prefixed logs (also
     written to DATA_DIR/logs/). Data survives `down` + `up` (Redis append-only files).
     """
-    config = _load(config_path, profile)
+    config = load(config_path, profile)
     running = read_lock_pid(config.run_dir)
     if running is not None:
-        _fail(str(AlreadyRunning(config.run_dir, running)))
+        fail(str(AlreadyRunning(config.run_dir, running)))
     try:
         code = asyncio.run(_up(config, _LogPrinter(quiet), ready_timeout))
     except AlreadyRunning as exc:
-        _fail(str(exc))
+        fail(str(exc))
     except (ClusterError, EmbeddedRedisError, KeyFileError, AdminTokenError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     raise typer.Exit(code)
 
 
@@ -231,7 +231,7 @@ def down(
     timeout: Annotated[float, typer.Option(help="Seconds to wait before killing.", min=1)] = 20.0,
 ) -> None:
     """Stop a deployment that `rideout up` started (in another terminal or the background)."""
-    config = _load(config_path)
+    config = load(config_path)
     pid = read_lock_pid(config.run_dir)
     if pid is None:
         console.print(f"rideout is not running from {config.data_dir}; nothing to stop.")
@@ -390,7 +390,7 @@ def status(
     as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")] = False,
 ) -> None:
     """Show what runs where and whether it is healthy (exit 1 if nothing is running)."""
-    config = _load(config_path)
+    config = load(config_path)
     view = asyncio.run(collect_status(config))
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
@@ -410,7 +410,7 @@ def config_show(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of TOML.")] = False,
 ) -> None:
     """Print the effective configuration (defaults, file and RIDEOUT_* applied)."""
-    config = _load(config_path)
+    config = load(config_path)
     if as_json:
         sys.stdout.write(json.dumps(config_to_dict(config), indent=2) + "\n")
     else:
@@ -425,11 +425,11 @@ RegionArgument = Annotated[str, typer.Argument(help="The region, e.g. us-east-1.
 def _chaos(op: str, region: str, config_path: Path | None) -> None:
     from rideout.cluster.chaos import ChaosError, send_command
 
-    config = _load(config_path)
+    config = load(config_path)
     try:
         console.print(send_command(config.run_dir, op, region))
     except ChaosError as exc:
-        _fail(str(exc))
+        fail(str(exc))
 
 
 @chaos_app.command("kill")
@@ -484,11 +484,11 @@ def token_issue(
     """
     from rideout.auth import SigningKey, TokenIssuer
 
-    config = _load(config_path)
+    config = load(config_path)
     try:
         key = SigningKey.load_or_create(config.keys_dir)
     except KeyFileError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     auth = config.auth
     issuer = TokenIssuer(
         key, auth.issuer, auth.audience, auth.token_ttl, max_ttl=auth.max_token_ttl
@@ -496,7 +496,7 @@ def token_issue(
     try:
         token = issuer.issue(sub, ttl=ttl)
     except ValueError as exc:
-        _fail(f"cannot issue a token for {sub!r}: {exc}", 2)
+        fail(f"cannot issue a token for {sub!r}: {exc}", 2)
     sys.stdout.write(token + "\n")
 
 
@@ -512,11 +512,11 @@ def dashboard_login(config_path: ConfigOption = None) -> None:
     """
     from rideout.controlplane.login import LoginLinkError, request_login_link
 
-    config = _load(config_path)
+    config = load(config_path)
     try:
         link = asyncio.run(request_login_link(config))
     except LoginLinkError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     sys.stdout.write(link + "\n")
 
 
@@ -572,13 +572,13 @@ def token_revoke(
     from rideout.auth.revocation import revoke_subject, revoke_token
 
     if (sub is None) == (jti is None):
-        _fail("give exactly one of --sub NAME and --jti ID", 2)
-    config = _load(config_path)
+        fail("give exactly one of --sub NAME and --jti ID", 2)
+    config = load(config_path)
     key_file = config.keys_dir / KEY_FILENAME
     try:
         SigningKey.from_pem(key_file.read_bytes())  # proof of access to the deployment
     except (OSError, ValueError) as exc:
-        _fail(f"cannot use the deployment's signing key {key_file}: {exc}", 2)
+        fail(f"cannot use the deployment's signing key {key_file}: {exc}", 2)
     auth, now = config.auth, time.time()
     try:
         limit = None if until is None else _parse_until(until, now)
@@ -587,11 +587,11 @@ def token_revoke(
             sub or jti or "", now=now, max_ttl=auth.max_token_ttl, leeway=auth.leeway, until=limit
         )
     except (typer.BadParameter, ValueError) as exc:
-        _fail(f"cannot revoke: {exc}", 2)
+        fail(f"cannot revoke: {exc}", 2)
     try:
         region, epoch, replicas = asyncio.run(_record_revocation(config, revocation))
     except _NoWriter as exc:
-        _fail(str(exc))
+        fail(str(exc))
     what = (
         f"tokens of {revocation.value!r} issued before {_utc(revocation.until)}"
         if revocation.kind == "sub"
@@ -680,11 +680,11 @@ def serve(
     from rideout.realtime.zone import hold_mode_signals
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
-    config = _load(config_path)
+    config = load(config_path)
     try:
         app_ = create_app(config, region, zone, signals=True)
     except KeyError as exc:
-        _fail(str(exc.args[0]), 2)
+        fail(str(exc.args[0]), 2)
     run(
         app_,
         config.zone(region, zone).address,
@@ -708,12 +708,12 @@ def canary(
 
     from rideout.health.canary import Canary
 
-    config = _load(config_path)
+    config = load(config_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     try:
         probe = Canary(config, region)
     except KeyError as exc:
-        _fail(str(exc.args[0]), 2)
+        fail(str(exc.args[0]), 2)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_until_terminated(probe.run()))
 
@@ -748,7 +748,7 @@ def control_plane(
     from rideout.controlplane.runtime import ControlPlane
     from rideout.dns.feed import ViewFile
 
-    config = _load(config_path)
+    config = load(config_path)
     runtime = ControlPlane(config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW))
     if config.mode == "local":
         # The supervisor of `rideout up` owns the processes: chaos, the inventory and the
@@ -780,7 +780,7 @@ def dns_server(config_path: ConfigOption = None) -> None:
     """
     import logging
 
-    config = _load(config_path)
+    config = load(config_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(_until_terminated(_serve_dns(config)))
@@ -809,54 +809,3 @@ async def _serve_dns(config: Config) -> None:
     cp = config.control_plane
     async with DnsServer(follower.resolve, cp.address, cp.dns_port, metrics=DnsMetrics()):
         await follower.run()
-
-
-def main() -> None:
-    """Console-script entry point."""
-    app()
-
-
-# --------------------------------------------------------------------------- drill
-
-drill_app = typer.Typer(help="Measured game days against a local deployment.", no_args_is_help=True)
-app.add_typer(drill_app, name="drill")
-
-
-@drill_app.command("region-outage")
-def drill_region_outage(
-    clients: Annotated[int, typer.Option(help="Resilient clients to run.", min=1)] = 100,
-    fault: Annotated[str, typer.Option(help="kill, freeze or throttle the primary.")] = "kill",
-    replication: Annotated[
-        str, typer.Option(help="sync or async (must match a running one).")
-    ] = "sync",
-    profile: Annotated[
-        str | None, typer.Option(help="Timing profile of its own deployment.")
-    ] = None,
-    failback: Annotated[
-        bool, typer.Option(help="Restore the primary and measure failback.")
-    ] = False,
-    compare_jitter: Annotated[
-        bool, typer.Option(help="Run with full jitter and with none.")
-    ] = False,
-    max_rto: Annotated[
-        float | None, typer.Option(help="Objective: p99 seconds to restored state.")
-    ] = None,
-    max_lost: Annotated[int | None, typer.Option(help="Objective: acknowledged bids lost.")] = None,
-    report: Annotated[
-        Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
-    ] = None,
-    config_path: ConfigOption = None,
-) -> None:
-    """Break the primary region under N bidding clients and measure the failover (exit 1
-    when an objective fails, 2 when the drill cannot run)."""
-    from rideout.drill import DrillError, DrillOptions, main_region_outage
-
-    try:
-        options = DrillOptions(
-            clients=clients, fault=fault, replication=replication, profile=profile,
-            failback=failback, compare_jitter=compare_jitter, max_rto=max_rto,
-            max_lost=max_lost, report_dir=report, config_path=config_path,
-        )  # fmt: skip
-    except DrillError as exc:
-        _fail(str(exc), 2)
-    raise typer.Exit(main_region_outage(options, console))
