@@ -280,12 +280,18 @@ def _supervised(process: dict[str, Any], state: Text) -> Text:
     return state
 
 
-def _dns_state(answer: dict[str, Any] | None) -> Text:
+def _dns_state(answer: dict[str, Any] | None, health: dict[str, Any] | None = None) -> Text:
     if not answer:
         return _state(None, "", "")
     if not answer["up"]:
         return _state(False, "", "not answering")
-    return Text(f"answering {answer['region'] or ', '.join(answer['addresses'])}", style="green")
+    state = Text(f"answering {answer['region'] or ', '.join(answer['addresses'])}", style="green")
+    view = ((health or {}).get("body") or {}).get("view") if (health or {}).get("up") else None
+    if view and isinstance(view.get("age"), int | float):
+        state.append(
+            f", view {view['age']:.0f} s old", style="green" if view["age"] < 30 else "yellow"
+        )
+    return state
 
 
 def _print_status(view: dict[str, Any], title: str) -> None:
@@ -306,7 +312,9 @@ def _print_status(view: dict[str, Any], title: str) -> None:
         _state(health.get("up") if health else None, "up", "down"))  # fmt: skip
     dns = view.get("dns")
     if dns is not None:
-        row("dns", "global", f"{dns['address']} (UDP/TCP)", dns, _dns_state(dns.get("answer")))
+        metrics = dns.get("metrics", "").rsplit(":", 1)[-1]
+        row("dns", "global", f"{dns['address']} (UDP/TCP), metrics :{metrics}", dns,
+            _dns_state(dns.get("answer"), dns.get("health")))  # fmt: skip
     for region in view["regions"]:
         redis = region["redis"]
         row("redis", f"{region['name']} ({region['role']})", redis["address"], redis,
@@ -776,36 +784,24 @@ def dns_server(config_path: ConfigOption = None) -> None:
 
     Answers from the last view it read while the control plane is down or restarting, so
     name resolution outlives a control-plane crash (`rideout up` starts it; the control
-    plane then runs with --no-dns).
+    plane then runs with --no-dns). Its own HTTP port, control_plane.dns_metrics_port,
+    serves /metrics and /health.
     """
     import logging
 
+    from rideout._serve import serve as run
+    from rideout.cluster.runstate import DNS_VIEW
+    from rideout.dns.feed import ViewFile
+    from rideout.dns.records import DnsZoneConfig
+    from rideout.dns.service import DnsService
+
     config = load(config_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_until_terminated(_serve_dns(config)))
-
-
-async def _serve_dns(config: Config) -> None:
-    import logging
-
-    from rideout.cluster.runstate import DNS_VIEW
-    from rideout.dns.feed import DnsFollower, DnsView, ViewFile
-    from rideout.dns.records import Answer, DnsZoneConfig
-    from rideout.dns.server import DnsMetrics, DnsServer
-
-    log = logging.getLogger("rideout.dns")
-    zone = DnsZoneConfig.from_config(config)
-
-    def changed(view: DnsView, answer: Answer) -> None:
-        log.info("%s answers %s %s (%s), serial %d", zone.app_domain, answer.region,
-                 ",".join(answer.addresses), answer.reason, view.serial)  # fmt: skip
-
-    follower = DnsFollower(zone, ViewFile(config.run_dir / DNS_VIEW), on_change=changed)
-    follower.refresh()
-    if follower.view is None:
-        log.warning("no DNS view in %s yet: SERVFAIL until the control plane publishes one",
-                    follower.source.path)  # fmt: skip
     cp = config.control_plane
-    async with DnsServer(follower.resolve, cp.address, cp.dns_port, metrics=DnsMetrics()):
-        await follower.run()
+    service = DnsService(
+        DnsZoneConfig.from_config(config),
+        ViewFile(config.run_dir / DNS_VIEW),
+        cp.address,
+        cp.dns_port,
+    )
+    run(service.app(), cp.address, cp.dns_metrics_port, log_level="warning")
