@@ -137,6 +137,7 @@ class Template:
         cls, whole: bytes, truncated: bytes, name_end: int, qtype: str, rcode: str
     ) -> Template:
         """A template from two replies to a `canonical_query` (id 0)."""
+        whole, truncated = bytes(whole), bytes(truncated)
         return cls(
             whole[2:12],
             whole[name_end:],
@@ -229,6 +230,8 @@ class TemplateCache:
         whole, qtype, rcode = self._build(whole_query, True)
         if whole is None or rcode == "SERVFAIL" or not _fits(whole, whole_query, name_end):
             return None
+        if len(whole) <= MIN_UDP_PAYLOAD:  # fits every client: never truncated
+            return Template.split(whole, whole, name_end, qtype, rcode)
         small_query = canonical_query(key, name_end, MIN_UDP_PAYLOAD) if edns else whole_query
         truncated, _, _ = self._build(small_query, False)
         if truncated is None or not _fits(truncated, small_query, name_end):
