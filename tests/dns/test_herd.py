@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import select
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +21,7 @@ import dns.rcode
 import dns.rdatatype
 import httpx
 import pytest
+from bench._dnsload import burst as send_burst
 from prometheus_client.parser import text_string_to_metric_families
 
 from rideout.cluster.runstate import DNS_VIEW
@@ -35,7 +34,6 @@ from tests.conftest import config_data, until_sync
 pytestmark = pytest.mark.slow
 
 BURST = 5000
-SOCKETS = 8
 EAST, WEST = "us-east-1", "us-west-2"
 
 
@@ -119,48 +117,15 @@ def questions(app: str) -> list[tuple[str, str, bool]]:
 
 
 def burst(port: int, count: int, app: str) -> dict[int, tuple[bytes, tuple[str, str, bool]]]:
-    """Send `count` queries (ids 0..count-1) over SOCKETS sockets as fast as each can,
-    reading replies meanwhile; every reply that came back within 60 s, by id."""
+    """`count` queries of the `questions` mix over 8 sockets, as fast as each can send;
+    every reply that came back within 60 s, by id, with what it answers."""
     asked = questions(app)
     templates = []
     for name, rdtype, edns in asked:
         q = dns.message.make_query(name, rdtype, use_edns=0 if edns else False)
-        q.id = 0
         templates.append(q.to_wire())
-    socks = []
-    for _ in range(SOCKETS):
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-        s.connect(("127.0.0.1", port))
-        s.setblocking(False)
-        socks.append(s)
-    replies: dict[int, tuple[bytes, tuple[str, str, bool]]] = {}
-
-    def read(wait: float) -> None:
-        ready, _, _ = select.select(socks, [], [], wait)
-        for s in ready:
-            with contextlib.suppress(BlockingIOError):
-                while True:
-                    data = s.recv(4096)
-                    ident = int.from_bytes(data[:2], "big")
-                    replies[ident] = (data, asked[ident % len(asked)])
-
-    try:
-        for i in range(count):
-            packet = i.to_bytes(2, "big") + templates[i % len(asked)][2:]
-            while True:
-                try:
-                    socks[i % SOCKETS].send(packet)
-                    break
-                except BlockingIOError:
-                    read(0.01)
-        deadline = time.monotonic() + 60
-        while len(replies) < count and time.monotonic() < deadline:
-            read(0.5)
-    finally:
-        for s in socks:
-            s.close()
-    return replies
+    replies = send_burst(port, count, templates, sockets=8).replies
+    return {i: (reply, asked[i % len(asked)]) for i, reply in replies.items()}
 
 
 def check(reply: bytes, asked: tuple[str, str, bool], dns_process: DnsProcess, region: str) -> None:

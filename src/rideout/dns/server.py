@@ -40,7 +40,7 @@ import os
 import re
 import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol, Self
@@ -62,8 +62,9 @@ from dnslib import (
     DNSRecord,
 )
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
-from rideout._metrics import LabelCache
 from rideout.dns.wire import MIN_UDP_PAYLOAD, Template, TemplateCache, read_query
 
 __all__ = [
@@ -261,18 +262,10 @@ class DnsMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
-        self.queries = Counter(
-            "rideout_dns_queries",
-            "DNS queries answered, by type, response code and transport.",
-            ["qtype", "rcode", "transport"],
-            registry=r,
-        )
-        self.answers = Counter(
-            "rideout_dns_answers",
-            "DNS answers by transport and path: cache (precomputed reply) or full.",
-            ["transport", "path"],
-            registry=r,
-        )
+        # Counted in a plain dict (a labelled Counter's lock and checks cost more than the
+        # cached answer itself) and exported by `_QueryCounts` when scraped.
+        self.counts: dict[tuple[str, str, str, str], int] = {}
+        r.register(_QueryCounts(self.counts))
         self.truncated = Counter(
             "rideout_dns_truncated",
             "DNS answers too large for the client's UDP payload size, sent with TC=1.",
@@ -303,18 +296,47 @@ class DnsMetrics:
             "Times a new DNS view emptied the precomputed replies.",
             registry=r,
         )
-        self._queries = LabelCache(self.queries)
-        self._answers = LabelCache(self.answers)
 
     def query(
         self, qtype: str | None, rcode: str, transport: Transport, path: str = "full"
     ) -> None:
         label = "none" if qtype is None else qtype if qtype in _QTYPE_LABELS else "other"
-        self._queries(label, rcode, transport).inc()
-        self._answers(transport, path).inc()
+        key = (label, rcode, transport, path)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
 
     def drop(self, reason: str) -> None:
         self.dropped.labels(reason).inc()
+
+
+class _QueryCounts(Collector):
+    """``rideout_dns_queries_total`` and ``rideout_dns_answers_total`` from the counts."""
+
+    def __init__(self, counts: dict[tuple[str, str, str, str], int]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        queries = CounterMetricFamily(
+            "rideout_dns_queries",
+            "DNS queries answered, by type, response code and transport.",
+            labels=["qtype", "rcode", "transport"],
+        )
+        answers = CounterMetricFamily(
+            "rideout_dns_answers",
+            "DNS answers by transport and path: cache (precomputed reply) or full.",
+            labels=["transport", "path"],
+        )
+        by_query: dict[tuple[str, str, str], int] = {}
+        by_path: dict[tuple[str, str], int] = {}
+        for (qtype, rcode, transport, path), n in list(self.counts.items()):
+            by_query[(qtype, rcode, transport)] = by_query.get((qtype, rcode, transport), 0) + n
+            by_path[(transport, path)] = by_path.get((transport, path), 0) + n
+        for labels, n in sorted(by_query.items()):
+            queries.add_metric(labels, n)
+        for path_labels, n in sorted(by_path.items()):
+            answers.add_metric(path_labels, n)
+        yield queries
+        yield answers
 
 
 # --------------------------------------------------------------------------- packets
