@@ -145,6 +145,37 @@ def dnsperf(port: int, queries: Path, seconds: float, outstanding: int) -> dict[
     return stats  # sent, completed, lost, second (qps)
 
 
+def prepare(work: Path) -> tuple[Config, dict[str, tuple[list[str], int]], Path]:
+    """Both servers' files in `work`: their commands and ports, and dnsperf's queries."""
+    config = config_for(work)
+    zone = DnsZoneConfig.from_config(config)
+    health = {r.name: r.role == "primary" for r in config.regions}
+    (work / "rideout.toml").write_text(dump_toml(config))
+    ViewFile(config.run_dir / "dns-view.json").publish(
+        DnsView(config.app_domain, health, 1, time.time())
+    )
+    nsd_dir = work / "nsd"
+    nsd_dir.mkdir()
+    (nsd_dir / "zone").write_text(zone_file(zone, health))
+    user = None
+    if os.geteuid() == 0:  # NSD drops to an unprivileged user of our choosing
+        user = "nobody"
+        entry = pwd.getpwnam(user)
+        work.chmod(0o711)  # it must reach its directory below ours
+        os.chown(nsd_dir, entry.pw_uid, entry.pw_gid)
+        os.chown(nsd_dir / "zone", entry.pw_uid, entry.pw_gid)
+    nsd_port = free_port("127.0.0.1", udp=True)
+    conf = nsd_config(nsd_dir, nsd_port, zone, user)
+    queries = work / "queries.txt"
+    queries.write_text("".join(f"{n} {t}\n" for n, t, _ in questions(config.app_domain)))
+    rideout = [sys.executable, "-m", "rideout", "dns", "-c", str(work / "rideout.toml")]
+    commands = {
+        "rideout": (rideout, config.control_plane.dns_port),
+        "nsd": (["nsd", "-d", "-c", str(conf)], nsd_port),
+    }
+    return config, commands, queries
+
+
 def burst_templates(app: str) -> list[bytes]:
     return [
         dns.message.make_query(name, rtype, use_edns=0 if edns else False).to_wire()
@@ -160,35 +191,11 @@ async def run(args: argparse.Namespace) -> int:
         return 0
     with tempfile.TemporaryDirectory(prefix="rideout-bench-dns-") as tmp:
         work = Path(tmp)
-        config = config_for(work)
-        zone = DnsZoneConfig.from_config(config)
-        health = {r.name: r.role == "primary" for r in config.regions}
-        (work / "rideout.toml").write_text(dump_toml(config))
-        ViewFile(config.run_dir / "dns-view.json").publish(
-            DnsView(config.app_domain, health, 1, time.time())
-        )
-        nsd_dir = work / "nsd"
-        nsd_dir.mkdir()
-        (nsd_dir / "zone").write_text(zone_file(zone, health))
-        user = None
-        if os.geteuid() == 0:  # NSD drops to an unprivileged user of our choosing
-            user = "nobody"
-            entry = pwd.getpwnam(user)
-            work.chmod(0o711)  # it must reach its directory below ours
-            os.chown(nsd_dir, entry.pw_uid, entry.pw_gid)
-            os.chown(nsd_dir / "zone", entry.pw_uid, entry.pw_gid)
-        nsd_port = free_port("127.0.0.1", udp=True)
-        conf = nsd_config(nsd_dir, nsd_port, zone, user)
-        queries = work / "queries.txt"
-        queries.write_text("".join(f"{n} {t}\n" for n, t, _ in questions(config.app_domain)))
-        port = config.control_plane.dns_port
+        config, commands, queries = prepare(work)
         servers = {
-            "rideout": (
-                Child("rideout-dns", [sys.executable, "-m", "rideout", "dns", "-c", str(work / "rideout.toml")], work / "rideout-dns.log"),
-                port,
-            ),
-            "nsd": (Child("nsd", ["nsd", "-d", "-c", str(conf)], work / "nsd.out"), nsd_port),
-        }  # fmt: skip
+            name: (Child(name, argv, work / f"{name}.log"), port)
+            for name, (argv, port) in commands.items()
+        }
         results: dict[str, dict[str, list[float]]] = {name: {} for name in servers}
         try:
             for child, server_port in servers.values():
