@@ -3,7 +3,8 @@ restarted control plane hands over the same decision (the answer does not flip).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from rideout.config import Config
@@ -30,6 +31,21 @@ async def round_of(plane: ControlPlane, clock: FakeClock, *regions: str) -> None
     await plane.evaluate()
 
 
+@contextlib.asynccontextmanager
+async def redis_with_epoch(config: Config) -> AsyncIterator[None]:
+    """Both regions' Redis running, the primary's epoch set (as `rideout up` leaves it)."""
+    async with running_redis_pair(config):
+        writer = probe_client(
+            config.primary.redis.address, config.primary.redis.port,
+            credentials=credentials(config, RedisRole.CONTROLLER),
+        )  # fmt: skip
+        try:
+            await ensure_epoch(writer)
+        finally:
+            await writer.aclose()
+        yield
+
+
 def answer(follower: DnsFollower) -> str | None:
     follower.refresh()
     return follower.view.answer(follower.zone).region if follower.view else None
@@ -42,15 +58,7 @@ async def test_the_view_follows_the_writer_and_survives_a_restart(
     clock = FakeClock(1_800_000_000.0)
     feed = ViewFile(tmp_path / "dns-view.json")
     follower = DnsFollower(DnsZoneConfig.from_config(config), feed)
-    async with running_redis_pair(config):
-        writer = probe_client(
-            config.primary.redis.address, config.primary.redis.port,
-            credentials=credentials(config, RedisRole.CONTROLLER),
-        )  # fmt: skip
-        try:
-            await ensure_epoch(writer)
-        finally:
-            await writer.aclose()
+    async with redis_with_epoch(config):
         plane = ControlPlane(config, clock=clock, dns_feed=feed)
         try:
             await plane.start()
@@ -95,15 +103,7 @@ async def test_an_unchanged_view_is_republished_so_its_age_tells_staleness(
     clock = FakeClock(1_800_000_000.0)
     feed = ViewFile(tmp_path / "dns-view.json")
     follower = DnsFollower(DnsZoneConfig.from_config(config), feed, clock=clock)
-    async with running_redis_pair(config):
-        writer = probe_client(
-            config.primary.redis.address, config.primary.redis.port,
-            credentials=credentials(config, RedisRole.CONTROLLER),
-        )  # fmt: skip
-        try:
-            await ensure_epoch(writer)
-        finally:
-            await writer.aclose()
+    async with redis_with_epoch(config):
         plane = ControlPlane(config, clock=clock, dns_feed=feed)
         try:
             await plane.start()
