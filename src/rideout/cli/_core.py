@@ -280,18 +280,24 @@ def _supervised(process: dict[str, Any], state: Text) -> Text:
     return state
 
 
-def _dns_state(answer: dict[str, Any] | None, health: dict[str, Any] | None = None) -> Text:
+def _dns_state(answer: dict[str, Any] | None) -> Text:
     if not answer:
         return _state(None, "", "")
     if not answer["up"]:
         return _state(False, "", "not answering")
-    state = Text(f"answering {answer['region'] or ', '.join(answer['addresses'])}", style="green")
-    view = ((health or {}).get("body") or {}).get("view") if (health or {}).get("up") else None
+    return Text(f"answering {answer['region'] or ', '.join(answer['addresses'])}", style="green")
+
+
+def _dns_process_line(dns: dict[str, Any]) -> str | None:
+    """The DNS process's metrics URL and the age of the view it answers from."""
+    if not dns.get("metrics"):
+        return None
+    line = f"DNS metrics {dns['metrics']}"
+    health = dns.get("health") or {}
+    view = (health.get("body") or {}).get("view") if health.get("up") else None
     if view and isinstance(view.get("age"), int | float):
-        state.append(
-            f", view {view['age']:.0f} s old", style="green" if view["age"] < 30 else "yellow"
-        )
-    return state
+        line += f"  ·  view serial {view['serial']}, published {view['age']:.0f} s ago"
+    return line
 
 
 def _print_status(view: dict[str, Any], title: str) -> None:
@@ -312,9 +318,7 @@ def _print_status(view: dict[str, Any], title: str) -> None:
         _state(health.get("up") if health else None, "up", "down"))  # fmt: skip
     dns = view.get("dns")
     if dns is not None:
-        metrics = dns.get("metrics", "").rsplit(":", 1)[-1]
-        row("dns", "global", f"{dns['address']} (UDP/TCP), metrics :{metrics}", dns,
-            _dns_state(dns.get("answer"), dns.get("health")))  # fmt: skip
+        row("dns", "global", f"{dns['address']} (UDP/TCP)", dns, _dns_state(dns.get("answer")))
     for region in view["regions"]:
         redis = region["redis"]
         row("redis", f"{region['name']} ({region['role']})", redis["address"], redis,
@@ -330,6 +334,8 @@ def _print_status(view: dict[str, Any], title: str) -> None:
     probe = cp.get("summary") or {}
     if probe.get("up"):
         _print_control_plane(probe["body"], view["app_domain"])
+    if dns is not None and (line := _dns_process_line(dns)):
+        console.print(line)
     console.print(
         f"app domain [bold]{view['app_domain']}[/]  ·  "
         f"profile [bold]{view['profile']}[/]  ·  data in {view['data_dir']}"
