@@ -8,10 +8,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,28 +73,30 @@ def publish(config: Config, feed: ViewFile, writer: str, serial: int) -> None:
     feed.publish(DnsView(config.app_domain, health, serial, time.time()))
 
 
-@pytest.fixture
-def dns_process(tmp_path: Path) -> Iterator[DnsProcess]:
-    config = parse_config(config_data(tmp_path / ".rideout"))
-    (tmp_path / "rideout.toml").write_text(dump_toml(config))
+@contextlib.contextmanager
+def running_dns(
+    workdir: Path, ready: Callable[[DnsProcess], bool], config: Config | None = None
+) -> Iterator[DnsProcess]:
+    """`rideout dns` on `config` (a fresh one under `workdir`), the primary's view
+    published; stopped (SIGTERM, then SIGKILL) however the test ends."""
+    config = config or parse_config(config_data(workdir / ".rideout"))
+    (workdir / "rideout.toml").write_text(dump_toml(config))
     feed = ViewFile(config.run_dir / DNS_VIEW)
     publish(config, feed, EAST, 1)
-    log = tmp_path / "dns.log"
+    log = workdir / "dns.log"
     with log.open("wb") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "rideout", "dns", "--config", "rideout.toml"],
-            cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT, env={**os.environ},
+            cwd=workdir, stdout=out, stderr=subprocess.STDOUT, env={**os.environ},
         )  # fmt: skip
     server = DnsProcess(config, feed, proc, log)
     try:
 
-        def ready() -> bool:
+        def started() -> bool:
             assert server.proc.poll() is None, server.log.read_text()
-            with contextlib.suppress(httpx.HTTPError):
-                return server.http(HEALTH).json()["view"]["serial"] == 1
-            return False
+            return ready(server)
 
-        until_sync(ready, 45, interval=0.1)
+        until_sync(started, 45, interval=0.1)
         yield server
     finally:
         if server.proc.poll() is None:
@@ -103,6 +106,18 @@ def dns_process(tmp_path: Path) -> Iterator[DnsProcess]:
             except subprocess.TimeoutExpired:
                 server.proc.kill()
                 server.proc.wait()
+
+
+def health_says_serial_1(server: DnsProcess) -> bool:
+    with contextlib.suppress(httpx.HTTPError):
+        return bool(server.http(HEALTH).json()["view"]["serial"] == 1)
+    return False
+
+
+@pytest.fixture
+def dns_process(tmp_path: Path) -> Iterator[DnsProcess]:
+    with running_dns(tmp_path, health_says_serial_1) as server:
+        yield server
 
 
 def questions(app: str) -> list[tuple[str, str, bool]]:
@@ -195,3 +210,23 @@ def test_answers_follow_a_new_view_within_a_poll_and_the_last_view_outlives_its_
     assert age is not None
     assert age >= 0.5
     assert dns_process.metric("rideout_dns_view_serial") == 2
+
+
+def test_dns_answers_even_when_its_metrics_port_is_taken(tmp_path: Path) -> None:
+    """The metrics port is a convenience: a squatter on it must not take DNS down."""
+    config = parse_config(config_data(tmp_path / ".rideout"))
+    cp = config.control_plane
+
+    def answering(server: DnsProcess) -> bool:
+        query = dns.message.make_query(config.app_domain, "A").to_wire()
+        return bool(send_burst(server.port, 1, [query], sockets=1, timeout=0.3).replies)
+
+    with socket.socket() as squatter:
+        squatter.bind((cp.address, cp.dns_metrics_port))
+        squatter.listen()
+        with running_dns(tmp_path, answering, config) as server:
+            replies = burst(server.port, 100, config.app_domain)
+            assert len(replies) == 100
+            for reply, asked in replies.values():
+                check(reply, asked, server, EAST)
+            assert "serving DNS without it" in server.log.read_text()

@@ -9,6 +9,7 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Coroutine
@@ -810,4 +811,17 @@ def dns_server(config_path: ConfigOption = None) -> None:
         cp.address,
         cp.dns_port,
     )
-    run(service.app(), cp.address, cp.dns_metrics_port, log_level="warning")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((cp.address, cp.dns_metrics_port))
+    except OSError as exc:  # DNS must not depend on its metrics port
+        sock.close()
+        logging.getLogger("rideout.dns").warning(
+            "cannot serve /metrics on %s:%d (%s): serving DNS without it",
+            cp.address, cp.dns_metrics_port, exc,
+        )  # fmt: skip
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_until_terminated(service.run()))
+        return
+    run(service.app(), cp.address, cp.dns_metrics_port, log_level="warning", sock=sock)
