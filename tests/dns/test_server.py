@@ -520,7 +520,10 @@ packets = st.one_of(st.binary(max_size=600), _mutated, _headed)
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def fuzz_server() -> AsyncIterator[DnsServer]:
-    async with DnsServer(StubZone(), "127.0.0.1", free_port("127.0.0.1", udp=True)) as server:
+    """Answering from precomputed replies (test_wire.py compares both paths on such bytes)."""
+    zone = StubZone()
+    port = free_port("127.0.0.1", udp=True)
+    async with DnsServer(zone, "127.0.0.1", port, generation=zone.generation) as server:
         yield server
 
 
