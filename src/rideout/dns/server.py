@@ -1,8 +1,10 @@
 """rideout's authoritative DNS server: UDP and TCP on one address, dnslib for the packets.
 
-The answers come from an injected resolver, ``(qname, qtype) -> resolution``, called for
-every query: the server caches nothing, so a failover shows in the very next answer.
-The resolution has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers``
+The answers come from an injected resolver, ``(qname, qtype) -> resolution``. Without a
+``generation`` it is called for every query; with one (a value that changes whenever the
+answers may, such as the DNS view), each distinct question is resolved and encoded once
+per generation and later queries are answered from those bytes (`rideout.dns.wire`),
+so a failover still shows in the first answer after the view changed. The resolution has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers``
 and ``authority`` as ``(name, type, ttl, value)`` tuples (see `rideout.dns.records`).
 
 Conduct on the wire (RFC 1035, 2181, 6891, 7766):
