@@ -1,4 +1,4 @@
-"""Precomputed replies (`rideout.dns.wire`): the cheap parse, and replies equal to the full path's."""
+"""Precomputed replies (`rideout.dns.wire`): the cheap parse; the same replies as the full path."""
 
 from __future__ import annotations
 

@@ -4,8 +4,9 @@ The answers come from an injected resolver, ``(qname, qtype) -> resolution``. Wi
 ``generation`` it is called for every query; with one (a value that changes whenever the
 answers may, such as the DNS view), each distinct question is resolved and encoded once
 per generation and later queries are answered from those bytes (`rideout.dns.wire`),
-so a failover still shows in the first answer after the view changed. The resolution has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers``
-and ``authority`` as ``(name, type, ttl, value)`` tuples (see `rideout.dns.records`).
+so a failover still shows in the first answer after the view changed. The resolution
+has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers`` and
+``authority`` as ``(name, type, ttl, value)`` tuples (see `rideout.dns.records`).
 
 Conduct on the wire (RFC 1035, 2181, 6891, 7766):
 
