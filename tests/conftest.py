@@ -52,6 +52,7 @@ def config_data(data_dir: Path, **overrides: Any) -> dict[str, Any]:
         "control_plane": {
             "port": free_port("127.0.0.1"),
             "dns_port": free_port("127.0.0.1", udp=True),
+            "dns_metrics_port": free_port("127.0.0.1"),
         },
         "regions": [
             {

@@ -37,6 +37,8 @@ def test_urls_from_the_config(make_config: Callable[..., Config]) -> None:
     base = f"http://{cp.address}:{cp.port}"
     assert routes.control_plane_url(config) == base
     assert routes.control_plane_url(config, routes.WRITER) == base + "/v1/writer"
+    dns = f"http://{cp.address}:{cp.dns_metrics_port}"
+    assert routes.dns_metrics_url(config, routes.METRICS) == dns + "/metrics"
     zone = config.primary.zones[1].address
     assert routes.zone_url(config, zone) == f"http://{zone}:{config.app_port}"
     assert routes.zone_url(config, zone, routes.HEALTH) == f"http://{zone}:{config.app_port}/health"

@@ -93,10 +93,12 @@ def serve(
     reuse_port: bool = False,
     log_level: str = "info",
     limits: ServerLimits | None = None,
+    sock: socket.socket | None = None,
 ) -> None:
     """Serve `app` until SIGINT/SIGTERM, then shut down gracefully within a few seconds
     (settings: :func:`uvicorn_config`). With `reuse_port`, several processes serve one
-    address and port (SO_REUSEPORT): the kernel spreads connections. The open-file
+    address and port (SO_REUSEPORT): the kernel spreads connections. Given `sock`, a
+    socket already bound to ``host:port``, it serves on that one. The open-file
     limit is raised to its hard limit first, and the connection cap kept under it.
     """
     raise_fd_limit()
@@ -107,6 +109,9 @@ def serve(
         logging.getLogger(name).addFilter(RedactTokens())
     tune_gc()
     server = uvicorn.Server(config)
+    if sock is not None:
+        server.run(sockets=[sock])
+        return
     if not reuse_port:
         server.run()
         return

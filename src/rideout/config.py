@@ -150,6 +150,8 @@ class ControlPlaneConfig:
     address: str = "127.0.0.1"
     port: int = 9000
     dns_port: int = 5300
+    # `rideout dns`'s HTTP port on `address`: /metrics and /health of the DNS process.
+    dns_metrics_port: int = 9153
     max_stream_readers: int = 32  # dashboard feeds (/v1/stream) at once; more get 503
     login_code_ttl: float = 300.0  # seconds a dashboard login link can be used (once)
     session_ttl: float = 28800.0  # seconds an operator's dashboard session lasts
@@ -565,6 +567,7 @@ def _parse_control_plane(t: _Reader) -> ControlPlaneConfig:
         address=_address(t, "address", d.address),
         port=t.integer("port", d.port, maximum=65535),
         dns_port=t.integer("dns_port", d.dns_port, maximum=65535),
+        dns_metrics_port=t.integer("dns_metrics_port", d.dns_metrics_port, maximum=65535),
         max_stream_readers=t.integer("max_stream_readers", d.max_stream_readers, maximum=10_000),
         login_code_ttl=t.seconds("login_code_ttl", d.login_code_ttl),
         session_ttl=t.seconds("session_ttl", d.session_ttl),
@@ -738,6 +741,7 @@ def _validate(config: Config) -> None:
     cp = config.control_plane
     claim(cp.address, cp.port, "control_plane.address")
     claim(cp.address, cp.dns_port, "control_plane.dns_port")
+    claim(cp.address, cp.dns_metrics_port, "control_plane.dns_metrics_port")
     for i, region in enumerate(config.regions):
         claim_name(region.name, f"regions[{i}].name")
         claim(region.redis.address, region.redis.port, f"regions[{i}].redis.address")

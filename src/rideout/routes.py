@@ -25,6 +25,7 @@ __all__ = [
     "SUMMARY",
     "WRITER",
     "control_plane_url",
+    "dns_metrics_url",
     "zone_url",
 ]
 
@@ -59,6 +60,12 @@ def control_plane_url(config: Config, path: str = "") -> str:
     """The control plane's base URL, or the URL of ``path`` on it."""
     cp = config.control_plane
     return f"http://{cp.address}:{cp.port}{path}"
+
+
+def dns_metrics_url(config: Config, path: str = "") -> str:
+    """The base URL of `rideout dns`'s HTTP port (/metrics, /health), or of ``path`` on it."""
+    cp = config.control_plane
+    return f"http://{cp.address}:{cp.dns_metrics_port}{path}"
 
 
 def zone_url(config: Config, address: str, path: str = "") -> str:

@@ -3,11 +3,12 @@ restarted control plane hands over the same decision (the answer does not flip).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from rideout.config import Config
-from rideout.controlplane.runtime import ControlPlane
+from rideout.controlplane.runtime import VIEW_REPUBLISH, ControlPlane
 from rideout.dns.feed import DnsFollower, ViewFile
 from rideout.dns.records import DnsZoneConfig
 from rideout.health.canary import ProbeResult, metric_data
@@ -30,6 +31,21 @@ async def round_of(plane: ControlPlane, clock: FakeClock, *regions: str) -> None
     await plane.evaluate()
 
 
+@contextlib.asynccontextmanager
+async def redis_with_epoch(config: Config) -> AsyncIterator[None]:
+    """Both regions' Redis running, the primary's epoch set (as `rideout up` leaves it)."""
+    async with running_redis_pair(config):
+        writer = probe_client(
+            config.primary.redis.address, config.primary.redis.port,
+            credentials=credentials(config, RedisRole.CONTROLLER),
+        )  # fmt: skip
+        try:
+            await ensure_epoch(writer)
+        finally:
+            await writer.aclose()
+        yield
+
+
 def answer(follower: DnsFollower) -> str | None:
     follower.refresh()
     return follower.view.answer(follower.zone).region if follower.view else None
@@ -42,15 +58,7 @@ async def test_the_view_follows_the_writer_and_survives_a_restart(
     clock = FakeClock(1_800_000_000.0)
     feed = ViewFile(tmp_path / "dns-view.json")
     follower = DnsFollower(DnsZoneConfig.from_config(config), feed)
-    async with running_redis_pair(config):
-        writer = probe_client(
-            config.primary.redis.address, config.primary.redis.port,
-            credentials=credentials(config, RedisRole.CONTROLLER),
-        )  # fmt: skip
-        try:
-            await ensure_epoch(writer)
-        finally:
-            await writer.aclose()
+    async with redis_with_epoch(config):
         plane = ControlPlane(config, clock=clock, dns_feed=feed)
         try:
             await plane.start()
@@ -83,3 +91,34 @@ async def test_the_view_follows_the_writer_and_survives_a_restart(
         assert follower.view is not None
         assert published is not None
         assert follower.view.same_decision(published)
+
+
+async def test_an_unchanged_view_is_republished_so_its_age_tells_staleness(
+    make_config: Callable[..., Config], tmp_path: Path
+) -> None:
+    """Every VIEW_REPUBLISH seconds the same decision is published again: the DNS
+    process's view age stays small while the control plane runs, and its precomputed
+    replies are not rebuilt for it (the generation is the decision, not the time)."""
+    config = make_config()
+    clock = FakeClock(1_800_000_000.0)
+    feed = ViewFile(tmp_path / "dns-view.json")
+    follower = DnsFollower(DnsZoneConfig.from_config(config), feed, clock=clock)
+    async with redis_with_epoch(config):
+        plane = ControlPlane(config, clock=clock, dns_feed=feed)
+        try:
+            await plane.start()
+            assert answer(follower) == P
+            generation = follower.generation()
+            ages = []
+            for _ in range(int(3 * VIEW_REPUBLISH / plane.period)):
+                await round_of(plane, clock, P, S)
+                follower.refresh()
+                ages.append(follower.age())
+            assert max(a for a in ages if a is not None) <= VIEW_REPUBLISH + plane.period
+            assert follower.generation() == generation
+        finally:
+            await plane.stop()
+        clock.now += 60  # the control plane is gone: the view ages, and stays in force
+        follower.refresh()
+        assert (follower.age() or 0) >= 60
+        assert answer(follower) == P

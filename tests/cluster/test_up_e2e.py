@@ -50,6 +50,7 @@ def test_up_serves_every_zone_refuses_a_second_up_and_stops_on_sigint(workdir: P
         assert table.returncode == 0
         assert "use1-az1" in table.stdout
         assert "healthy" in table.stdout
+        assert f"DNS metrics http://{config.control_plane.address}:" in table.stdout
 
         second = rideout("up", "--config", "rideout.toml", cwd=workdir)
         assert second.returncode == 1

@@ -63,6 +63,10 @@ class StubZone:
             ],
         }
 
+    def generation(self) -> tuple[bool, int, int, bool]:
+        """What the answers depend on: a new value whenever they may change."""
+        return (self.primary_healthy, self.ttl, self.big, self.fail)
+
     def __call__(self, qname: str, qtype: str) -> Resolution:
         self.asked.append((qname, qtype))
         if self.fail:
@@ -89,11 +93,24 @@ def metrics() -> DnsMetrics:
     return DnsMetrics()
 
 
-@pytest_asyncio.fixture
-async def server(zone: StubZone, metrics: DnsMetrics) -> AsyncIterator[DnsServer]:
-    """The server on a free port of 127.0.0.1 (UDP and TCP), stopped afterwards."""
+@pytest_asyncio.fixture(params=["full", "cached"])
+async def server(
+    request: pytest.FixtureRequest, zone: StubZone, metrics: DnsMetrics
+) -> AsyncIterator[DnsServer]:
+    """The server on a free port of 127.0.0.1 (UDP and TCP), stopped afterwards.
+
+    Every test runs twice: asking the resolver for every query, and answering from
+    precomputed replies (rebuilt whenever the zone's generation changes).
+    """
+    cached = request.param == "cached"
     async with DnsServer(
-        zone, "127.0.0.1", free_port("127.0.0.1", udp=True), metrics=metrics, tcp_idle_timeout=2.0
+        zone,
+        "127.0.0.1",
+        free_port("127.0.0.1", udp=True),
+        metrics=metrics,
+        tcp_idle_timeout=2.0,
+        generation=zone.generation if cached else None,
+        warm=[(APP, "A"), (ZONE, "SOA")] if cached else (),
     ) as s:
         yield s
 

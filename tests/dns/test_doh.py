@@ -245,3 +245,27 @@ async def test_the_records_module_answers_through_doh(records_resolver: RecordsR
         assert [a["data"] for a in body["Answer"]] == list(SECONDARY)
         body = (await http.get("/resolve", params={"name": APP, "type": "SOA"})).json()
         assert body["Answer"][0]["data"].startswith(f"ns.{APP}. hostmaster.{APP}. 1 ")
+
+
+async def test_with_a_generation_each_question_is_resolved_once_per_view(
+    zone: StubZone, metrics: DnsMetrics
+) -> None:
+    app = Starlette(routes=[doh_route(zone, metrics=metrics, generation=zone.generation)])
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://control.test"
+    ) as c:
+
+        async def data() -> list[str]:
+            body = (await resolve(c, name=APP.upper(), type="A")).json()
+            assert body["Question"] == [{"name": APP.upper() + ".", "type": 1}]
+            return sorted(a["data"] for a in body["Answer"])
+
+        for _ in range(5):
+            assert await data() == sorted(PRIMARY)
+        assert zone.asked.count((APP, "A")) == 1
+        zone.primary_healthy = False  # a new view: resolved again
+        assert await data() == sorted(SECONDARY)
+        assert zone.asked.count((APP, "A")) == 2
+    value = metrics.registry.get_sample_value
+    assert value("rideout_dns_answers_total", {"transport": "doh", "path": "cache"}) == 4
+    assert value("rideout_dns_answers_total", {"transport": "doh", "path": "full"}) == 2

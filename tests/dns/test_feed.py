@@ -115,6 +115,26 @@ def test_the_follower_answers_the_last_good_view(
     assert a_records(follower) == SECONDARY
 
 
+def test_the_generation_moves_with_the_decision_not_with_a_republish(tmp_path: Path) -> None:
+    source = ViewFile(tmp_path / "dns-view.json")
+    follower = DnsFollower(ZONE, source, clock=lambda: 30.0)
+    before = follower.generation()
+    source.publish(view(True, serial=1, at=10.0))
+    assert follower.refresh()
+    first = follower.generation()
+    assert first != before
+    source.publish(view(True, serial=1, at=25.0))  # the same decision, published again
+    assert not follower.refresh()  # nothing to rebuild...
+    assert follower.generation() == first
+    assert follower.age() == 5.0  # ...but the view is fresh again
+    source.publish(view(True, serial=2, at=26.0))  # a new serial changes the SOA
+    assert follower.refresh()
+    assert follower.generation() != first
+    source.publish(view(False, serial=3, at=27.0))
+    assert follower.refresh()
+    assert a_records(follower) == SECONDARY
+
+
 def test_publishing_replaces_the_file_whole(tmp_path: Path) -> None:
     source = ViewFile(tmp_path / "dns-view.json")
     source.publish(view(True))

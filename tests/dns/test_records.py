@@ -237,12 +237,17 @@ def test_other_types_are_nodata(qtype: str) -> None:
     assert ask(f"use1-az1.us-east-1.{APP}", qtype) == ("NOERROR", [], ["SOA"])
 
 
-def test_soa_and_ns() -> None:
+def test_soa_and_ns_carry_route53s_ttls_not_the_failover_ttl() -> None:
+    """SOA 900 s with minimum 86,400 s, NS (and the name server's A) 172,800 s."""
     assert ask(APP, "SOA")[1] == [
-        (APP, "SOA", 60, f"ns.{APP}. hostmaster.{APP}. 7 3600 600 86400 60"),
+        (APP, "SOA", 900, f"ns.{APP}. hostmaster.{APP}. 7 3600 600 86400 86400"),
     ]
-    assert ask(APP, "NS")[1] == [(APP, "NS", 60, f"ns.{APP}.")]
-    assert ask(f"ns.{APP}")[1] == [(f"ns.{APP}", "A", 60, "127.0.0.1")]
+    assert ask(APP, "NS")[1] == [(APP, "NS", 172800, f"ns.{APP}.")]
+    assert ask(f"ns.{APP}")[1] == [(f"ns.{APP}", "A", 172800, "127.0.0.1")]
+    # only what health and evacuation change keeps the zone's short TTL
+    assert {r[2] for r in ask(APP, "A")[1] + ask(APP, "TXT")[1]} == {60}
+    assert {r[2] for r in ask(f"us-east-1.{APP}")[1] + ask(f"us-east-1.{APP}", "TXT")[1]} == {60}
+    assert [r.ttl for r in resolve(zone(), f"nope.{APP}", "A", ALL_HEALTHY).authority] == [900]
     assert ask(f"ns.{APP}", z=zone(nameserver=None)) == ("NOERROR", [], ["SOA"])
     assert ask(f"ns.{APP}", "TXT") == ("NOERROR", [], ["SOA"])
 

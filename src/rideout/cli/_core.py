@@ -9,6 +9,7 @@ import math
 import os
 import re
 import signal
+import socket
 import sys
 import time
 from collections.abc import Coroutine
@@ -288,6 +289,18 @@ def _dns_state(answer: dict[str, Any] | None) -> Text:
     return Text(f"answering {answer['region'] or ', '.join(answer['addresses'])}", style="green")
 
 
+def _dns_process_line(dns: dict[str, Any]) -> str | None:
+    """The DNS process's metrics URL and the age of the view it answers from."""
+    if not dns.get("metrics"):
+        return None
+    line = f"DNS metrics {dns['metrics']}"
+    health = dns.get("health") or {}
+    view = (health.get("body") or {}).get("view") if health.get("up") else None
+    if view and isinstance(view.get("age"), int | float):
+        line += f"  ·  view serial {view['serial']}, published {view['age']:.0f} s ago"
+    return line
+
+
 def _print_status(view: dict[str, Any], title: str) -> None:
     table = Table(title=title, title_justify="left")
     table.add_column("component")
@@ -322,6 +335,8 @@ def _print_status(view: dict[str, Any], title: str) -> None:
     probe = cp.get("summary") or {}
     if probe.get("up"):
         _print_control_plane(probe["body"], view["app_domain"])
+    if dns is not None and (line := _dns_process_line(dns)):
+        console.print(line)
     console.print(
         f"app domain [bold]{view['app_domain']}[/]  ·  "
         f"profile [bold]{view['profile']}[/]  ·  data in {view['data_dir']}"
@@ -776,36 +791,37 @@ def dns_server(config_path: ConfigOption = None) -> None:
 
     Answers from the last view it read while the control plane is down or restarting, so
     name resolution outlives a control-plane crash (`rideout up` starts it; the control
-    plane then runs with --no-dns).
+    plane then runs with --no-dns). Its own HTTP port, control_plane.dns_metrics_port,
+    serves /metrics and /health.
     """
     import logging
 
+    from rideout._serve import serve as run
+    from rideout.cluster.runstate import DNS_VIEW
+    from rideout.dns.feed import ViewFile
+    from rideout.dns.records import DnsZoneConfig
+    from rideout.dns.service import DnsService
+
     config = load(config_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_until_terminated(_serve_dns(config)))
-
-
-async def _serve_dns(config: Config) -> None:
-    import logging
-
-    from rideout.cluster.runstate import DNS_VIEW
-    from rideout.dns.feed import DnsFollower, DnsView, ViewFile
-    from rideout.dns.records import Answer, DnsZoneConfig
-    from rideout.dns.server import DnsMetrics, DnsServer
-
-    log = logging.getLogger("rideout.dns")
-    zone = DnsZoneConfig.from_config(config)
-
-    def changed(view: DnsView, answer: Answer) -> None:
-        log.info("%s answers %s %s (%s), serial %d", zone.app_domain, answer.region,
-                 ",".join(answer.addresses), answer.reason, view.serial)  # fmt: skip
-
-    follower = DnsFollower(zone, ViewFile(config.run_dir / DNS_VIEW), on_change=changed)
-    follower.refresh()
-    if follower.view is None:
-        log.warning("no DNS view in %s yet: SERVFAIL until the control plane publishes one",
-                    follower.source.path)  # fmt: skip
     cp = config.control_plane
-    async with DnsServer(follower.resolve, cp.address, cp.dns_port, metrics=DnsMetrics()):
-        await follower.run()
+    service = DnsService(
+        DnsZoneConfig.from_config(config),
+        ViewFile(config.run_dir / DNS_VIEW),
+        cp.address,
+        cp.dns_port,
+    )
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((cp.address, cp.dns_metrics_port))
+    except OSError as exc:  # DNS must not depend on its metrics port
+        sock.close()
+        logging.getLogger("rideout.dns").warning(
+            "cannot serve /metrics on %s:%d (%s): serving DNS without it",
+            cp.address, cp.dns_metrics_port, exc,
+        )  # fmt: skip
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_until_terminated(service.run()))
+        return
+    run(service.app(), cp.address, cp.dns_metrics_port, log_level="warning", sock=sock)

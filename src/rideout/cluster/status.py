@@ -22,7 +22,7 @@ from rideout._process import pid_alive
 from rideout.client.resolve import NameserverResolver, ResolutionError
 from rideout.cluster.runstate import ProcessRecord, RunState, read_lock_pid
 from rideout.config import Config
-from rideout.routes import control_plane_url, zone_url
+from rideout.routes import control_plane_url, dns_metrics_url, zone_url
 from rideout.store.acl import CredentialsUnavailable, RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import ReplicationStatus, read_epoch, replication_status
@@ -112,6 +112,7 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
         "dns": {
             "name": "dns",
             "address": f"{config.control_plane.address}:{config.control_plane.dns_port}",
+            "metrics": dns_metrics_url(config, routes.METRICS),
             **pid_of("dns"),
         },
         "regions": [],
@@ -160,6 +161,7 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
             (view["control_plane"], "health", _probe_http(client, cp_url + routes.HEALTH)),
             (view["control_plane"], "summary", _probe_http(client, cp_url + routes.SUMMARY)),
             (view["dns"], "answer", _probe_dns(config)),
+            (view["dns"], "health", _probe_http(client, dns_metrics_url(config, routes.HEALTH))),
         ]
         for region_view, region in zip(view["regions"], config.regions, strict=True):
             jobs.append(

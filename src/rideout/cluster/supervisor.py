@@ -85,6 +85,7 @@ def _endpoints(config: Config) -> list[_Endpoint]:
         _Endpoint("control-plane", cp.address, cp.port),
         _Endpoint("dns", cp.address, cp.dns_port),
         _Endpoint("dns", cp.address, cp.dns_port, udp=True),
+        _Endpoint("dns", cp.address, cp.dns_metrics_port),
     ]
     for region in config.regions:
         found.append(_Endpoint(f"redis-{region.name}", region.redis.address, region.redis.port))

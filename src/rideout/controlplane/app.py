@@ -230,7 +230,12 @@ class ControlPlaneApi:
             Route(routes.METRICS_INGEST, self.put_metrics, methods=["POST"]),
             Route(routes.WRITER, self.writer),
             Route(routes.SUMMARY, self.summary),
-            doh_route(plane.resolve, path=routes.RESOLVE, metrics=plane.dns_metrics),
+            doh_route(
+                plane.resolve,
+                path=routes.RESOLVE,
+                metrics=plane.dns_metrics,
+                generation=plane.dns_generation,
+            ),
             Route(routes.STREAM, self.stream),
             Route(routes.DASHBOARD, self.dashboard_config),
             Route(routes.LOGIN_CODES, self.login_codes, methods=["POST"]),

@@ -59,6 +59,9 @@ __all__ = ["ControlPlane", "IngestError", "state_path"]
 log = logging.getLogger("rideout.controlplane")
 
 STATE_FILE = "state.json"
+# Seconds after which an unchanged DNS view is published again, so that the DNS
+# process's view age (rideout_dns_view_age_seconds) tells a stale view from a quiet one.
+VIEW_REPUBLISH = 5.0
 _ALARM_STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
 
 
@@ -112,6 +115,8 @@ class ControlPlane:
             config.control_plane.address,
             config.control_plane.dns_port,
             metrics=self.dns_metrics,
+            generation=self.dns_generation,
+            warm=self.zone.questions(),
         )
         self._serial = 1
         self._answer: Answer | None = None
@@ -297,7 +302,12 @@ class ControlPlane:
         health = self.controller.dns_health(self.healthy())
         view = DnsView(self.zone.app_domain, health, self._serial, self._clock())
         last = self._published
-        if last is not None and view.same_decision(last) and view.serial == last.serial:
+        if (
+            last is not None
+            and view.same_decision(last)
+            and view.serial == last.serial
+            and view.published_at - last.published_at < VIEW_REPUBLISH
+        ):
             return
         try:
             self.dns_feed.publish(view)
@@ -305,6 +315,11 @@ class ControlPlane:
             log.warning("cannot publish the DNS view: %s", exc)
             return
         self._published = view
+
+    def dns_generation(self) -> object:
+        """What the DNS answers depend on (the routing health and the serial): the DNS
+        server's and DoH's precomputed answers are rebuilt when it changes."""
+        return (self._serial, tuple(sorted(self.controller.dns_health(self.healthy()).items())))
 
     def resolve(self, qname: str, qtype: str) -> Resolution:
         """The DNS server's (and DoH endpoint's) resolver: answers from the current view."""

@@ -7,8 +7,10 @@ dns.google, ``/dns-query`` with ``Accept: application/dns-json`` at Cloudflare):
      "Question": [{"name": "auction.rideout.test.", "type": 1}],
      "Answer": [{"name": "auction.rideout.test.", "type": 1, "TTL": 1, "data": "127.0.1.1"}]}
 
-- The same resolver as the DNS server answers, through the same `rideout.dns.server.answer`,
-  so both transports agree and neither caches. ``Status`` is the DNS rcode, sent with
+- The same resolver as the DNS server answers, through the same
+  `rideout.dns.server.answer_query`, so both transports agree. Given `generation` (as for
+  `DnsServer`), each distinct question is resolved once per generation (a DNS view) and
+  its result reused until the generation changes, as the server's precomputed replies are. ``Status`` is the DNS rcode, sent with
   HTTP 200 whatever it is (NXDOMAIN, REFUSED, SERVFAIL), as Google and Cloudflare do.
   ``RA`` is false: this is the authoritative server, not a recursive resolver.
 - ``Answer`` and ``Authority`` are left out when empty, as Google does. Names end with a
@@ -181,10 +183,39 @@ def _bad_request(message: str) -> Response:
     return JSONResponse({"error": message}, status_code=400, headers=_CORS)
 
 
+class _Results:
+    """Query results of one generation, bounded (past the bound: resolved every time)."""
+
+    def __init__(self, resolver: Resolver, generation: Callable[[], object], limit: int) -> None:
+        self.resolver = resolver
+        self.generation = generation
+        self.limit = limit
+        self._token: object = None
+        self._results: dict[tuple[str, int], QueryResult] = {}
+
+    def __call__(self, qname: str, qtype: int) -> tuple[QueryResult, bool]:
+        """The result for `qname`/`qtype`, and whether it was already known."""
+        token = self.generation()
+        if token != self._token:
+            self._token, self._results = token, {}
+        result = self._results.get((qname, qtype))
+        if result is not None:
+            return result, True
+        result = answer_query(self.resolver, qname, qtype)
+        if result.rcode != "SERVFAIL" and len(self._results) < self.limit:
+            self._results[(qname, qtype)] = result
+        return result, False
+
+
 def doh_endpoint(
-    resolver: Resolver, *, metrics: DnsMetrics | None = None
+    resolver: Resolver,
+    *,
+    metrics: DnsMetrics | None = None,
+    generation: Callable[[], object] | None = None,
+    max_cached_answers: int = 10_000,
 ) -> Callable[[Request], Awaitable[Response]]:
     """The request handler behind `doh_route`, for mounting some other way."""
+    results = None if generation is None else _Results(resolver, generation, max_cached_answers)
 
     async def resolve(request: Request) -> Response:
         if request.method == "OPTIONS":
@@ -202,10 +233,13 @@ def doh_endpoint(
             if metrics is not None:
                 metrics.drop("doh_bad_request")
             return _bad_request(str(e))
-        result = answer_query(resolver, normalize_name(labels), qtype)
+        if results is None:
+            result, known = answer_query(resolver, normalize_name(labels), qtype), False
+        else:
+            result, known = results(normalize_name(labels), qtype)
         cd = (_param(request, "cd") or "").lower() in _TRUE
         if metrics is not None:
-            metrics.query(qtype_name(qtype), result.rcode, "doh")
+            metrics.query(qtype_name(qtype), result.rcode, "doh", "cache" if known else "full")
         max_age = _max_age(result)
         headers = {
             **_CORS,
@@ -221,12 +255,16 @@ def doh_endpoint(
 
 
 def doh_route(
-    resolver: Resolver, *, path: str = "/resolve", metrics: DnsMetrics | None = None
+    resolver: Resolver,
+    *,
+    path: str = "/resolve",
+    metrics: DnsMetrics | None = None,
+    generation: Callable[[], object] | None = None,
 ) -> Route:
     """A Starlette route answering DNS-over-HTTPS JSON queries at `path` (GET, HEAD, OPTIONS)."""
     return Route(
         path,
-        doh_endpoint(resolver, metrics=metrics),
+        doh_endpoint(resolver, metrics=metrics, generation=generation),
         methods=["GET", "HEAD", "OPTIONS"],
         name="dns-over-https",
     )

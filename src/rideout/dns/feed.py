@@ -73,6 +73,10 @@ class DnsView:
         """Whether `other` routes the same way (the serial and time may differ)."""
         return other is not None and dict(other.health) == dict(self.health)
 
+    def decision(self) -> tuple[int, tuple[tuple[str, bool], ...]]:
+        """What the answers depend on: the serial and the health, not the time."""
+        return (self.serial, tuple(sorted(self.health.items())))
+
     def to_bytes(self) -> bytes:
         return json.dumps(
             {
@@ -167,7 +171,11 @@ class DnsFollower:
     """A DNS server's resolver that answers from the last view `source` published.
 
     Until a view has been read it answers SERVFAIL ("ask again"), never a guess. A
-    view that disappears or cannot be read leaves the last good one in force.
+    view that disappears or cannot be read leaves the last good one in force, and so
+    does a source that stops changing (a control plane that is down): the server keeps
+    answering the last decision however old it is; :meth:`age` says how old.
+    :meth:`generation` changes only when the decision does (a view republished with the
+    same health and serial is the same generation), for `DnsServer`'s precomputed replies.
     """
 
     def __init__(
@@ -185,6 +193,7 @@ class DnsFollower:
         self._on_change = on_change
         self._clock = clock
         self.view: DnsView | None = None
+        self._decision: object = None
         self._stamp: Stamp | None = None
         self._problem: str | None = None
 
@@ -207,9 +216,17 @@ class DnsFollower:
         if view is None or view == self.view:
             return False
         old, self.view = self.view, view
+        decision = view.decision()
+        if decision == self._decision:
+            return False  # republished: only its age changed
+        self._decision = decision
         if not view.same_decision(old) and self._on_change is not None:
             self._on_change(view, view.answer(self.zone))
         return True
+
+    def generation(self) -> object:
+        """A value that changes (by ``==``) exactly when the answers may change."""
+        return self._decision
 
     def age(self) -> float | None:
         """Seconds since the view in force was published (None: no view yet)."""
@@ -221,8 +238,9 @@ class DnsFollower:
             return QueryResult("SERVFAIL")
         return resolve(self.zone, qname, qtype, view.health, serial=view.serial)
 
-    async def run(self) -> None:
-        """Refresh every `interval` seconds until cancelled."""
+    async def run(self, on_refresh: Callable[[], None] | None = None) -> None:
+        """Refresh every `interval` seconds until cancelled; `on_refresh` after each change."""
         while True:
-            self.refresh()
+            if self.refresh() and on_refresh is not None:
+                on_refresh()
             await asyncio.sleep(self.interval)

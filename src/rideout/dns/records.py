@@ -33,8 +33,8 @@ tolerated):
 
 Any other type for a known name (AAAA included) is NOERROR without answers (NODATA),
 and an unknown name under the app domain is NXDOMAIN; both carry the SOA in the
-authority section for negative caching (RFC 2308: its TTL and minimum are the zone's
-TTL). A name outside the app domain is REFUSED: the server is not authoritative for it.
+authority section for negative caching (RFC 2308: cached for the smaller of the SOA's
+TTL and minimum, 900 s). A name outside the app domain is REFUSED: the server is not authoritative for it.
 
 Records are :class:`Record` ``(name, type, ttl, value)`` tuples: owner names lowercase
 without the trailing dot; values in presentation form except TXT, which is the raw text
@@ -54,7 +54,10 @@ if TYPE_CHECKING:
     from rideout.config import Config
 
 __all__ = [
+    "NS_TTL",
     "REASONS",
+    "SOA_MINIMUM",
+    "SOA_TTL",
     "Answer",
     "DnsZoneConfig",
     "Endpoint",
@@ -91,6 +94,12 @@ _MAX_TTL: Final = 0x7FFFFFFF
 _SERIAL_MAX: Final = 0xFFFFFFFF
 # SOA timers: nothing transfers this zone, so refresh/retry/expire are conventional values.
 _SOA_REFRESH, _SOA_RETRY, _SOA_EXPIRE = 3600, 600, 86400
+# Route 53's: the SOA record lives 900 s with a minimum of 86,400 s (so negative answers
+# are cached min(900, 86400) = 900 s, RFC 2308), NS records 172,800 s. Only what health
+# or evacuation can change keeps the zone's short `ttl`.
+SOA_TTL: Final = 900
+SOA_MINIMUM: Final = 86400
+NS_TTL: Final = 172800
 _NS_LABEL: Final = "ns"
 
 
@@ -228,6 +237,15 @@ class DnsZoneConfig:
     def nameserver(self) -> str:
         """The zone's name server name, absolute: ``ns.<app_domain>.``."""
         return f"{_NS_LABEL}.{self.app_domain}."
+
+    def questions(self) -> tuple[tuple[str, str], ...]:
+        """The ``(name, type)`` questions clients ask most, worth precomputing per view."""
+        names = [self.app_domain, f"{_NS_LABEL}.{self.app_domain}"]
+        for region in self.regions:
+            names.append(f"{region.region}.{self.app_domain}")
+            names.extend(f"{e.zone}.{region.region}.{self.app_domain}" for e in region.endpoints)
+        apex = [(self.app_domain, t) for t in ("SOA", "NS", "HTTPS")]
+        return (*((name, t) for name in names for t in ("A", "AAAA", "TXT")), *apex)
 
     def region(self, name: str) -> RegionRecords:
         """The record of region `name`; KeyError otherwise."""
@@ -388,9 +406,9 @@ def resolve(
     soa = Record(
         apex,
         "SOA",
-        ttl,
+        SOA_TTL,
         f"{zone_config.nameserver} hostmaster.{apex}. {serial} "
-        f"{_SOA_REFRESH} {_SOA_RETRY} {_SOA_EXPIRE} {ttl}",
+        f"{_SOA_REFRESH} {_SOA_RETRY} {_SOA_EXPIRE} {SOA_MINIMUM}",
     )
 
     def answer(records: list[Record], decision: Answer | None = None) -> Resolution:
@@ -398,7 +416,7 @@ def resolve(
             return Resolution("NOERROR", (), (soa,), decision)
         return Resolution("NOERROR", tuple(records), (), decision)
 
-    def a_records(addresses: tuple[str, ...]) -> list[Record]:
+    def a_records(addresses: tuple[str, ...], ttl: int = ttl) -> list[Record]:
         return [Record(owner, "A", ttl, address) for address in addresses]
 
     def txt(text: str) -> list[Record]:
@@ -414,11 +432,11 @@ def resolve(
         if rtype == "SOA":
             return answer([soa])
         if rtype == "NS":
-            return answer([Record(apex, "NS", ttl, zone_config.nameserver)])
+            return answer([Record(apex, "NS", NS_TTL, zone_config.nameserver)])
         return answer([])
     if labels == (_NS_LABEL,):
         address = zone_config.nameserver_address
-        return answer(a_records((address,)) if wants_a and address else [])
+        return answer(a_records((address,), NS_TTL) if wants_a and address else [])
     regions = {r.region: r for r in zone_config.regions}
     if len(labels) == 1 and labels[0] in regions:
         region = regions[labels[0]]

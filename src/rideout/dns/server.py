@@ -1,9 +1,12 @@
 """rideout's authoritative DNS server: UDP and TCP on one address, dnslib for the packets.
 
-The answers come from an injected resolver, ``(qname, qtype) -> resolution``, called for
-every query: the server caches nothing, so a failover shows in the very next answer.
-The resolution has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers``
-and ``authority`` as ``(name, type, ttl, value)`` tuples (see `rideout.dns.records`).
+The answers come from an injected resolver, ``(qname, qtype) -> resolution``. Without a
+``generation`` it is called for every query; with one (a value that changes whenever the
+answers may, such as the DNS view), each distinct question is resolved and encoded once
+per generation and later queries are answered from those bytes (`rideout.dns.wire`),
+so a failover still shows in the first answer after the view changed. The resolution
+has ``rcode`` (``"NOERROR"``, ``"NXDOMAIN"``, ``"REFUSED"``), ``answers`` and
+``authority`` as ``(name, type, ttl, value)`` tuples (see `rideout.dns.records`).
 
 Conduct on the wire (RFC 1035, 2181, 6891, 7766):
 
@@ -33,14 +36,17 @@ Conduct on the wire (RFC 1035, 2181, 6891, 7766):
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+import os
 import re
+import socket
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, Self, cast
+from typing import Any, Final, Literal, Protocol, Self
 
 from dnslib import (
     AAAA,
@@ -59,6 +65,10 @@ from dnslib import (
     DNSRecord,
 )
 from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rideout.dns.wire import MIN_UDP_PAYLOAD, Template, TemplateCache, read_query
 
 __all__ = [
     "DnsMetrics",
@@ -243,16 +253,26 @@ class DnsMetrics:
 
     ``rideout_dns_queries_total{qtype,rcode,transport}``: every query answered (qtype
     ``other`` for rarely seen types, ``none`` when the question could not be read);
-    ``rideout_dns_dropped_total{reason}``: datagrams and connections given no answer;
-    ``rideout_dns_tcp_connections``: open TCP connections.
+    ``rideout_dns_answers_total{transport,path}``: the same answers by how they were made,
+    ``cache`` (a precomputed reply, only the id and question copied in) or ``full``
+    (parsed and encoded); ``rideout_dns_truncated_total{transport}``: answers too large
+    for the client's UDP size, sent with TC=1; ``rideout_dns_dropped_total{reason}``:
+    datagrams and connections given no answer; ``rideout_dns_tcp_connections``: open TCP
+    connections; ``rideout_dns_udp_receive_buffer_bytes``: the socket buffer the kernel
+    granted; ``rideout_dns_cached_answers`` and ``rideout_dns_cache_rebuilds_total``:
+    the precomputed replies of the view in force, and how often a new view emptied them.
     """
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry if registry is not None else CollectorRegistry()
-        self.queries = Counter(
-            "rideout_dns_queries",
-            "DNS queries answered, by type, response code and transport.",
-            ["qtype", "rcode", "transport"],
+        # Counted in a plain dict (a labelled Counter's lock and checks cost more than the
+        # cached answer itself) and exported by `_QueryCounts` when scraped.
+        self.counts: dict[tuple[str, str, str, str], int] = {}
+        r.register(_QueryCounts(self.counts))
+        self.truncated = Counter(
+            "rideout_dns_truncated",
+            "DNS answers too large for the client's UDP payload size, sent with TC=1.",
+            ["transport"],
             registry=r,
         )
         self.dropped = Counter(
@@ -264,13 +284,62 @@ class DnsMetrics:
         self.tcp_connections = Gauge(
             "rideout_dns_tcp_connections", "Open DNS-over-TCP connections.", registry=r
         )
+        self.udp_receive_buffer = Gauge(
+            "rideout_dns_udp_receive_buffer_bytes",
+            "SO_RCVBUF of the DNS server's UDP socket, as the kernel granted it.",
+            registry=r,
+        )
+        self.cached_answers = Gauge(
+            "rideout_dns_cached_answers",
+            "Precomputed DNS replies held for the view in force.",
+            registry=r,
+        )
+        self.cache_rebuilds = Counter(
+            "rideout_dns_cache_rebuilds",
+            "Times a new DNS view emptied the precomputed replies.",
+            registry=r,
+        )
 
-    def query(self, qtype: str | None, rcode: str, transport: Transport) -> None:
+    def query(
+        self, qtype: str | None, rcode: str, transport: Transport, path: str = "full"
+    ) -> None:
         label = "none" if qtype is None else qtype if qtype in _QTYPE_LABELS else "other"
-        self.queries.labels(label, rcode, transport).inc()
+        key = (label, rcode, transport, path)
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + 1
 
     def drop(self, reason: str) -> None:
         self.dropped.labels(reason).inc()
+
+
+class _QueryCounts(Collector):
+    """``rideout_dns_queries_total`` and ``rideout_dns_answers_total`` from the counts."""
+
+    def __init__(self, counts: dict[tuple[str, str, str, str], int]) -> None:
+        self.counts = counts
+
+    def collect(self) -> Iterable[Metric]:
+        queries = CounterMetricFamily(
+            "rideout_dns_queries",
+            "DNS queries answered, by type, response code and transport.",
+            labels=["qtype", "rcode", "transport"],
+        )
+        answers = CounterMetricFamily(
+            "rideout_dns_answers",
+            "DNS answers by transport and path: cache (precomputed reply) or full.",
+            labels=["transport", "path"],
+        )
+        by_query: dict[tuple[str, str, str], int] = {}
+        by_path: dict[tuple[str, str], int] = {}
+        for (qtype, rcode, transport, path), n in list(self.counts.items()):
+            by_query[(qtype, rcode, transport)] = by_query.get((qtype, rcode, transport), 0) + n
+            by_path[(transport, path)] = by_path.get((transport, path), 0) + n
+        for labels, n in sorted(by_query.items()):
+            queries.add_metric(labels, n)
+        for path_labels, n in sorted(by_path.items()):
+            answers.add_metric(path_labels, n)
+        yield queries
+        yield answers
 
 
 # --------------------------------------------------------------------------- packets
@@ -279,7 +348,7 @@ _HEADER: Final = struct.Struct("!HHHHHH")
 _QR: Final = 0x8000
 _RD: Final = 0x0100
 _CD: Final = 0x0010
-_MIN_UDP: Final = 512
+_MIN_UDP: Final = MIN_UDP_PAYLOAD
 _MAX_TCP: Final = 65535
 
 
@@ -319,6 +388,7 @@ class _Reply:
     qtype: str | None = None
     rcode: str = ""
     drop_reason: str = ""
+    truncated: bool = False
 
 
 class DnsServer:
@@ -328,6 +398,19 @@ class DnsServer:
 
         async with DnsServer(resolver, "127.0.0.1", 5300) as server:
             ...  # server.port is the bound port
+
+    Given `generation`, a function whose value changes (by ``==``) whenever the
+    resolver's answers may change (a new DNS view), the server answers from precomputed
+    replies (`rideout.dns.wire`): each distinct question is resolved and encoded once per
+    generation, then answered by copying its id and question into the cached bytes.
+    `warm` lists ``(name, type)`` questions to precompute as soon as a generation starts.
+    Without `generation` every query asks the resolver.
+
+    UDP is read until the socket is empty on every wakeup (at most `udp_batch` datagrams
+    before other work gets a turn), replies are sent at once without waiting, and the
+    socket asks the kernel for a `udp_receive_buffer` large enough to hold a herd of
+    queries (the kernel caps it at ``net.core.rmem_max``; `udp_receive_buffer_granted`
+    says what it gave).
     """
 
     def __init__(
@@ -340,6 +423,11 @@ class DnsServer:
         max_udp_payload: int = 1232,
         max_tcp_connections: int = 256,
         tcp_idle_timeout: float = 10.0,
+        generation: Callable[[], object] | None = None,
+        warm: Sequence[tuple[str, str]] = (),
+        max_cached_answers: int = 10_000,
+        udp_receive_buffer: int = 8 << 20,
+        udp_batch: int = 256,
     ) -> None:
         if max_udp_payload < _MIN_UDP:
             raise ValueError(f"max_udp_payload must be at least {_MIN_UDP}")
@@ -350,7 +438,20 @@ class DnsServer:
         self.max_udp_payload = max_udp_payload
         self.max_tcp_connections = max_tcp_connections
         self.tcp_idle_timeout = tcp_idle_timeout
-        self._udp: asyncio.DatagramTransport | None = None
+        self.udp_receive_buffer = udp_receive_buffer
+        self.udp_batch = udp_batch
+        self.udp_receive_buffer_granted: int | None = None
+        self.cache: TemplateCache | None = None
+        if generation is not None:
+            rebuilt = None if metrics is None else metrics.cache_rebuilds.inc
+            self.cache = TemplateCache(
+                generation, self._build, max_entries=max_cached_answers, on_rebuild=rebuilt
+            )
+            if metrics is not None:
+                cache = self.cache
+                metrics.cached_answers.set_function(lambda: len(cache))
+        self._warm = [_warm_key(name, qtype) for name, qtype in warm]
+        self._udp: _UdpEndpoint | None = None
         self._tcp: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self._port: int | None = None
@@ -368,6 +469,10 @@ class DnsServer:
     def running(self) -> bool:
         return self._udp is not None
 
+    def udp_socket_inode(self) -> int | None:
+        """The inode of the UDP socket (how /proc/net/udp names it); None when stopped."""
+        return None if self._udp is None else self._udp.inode
+
     async def start(self) -> None:
         """Bind UDP and TCP on the same port; OSError when that is impossible."""
         if self._udp is not None:
@@ -375,34 +480,51 @@ class DnsServer:
         loop = asyncio.get_running_loop()
         attempts = 10 if self._requested_port == 0 else 1
         for attempt in range(attempts):
-            udp, _ = await loop.create_datagram_endpoint(
-                lambda: _UdpProtocol(self), local_addr=(self.host, self._requested_port)
-            )
-            port = int(udp.get_extra_info("sockname")[1])
+            udp = self._bind_udp(loop, self._requested_port)
+            port = udp.port
             try:
                 tcp = await asyncio.start_server(
                     self._serve_tcp, self.host, port, reuse_address=True, backlog=128
                 )
             except OSError:
                 udp.close()
-                protocol = udp.get_protocol()
-                if isinstance(protocol, _UdpProtocol):
-                    await protocol.closed
                 if attempt == attempts - 1:
                     raise
                 continue
             self._udp, self._tcp, self._port = udp, tcp, port
-            logger.info("DNS server on %s:%d (UDP and TCP)", self.host, port)
+            self.warm()
+            logger.info(
+                "DNS server on %s:%d (UDP and TCP; UDP receive buffer %d octets)",
+                self.host, port, self.udp_receive_buffer_granted or 0,
+            )  # fmt: skip
             return
+
+    def _bind_udp(self, loop: asyncio.AbstractEventLoop, port: int) -> _UdpEndpoint:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            self.host, port, type=socket.SOCK_DGRAM
+        )[0]
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            self.udp_receive_buffer_granted = _grow_receive_buffer(sock, self.udp_receive_buffer)
+            if self.metrics is not None:
+                self.metrics.udp_receive_buffer.set(self.udp_receive_buffer_granted)
+            sock.bind(address)
+            return _UdpEndpoint(self, sock, loop)
+        except BaseException:
+            sock.close()
+            raise
+
+    def warm(self) -> None:
+        """Precompute the `warm` questions' replies for the generation in force."""
+        if self.cache is not None and self._warm:
+            self.cache.warm(self._warm)
 
     async def stop(self) -> None:
         """Close both listeners and every open TCP connection."""
         udp, tcp, self._udp, self._tcp = self._udp, self._tcp, None, None
         if udp is not None:
             udp.close()
-            protocol = udp.get_protocol()
-            if isinstance(protocol, _UdpProtocol):
-                await protocol.closed
         if tcp is not None:
             tcp.close()
         tasks = list(self._connections)
@@ -429,6 +551,33 @@ class DnsServer:
 
     def handle(self, data: bytes, transport: Literal["udp", "tcp"]) -> bytes | None:
         """The reply to one DNS message, or None to send nothing. Never raises."""
+        cache = self.cache
+        return self._answer(data, transport, None if cache is None else cache.current())
+
+    def _answer(
+        self,
+        data: bytes,
+        transport: Literal["udp", "tcp"],
+        templates: dict[bytes, Template | None] | None,
+    ) -> bytes | None:
+        """`handle` with the templates of the generation in force (None: no cache)."""
+        if templates is not None:
+            assert self.cache is not None
+            query = read_query(data)
+            template = None if query is None else self.cache.lookup(query, templates)
+            if template is not None:
+                assert query is not None
+                limit = _MAX_TCP
+                if transport == "udp":
+                    limit = _MIN_UDP
+                    if query.edns:
+                        limit = max(_MIN_UDP, min(query.udp_size, self.max_udp_payload))
+                packet, truncated = template.reply(data, query.name_end, limit)
+                if self.metrics is not None:
+                    self.metrics.query(template.qtype, template.rcode, transport, "cache")
+                    if truncated:
+                        self.metrics.truncated.labels(transport).inc()
+                return packet
         try:
             reply = self._handle(data, transport)
         except Exception:  # a bug, not the client's fault: say SERVFAIL if we can
@@ -442,7 +591,18 @@ class DnsServer:
                 self.metrics.drop(reply.drop_reason)
             else:
                 self.metrics.query(reply.qtype, reply.rcode, transport)
+                if reply.truncated:
+                    self.metrics.truncated.labels(transport).inc()
         return reply.packet
+
+    def _build(self, query: bytes, tcp: bool) -> tuple[bytes | None, str, str]:
+        """A canonical query answered the full way, for a template (see `TemplateCache`)."""
+        try:
+            reply = self._handle(query, "tcp" if tcp else "udp")
+        except Exception:
+            logger.exception("DNS server failed to precompute a reply")
+            return None, "", "SERVFAIL"
+        return reply.packet, reply.qtype or "", reply.rcode
 
     def _handle(self, data: bytes, transport: Literal["udp", "tcp"]) -> _Reply:
         if len(data) < _HEADER.size:
@@ -526,6 +686,7 @@ class DnsServer:
             )
             if len(packet) > limit:  # pragma: no cover - a question and OPT fit in 512
                 return error("SERVFAIL", "reply does not fit")
+            return _Reply(packet, qtype, result.rcode, truncated=True)
         return _Reply(packet, qtype, result.rcode)
 
     # ------------------------------------------------------------------ TCP
@@ -584,25 +745,104 @@ class _Owners:
         return DNSLabel(name)
 
 
-class _UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, server: DnsServer) -> None:
+def _warm_key(name: str, qtype: str) -> tuple[bytes, int]:
+    """The template key of a plain query for `name` (RD set, no EDNS) of type `qtype`."""
+    labels = [label.encode("ascii").lower() for label in name.rstrip(".").split(".") if label]
+    wire = b"".join(bytes((len(label),)) + label for label in labels) + b"\x00"
+    question = wire + struct.pack("!HH", qtype_number(qtype), _CLASS_IN)
+    return question + bytes((0x04,)), 12 + len(wire)
+
+
+def _grow_receive_buffer(sock: socket.socket, wanted: int) -> int:
+    """Ask for a `wanted`-octet SO_RCVBUF; what the kernel granted (it doubles the ask, and
+    caps it at net.core.rmem_max unless SO_RCVBUFFORCE is allowed, as for root)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, wanted)
+    granted = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    force = getattr(socket, "SO_RCVBUFFORCE", None)
+    if granted < wanted and force is not None:
+        with contextlib.suppress(OSError):  # EPERM without CAP_NET_ADMIN: keep what we got
+            sock.setsockopt(socket.SOL_SOCKET, force, wanted)
+            granted = int(sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF))
+    return granted
+
+
+class _UdpEndpoint:
+    """The UDP socket, read until empty on each wakeup; replies sent without waiting.
+
+    A reply the kernel cannot take at once (EAGAIN) waits in a bounded backlog that is
+    flushed when the socket becomes writable; past the bound it is dropped and counted.
+    """
+
+    _BACKLOG = 4096
+
+    def __init__(self, server: DnsServer, sock: socket.socket, loop: asyncio.AbstractEventLoop):
         self.server = server
-        self.transport: asyncio.DatagramTransport | None = None
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.sock = sock
+        self.loop = loop
+        self.port = int(sock.getsockname()[1])
+        self.inode = os.fstat(sock.fileno()).st_ino
+        self._backlog: collections.deque[tuple[bytes, Any]] = collections.deque()
+        self._fd = sock.fileno()
+        loop.add_reader(self._fd, self._readable)
 
-    def connection_lost(self, exc: Exception | None) -> None:
-        if not self.closed.done():
-            self.closed.set_result(None)
+    def close(self) -> None:
+        if self._fd < 0:
+            return
+        self.loop.remove_reader(self._fd)
+        if self._backlog:
+            self.loop.remove_writer(self._fd)
+            self._backlog.clear()
+        self._fd = -1
+        self.sock.close()
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        # Not always a DatagramTransport subclass (3.11's selector transport is not).
-        self.transport = cast(asyncio.DatagramTransport, transport)
+    def _readable(self) -> None:
+        server, recvfrom = self.server, self.sock.recvfrom
+        cache = server.cache
+        templates = None if cache is None else cache.current()
+        for _ in range(server.udp_batch):
+            try:
+                data, addr = recvfrom(_MAX_DATAGRAM)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                logger.debug("DNS: UDP receive error: %r", exc)
+                return
+            reply = server._answer(data, "udp", templates)
+            if reply is not None:
+                self._send(reply, addr)
 
-    def datagram_received(self, data: bytes, addr: tuple[str | Any, int]) -> None:
-        reply = self.server.handle(data, "udp")
-        if reply is not None and self.transport is not None:
-            with contextlib.suppress(OSError):
-                self.transport.sendto(reply, addr)
+    def _send(self, reply: bytes, addr: Any) -> None:
+        if not self._backlog:
+            try:
+                self.sock.sendto(reply, addr)
+                return
+            except (BlockingIOError, InterruptedError):
+                self.loop.add_writer(self._fd, self._writable)
+            except OSError as exc:
+                logger.debug("DNS: UDP send to %s failed: %r", addr, exc)
+                self._dropped("send_failed")
+                return
+        if len(self._backlog) >= self._BACKLOG:
+            self._dropped("send_backlog_full")
+            return
+        self._backlog.append((reply, addr))
 
-    def error_received(self, exc: Exception) -> None:
-        logger.debug("DNS: UDP error: %r", exc)
+    def _writable(self) -> None:
+        while self._backlog:
+            reply, addr = self._backlog[0]
+            try:
+                self.sock.sendto(reply, addr)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                logger.debug("DNS: UDP send to %s failed: %r", addr, exc)
+                self._dropped("send_failed")
+            self._backlog.popleft()
+        self.loop.remove_writer(self._fd)
+
+    def _dropped(self, reason: str) -> None:
+        if self.server.metrics is not None:
+            self.server.metrics.drop(reason)
+
+
+_MAX_DATAGRAM: Final = 65535
