@@ -54,6 +54,7 @@ from rideout.waitingroom.errors import (
     UnknownRequest,
 )
 from rideout.waitingroom.model import (
+    MAX_VALIDITY,
     Counters,
     EventSettings,
     ExpiredPage,
@@ -342,8 +343,8 @@ class RoomStore:
         override = ""
         if validity is not None:
             seconds = _validate.seconds("validity", validity, minimum=1.0)
-            if seconds > 86400 * 30:
-                raise InvalidRequest("validity must be at most 30 days")
+            if seconds > MAX_VALIDITY:
+                raise InvalidRequest(f"validity must be at most {MAX_VALIDITY:g} seconds")
             override = str(math.ceil(seconds))
         reply = await self._run("CLAIM", event_id, rid, override)
         kind = _text(reply[0])
