@@ -26,6 +26,7 @@ from rideout.protocol import ProtocolError
 from rideout.store import StoreError
 from rideout.store.embedded import EmbeddedRedisError
 from rideout.store.replication import ReplicationError
+from rideout.waitingroom import RoomError
 
 SRC = Path(rideout.__file__).parent
 DOC = SRC.parents[1] / "docs" / "errors.md"
@@ -51,6 +52,7 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.cluster": ClusterError,
     "rideout.controlplane": ControlPlaneError,
     "rideout.drill": DrillError,
+    "rideout.waitingroom": RoomError,
 }
 
 
