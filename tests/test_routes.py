@@ -30,6 +30,8 @@ PATHS = {
     "ROOM_GENERATE_TOKEN": "/generate_token",
     "ROOM_PUBLIC_KEY": "/public_key",
     "ROOM_ESTIMATED_WAIT": "/estimated_wait",
+    "ROOM_ISSUER_PATH": "/waitingroom",
+    "ROOM_JWKS": "/waitingroom/.well-known/jwks.json",
     "ROOM_PRIVATE_INCREMENT": "/private/increment_serving_counter",
     "ROOM_PRIVATE_UPDATE_SESSION": "/private/update_session",
     "ROOM_PRIVATE_ACTIVE_TOKENS": "/private/num_active_tokens",

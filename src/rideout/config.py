@@ -265,6 +265,9 @@ class WaitingRoomConfig:
     micro_cache_ttl: float = field(default=0.5, metadata={"zero_ok": True})
     max_body: int = 4096  # bytes a request body may have
     stream_length: int = 10000  # events kept per event's stream (about)
+    # The first key of the room's key ring (KEYS_DIR/room-keys.pem): EdDSA | ES256 |
+    # RS256 (for verifiers that need it). Once the file exists, it decides.
+    token_algorithm: str = "EdDSA"
 
 
 # The [failover] settings that scale with the timing profile, as Timing does.
@@ -669,6 +672,10 @@ def _parse_waitingroom(t: _Reader) -> WaitingRoomConfig:
             raise ConfigError(
                 t.key("events"), f"{event_id!r} is not an event id (1 to 64 letters, digits, _ . -)"
             )
+    if room.token_algorithm not in ("EdDSA", "ES256", "RS256"):
+        raise ConfigError(
+            t.key("token_algorithm"), f"must be EdDSA, ES256 or RS256, got {room.token_algorithm!r}"
+        )
     if room.max_body < 256:
         raise ConfigError(t.key("max_body"), "must be at least 256 bytes")
     if len(room.inlet_alarm) > 1 or not all(

@@ -23,6 +23,8 @@ __all__ = [
     "ROOM_ASSIGN_QUEUE_NUM",
     "ROOM_ESTIMATED_WAIT",
     "ROOM_GENERATE_TOKEN",
+    "ROOM_ISSUER_PATH",
+    "ROOM_JWKS",
     "ROOM_PRIVATE_ACTIVE_TOKENS",
     "ROOM_PRIVATE_EVENT",
     "ROOM_PRIVATE_EVENTS",
@@ -43,6 +45,7 @@ __all__ = [
     "SUMMARY",
     "WRITER",
     "control_plane_url",
+    "room_issuer",
     "zone_url",
 ]
 
@@ -83,6 +86,12 @@ ROOM_QUEUE_POS_EXPIRY: Final = "/queue_pos_expiry"
 ROOM_GENERATE_TOKEN: Final = "/generate_token"
 ROOM_PUBLIC_KEY: Final = "/public_key"
 ROOM_ESTIMATED_WAIT: Final = "/estimated_wait"
+ROOM_ISSUER_PATH: Final = "/waitingroom"
+"""The room tokens' ``iss`` is the app domain's URL with this path (AWS's is its API
+stage's URL, ``https://DOMAIN/api``); the room's JWKS is under it."""
+ROOM_JWKS: Final = ROOM_ISSUER_PATH + "/.well-known/jwks.json"
+"""GET: the room's current and previous public keys (``/.well-known/jwks.json`` at the
+root is the auction's own keys)."""
 
 ROOM_PRIVATE_INCREMENT: Final = "/private/increment_serving_counter"
 """The private API (the deployment admin token as a bearer credential)."""
@@ -101,6 +110,11 @@ def control_plane_url(config: Config, path: str = "") -> str:
     """The control plane's base URL, or the URL of ``path`` on it."""
     cp = config.control_plane
     return f"http://{cp.address}:{cp.port}{path}"
+
+
+def room_issuer(config: Config) -> str:
+    """The ``iss`` of the waiting room's tokens: the same in every region and zone."""
+    return f"http://{config.app_domain}:{config.app_port}{ROOM_ISSUER_PATH}"
 
 
 def zone_url(config: Config, address: str, path: str = "") -> str:

@@ -678,11 +678,13 @@ def serve(
     from rideout._serve import serve as run
     from rideout.realtime.app import create_app
     from rideout.realtime.zone import hold_mode_signals
+    from rideout.waitingroom.extension import WaitingRoom
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = load(config_path)
+    extensions = [WaitingRoom(config)] if config.waitingroom.enabled else []
     try:
-        app_ = create_app(config, region, zone, signals=True)
+        app_ = create_app(config, region, zone, signals=True, extensions=extensions)
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
     run(
