@@ -306,3 +306,24 @@ async def test_the_micro_cache_takes_a_surge_of_polls_with_one_read(redis_server
     assert {r.status_code for r in answers} == {200}
     assert {r.status_code for r in unknown} == {400}
     assert api.cache.loads == 2
+
+
+async def test_proof_of_work_is_asked_for_checked_and_good_once(room: Room) -> None:
+    from rideout.waitingroom.model import solve_pow
+
+    event_id = await room.event(pow_bits=8)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id})
+    assert r.status_code == 400
+    assert (r.json()["pow_bits"], r.json()["server_time"]) == (8, int(room.clock.now))
+    stale = solve_pow(event_id, 8, room.clock.now - 1000)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id, "pow": stale})
+    assert r.status_code == 400
+    stamp = solve_pow(event_id, 8, room.clock.now)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id, "pow": stamp})
+    assert (r.status_code, r.json()["queue_number"]) == (200, 1)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id, "pow": stamp})
+    assert (r.status_code, r.json()["error"]) == (
+        400,
+        "Proof of work already used: solve a new one",
+    )
+    assert (await room.counters(event_id))["queue"] == 1

@@ -50,6 +50,7 @@ from rideout.waitingroom.errors import (
 )
 from rideout.waitingroom.model import (
     MAX_VALIDITY,
+    POW_WINDOW,
     Counters,
     EventSettings,
     ExpiryState,
@@ -57,6 +58,7 @@ from rideout.waitingroom.model import (
     check_event_id,
     check_request_id,
     estimated_wait,
+    pow_valid,
     serving_rate,
 )
 from rideout.waitingroom.store import RoomStore
@@ -375,6 +377,24 @@ class RoomAPI:
         event_id, status}`` (AWS answers only ``api_request_id`` and numbers later)."""
         body = await _body(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
+        event = await self.cache.get((event_id, "event"), lambda: self.store.get_event(event_id))
+        if event.pow_bits:
+            stamp = body.get("pow")
+            now = self.store.clock()
+            if not pow_valid(event_id, stamp, event.pow_bits, now):
+                return _json_response(
+                    {
+                        "error": 'Proof of work required: send "pow": "TIMESTAMP:NONCE" '
+                        f'whose SHA-256 of "EVENT_ID:TIMESTAMP:NONCE" starts with '
+                        f"{event.pow_bits} zero bits, TIMESTAMP within {POW_WINDOW:g} s",
+                        "pow_bits": event.pow_bits,
+                        "server_time": math.floor(now),
+                    },
+                    400,
+                )
+            assert isinstance(stamp, str)
+            if not await self.store.use_stamp(event_id, stamp, 2 * POW_WINDOW):
+                raise _BadInput(400, "Proof of work already used: solve a new one")
         position = await self.store.assign(event_id)
         out: dict[str, Any] = {"api_request_id": position.request_id, "event_id": event_id}
         if position.status is not PositionState.PREQUEUED:

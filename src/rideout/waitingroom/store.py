@@ -65,6 +65,7 @@ from rideout.waitingroom.model import (
     TokenGrant,
     check_event_id,
     check_request_id,
+    pow_digest,
 )
 
 __all__ = ["DEFAULT_STREAM_LENGTH", "RoomStore", "SweepResult", "new_request_id"]
@@ -480,6 +481,14 @@ class RoomStore:
         if kind == "claimed":
             return -1
         return _int(reply[1], "serving")
+
+    async def use_stamp(self, event_id: str, stamp: str, ttl: float) -> bool:
+        """Whether a proof-of-work stamp is new for the event (then it is kept `ttl`
+        seconds, so it cannot be used twice)."""
+        self._check_event(event_id)
+        key = keys.waitingroom_stamp(event_id, pow_digest(event_id, stamp).hex())
+        with self.errors(f"use_stamp {event_id}"):
+            return bool(await self.redis.set(key, "1", nx=True, px=max(1, round(ttl * 1000))))
 
     async def claim_tick(self, event_id: str, task: str, tick: int, ttl: float) -> bool:
         """Whether this process is the one to run `task` for `tick` (``SET NX``, kept
