@@ -327,3 +327,64 @@ async def test_proof_of_work_is_asked_for_checked_and_good_once(room: Room) -> N
         "Proof of work already used: solve a new one",
     )
     assert (await room.counters(event_id))["queue"] == 1
+
+
+async def test_concurrent_generate_token_calls_get_the_same_tokens(redis_server: Redis) -> None:
+    from rideout.auth import JWKSet
+    from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
+
+    ring = RoomKeyRing.generate()
+    clock = FakeClock(1_800_000_000.0)
+    store = redis_server.store(clock)
+    api = RoomAPI(
+        store, admin_token=ADMIN_TOKEN, issuer="http://room.test", micro_cache_ttl=0,
+        signer=RoomTokenIssuer(ring, issuer="http://room.test", clock=clock), keys=ring,
+    )  # fmt: skip
+    event = EventSettings(fresh_event("tok"), validity=600)
+    await store.create_event(event)
+    position = await store.assign(event.event_id)
+    await store.increment_serving(event.event_id, 1)
+    app = Starlette(routes=api.routes())
+    body = {"event_id": event.event_id, "request_id": position.request_id}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://room.test"
+    ) as client:
+        answers = await asyncio.gather(
+            *(client.post("/generate_token", json=body) for _ in range(50))
+        )
+        clock.advance(100)
+        later = (await client.post("/generate_token", json=body)).json()
+        key = (await client.get("/public_key", params={"event_id": event.event_id})).json()
+    assert {r.status_code for r in answers} == {200}
+    assert len({r.json()["access_token"] for r in answers}) == 1  # EdDSA: deterministic
+    assert (await store.counters(event.event_id)).tokens == 1
+    assert later["access_token"] == answers[0].json()["access_token"]
+    assert later["expires_in"] == 500
+    verifier = RoomTokenVerifier(JWKSet({"keys": [key]}), issuer="http://room.test", clock=clock)
+    claims = verifier.verify(later["access_token"], audience=event.event_id)
+    assert (claims.sub, claims.queue_position, claims.exp - claims.iat) == (
+        position.request_id,
+        1,
+        600,
+    )
+
+
+async def test_the_estimated_wait_follows_the_admission_rate(room: Room) -> None:
+    event_id = await room.event()
+    rids = [(await room.assign(event_id))["api_request_id"] for _ in range(30)]
+    for _ in range(4):  # 10 a minute
+        room.clock.advance(30)
+        await room.increment(event_id, 5)
+    r = await room.client.get(
+        "/estimated_wait", params={"event_id": event_id, "request_id": rids[29]}
+    )
+    body = r.json()
+    assert (body["serving_counter"], body["ahead"]) == (20, 10)
+    assert body["admitted_per_minute"] == pytest.approx(10, rel=0.2)
+    assert body["estimated_wait"] == pytest.approx(60, rel=0.2)
+    assert r.headers["cache-control"] == CACHE_PRIVATE
+    r = await room.client.get("/estimated_wait", params={"event_id": event_id})
+    assert (r.json()["ahead"], r.headers["cache-control"]) == (11, CACHE_COUNTERS)
+    fresh = await room.event()
+    r = await room.client.get("/estimated_wait", params={"event_id": fresh})
+    assert r.json()["estimated_wait"] is None  # nothing admitted: unknown

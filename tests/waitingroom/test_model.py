@@ -166,6 +166,7 @@ def test_estimated_wait_from_the_serving_rate() -> None:
     assert estimated_wait(5, 0.0) is None
     assert serving_rate([], 10.0, 60.0) == 0.0
     assert serving_rate([(0.0, 5)], 100.0, 60.0) == 0.0  # nothing moved in the window
+    assert serving_rate([(30.0, 5), (90.0, 15)], 120.0, 300.0) == pytest.approx(10 / 90)
 
 
 def test_proof_of_work_stamps() -> None:

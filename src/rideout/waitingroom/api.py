@@ -31,7 +31,7 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -40,6 +40,7 @@ from starlette.types import ASGIApp
 
 from rideout import _json, routes
 from rideout.auth.admin import check_admin_token
+from rideout.auth.room_tokens import KeySource, RoomTokenIssuer
 from rideout.idempotency import IdempotencyMiddleware
 from rideout.store.errors import StoreError
 from rideout.waitingroom.errors import (
@@ -69,8 +70,6 @@ __all__ = [
     "CACHE_PUBLIC_KEY",
     "MicroCache",
     "RoomAPI",
-    "TokenSet",
-    "TokenSigner",
 ]
 
 CACHE_COUNTERS: Final = "public, max-age=1, s-maxage=2"
@@ -87,40 +86,6 @@ _PREFLIGHT_HEADERS: Final = {
 }
 _RATE_WINDOW: Final = 300.0  # seconds of serving-counter history the ETA looks at
 T = TypeVar("T")
-
-
-class TokenSet(Protocol):
-    """A signed token set (``rideout.auth.room_tokens.RoomTokenSet``)."""
-
-    @property
-    def access_token(self) -> str: ...
-    @property
-    def refresh_token(self) -> str: ...
-    @property
-    def id_token(self) -> str: ...
-
-
-class TokenSigner(Protocol):
-    """What signs the room's tokens (``rideout.auth.room_tokens.RoomTokenIssuer``)."""
-
-    def issue(
-        self,
-        *,
-        event_id: str,
-        request_id: str,
-        queue_position: int,
-        issued_at: float,
-        expires_at: float,
-        issuer: str | None = None,
-        nonce: str | None = None,
-    ) -> TokenSet: ...
-
-
-class PublicKeys(Protocol):
-    """The room's public keys (``rideout.auth.room_tokens.RoomKeyRing``)."""
-
-    def public_jwk(self) -> Mapping[str, Any]: ...
-    def jwks(self) -> Mapping[str, Any]: ...
 
 
 # -------------------------------------------------------------------------- the cache
@@ -292,8 +257,8 @@ class RoomAPI:
         *,
         admin_token: str,
         issuer: str,
-        signer: TokenSigner | None = None,
-        keys: PublicKeys | None = None,
+        signer: RoomTokenIssuer | None = None,
+        keys: KeySource | None = None,
         micro_cache_ttl: float = 0.5,
         max_body: int = 4096,
         idempotency_ttl: float = 86400.0,
@@ -485,7 +450,7 @@ class RoomAPI:
         await self.cache.get((event_id, "event"), lambda: self.store.get_event(event_id))
         if self.keys is None:
             return _error(503, "Token signing is not configured on this server")
-        return _json_response(dict(self.keys.public_jwk()), cache=CACHE_PUBLIC_KEY)
+        return _json_response(self.keys.ring().public_jwk(), cache=CACHE_PUBLIC_KEY)
 
     async def estimated_wait(self, request: Request) -> Response:
         """``{event_id, serving_counter, ahead, admitted_per_minute, estimated_wait}``:

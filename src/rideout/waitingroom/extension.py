@@ -11,8 +11,8 @@ starts the scheduler (:mod:`.inlets`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 import httpx
 import redis.asyncio as aioredis
@@ -70,19 +70,6 @@ def configured_event(config: Config, event_id: str) -> EventSettings:
     )
 
 
-class _Keys:
-    """The watcher's current ring, as the API publishes it."""
-
-    def __init__(self, watcher: RoomKeyWatcher) -> None:
-        self._watcher = watcher
-
-    def public_jwk(self) -> Mapping[str, Any]:
-        return self._watcher.ring().public_jwk()
-
-    def jwks(self) -> Mapping[str, Any]:
-        return self._watcher.ring().jwks()
-
-
 class WaitingRoom:
     """The room's routes and scheduled work on one zone (a ``ZoneExtension``)."""
 
@@ -93,7 +80,7 @@ class WaitingRoom:
         self.api: RoomAPI | None = None
         self.scheduler: RoomScheduler | None = None
         self._http: httpx.AsyncClient | None = None
-        self._keys: _Keys | None = None
+        self._keys: RoomKeyWatcher | None = None
 
     async def start(self, server: ZoneLike) -> None:
         """Build the store and API, create the configured events, start the scheduler."""
@@ -101,15 +88,16 @@ class WaitingRoom:
         store = self.store = RoomStore(
             server.redis, region=server.region.name, stream_length=room.stream_length
         )
-        watcher = RoomKeyWatcher(self.config.keys_dir, cast(Algorithm, room.token_algorithm))
-        self._keys = _Keys(watcher)
+        watcher = self._keys = RoomKeyWatcher(
+            self.config.keys_dir, cast(Algorithm, room.token_algorithm)
+        )
         issuer = routes.room_issuer(self.config)
         self.api = RoomAPI(
             store,
             admin_token=server.admin_token,
             issuer=issuer,
             signer=RoomTokenIssuer(watcher, issuer=issuer),
-            keys=self._keys,
+            keys=watcher,
             micro_cache_ttl=room.micro_cache_ttl,
             max_body=room.max_body,
         )
@@ -150,7 +138,7 @@ class WaitingRoom:
         """The room's current and previous public keys."""
         assert self._keys is not None
         return JSONResponse(
-            dict(self._keys.jwks()),
+            self._keys.ring().jwks(),
             headers={"Cache-Control": CACHE_PUBLIC_KEY, "Access-Control-Allow-Origin": "*"},
         )
 

@@ -421,11 +421,12 @@ def serving_rate(history: list[tuple[float, int]], now: float, window: float) ->
         return 0.0
     since = now - window
     before = [c for t, c in history if t <= since]
-    start = before[-1] if before else 0
     inside = [(t, c) for t, c in history if t > since]
     if not inside:
         return 0.0
-    first_t = inside[0][0] if not before else since
+    # From the counter at the window's start; or, when the history starts inside the
+    # window, from its first move (what came before it is not known to be admissions).
+    start, first_t = (before[-1], since) if before else (inside[0][1], inside[0][0])
     span = max(now - first_t, 1e-9)
     return max(0, inside[-1][1] - start) / span
 

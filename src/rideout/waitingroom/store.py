@@ -98,6 +98,18 @@ def _opt_int(value: object, what: str) -> int | None:
     return None if text == "" else _int(text, what)
 
 
+def _position(event_id: str, request_id: str, reply: Sequence[Any]) -> Position:
+    """A Position from a script's ``{kind, q, entry_ms, state, ...}`` reply."""
+    try:
+        state = PositionState(_text(reply[3]))
+    except ValueError:
+        raise StoreCorrupt(
+            f"request {request_id}: unknown state {_text(reply[3])[:20]!r}"
+        ) from None
+    entry = _int(reply[2], "entry") / 1000
+    return Position(event_id, request_id, _int(reply[1], "queue number"), entry, state)
+
+
 def _settings_fields(event: EventSettings) -> list[str]:
     """The event hash: the settings as JSON, and the few fields the scripts read."""
     return [
@@ -271,10 +283,7 @@ class RoomStore:
         self._unknown(kind, event_id, rid)
         if kind == "closed":
             raise RoomClosed(f"The waiting room of event {event_id!r} is closed")
-        return Position(
-            event_id, rid, _int(reply[1], "queue number"), _int(reply[2], "entry") / 1000,
-            PositionState(_text(reply[3])),
-        )  # fmt: skip
+        return _position(event_id, rid, reply)
 
     async def _position(self, event_id: str, request_id: str, *, touch: bool) -> list[Any]:
         self._check_event(event_id)
@@ -286,10 +295,7 @@ class RoomStore:
     async def position(self, event_id: str, request_id: str) -> Position:
         """The request's position; :class:`UnknownRequest` when it has none."""
         reply = await self._position(event_id, request_id, touch=False)
-        return Position(
-            event_id, request_id, _int(reply[1], "queue number"), _int(reply[2], "entry") / 1000,
-            PositionState(_text(reply[3])),
-        )  # fmt: skip
+        return _position(event_id, request_id, reply)
 
     async def touch(self, event_id: str, request_id: str) -> None:
         """Count a poll of the position (it is not abandoned while its client polls)."""
@@ -302,10 +308,7 @@ class RoomStore:
             reply = await self._position(event_id, request_id, touch=True)
         except RoomNotWriter:
             reply = await self._position(event_id, request_id, touch=False)
-        return Position(
-            event_id, request_id, _int(reply[1], "queue number"), _int(reply[2], "entry") / 1000,
-            PositionState(_text(reply[3])),
-        )  # fmt: skip
+        return _position(event_id, request_id, reply)
 
     async def expiry(self, event_id: str, request_id: str) -> Expiry:
         """How long the position can still take its token (see :class:`ExpiryState`)."""
