@@ -96,6 +96,9 @@ async def test_the_token_flow_end_to_end_and_across_a_failover(
             return r.status_code == 200 and r.json() == {"serving_counter": "2"}
 
         await until(replicated, 10)
+        exposition = (await http.get(b + "/metrics")).text
+        assert 'rideout_room_requests_total{endpoint="/serving_num",status="200"}' in exposition
+        assert "rideout_room_counter_loads_total" in exposition
         r = await http.get(b + "/queue_num", params={"event_id": "auction", "request_id": rids[1]})
         assert r.json()["queue_number"] == 2
         r = await http.post(b + "/assign_queue_num", json={"event_id": "auction"})

@@ -49,6 +49,7 @@ from rideout.waitingroom.errors import (
     RoomUnavailable,
     UnknownEvent,
 )
+from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import (
     MAX_VALIDITY,
     POW_WINDOW,
@@ -95,17 +96,24 @@ class MicroCache:
     """Values kept for `ttl` seconds per key; concurrent misses of one key share one
     load (a surge of polls is one Redis read). ``loads`` counts the reads made."""
 
-    def __init__(self, ttl: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_load: Callable[[], None] | None = None,
+    ) -> None:
         self.ttl = ttl
         self.clock = clock
         self.loads = 0
+        self._on_load = on_load
         self._values: dict[tuple[str, str], tuple[float, Any]] = {}
         self._pending: dict[tuple[str, str], asyncio.Future[Any]] = {}
 
     async def get(self, key: tuple[str, str], load: Callable[[], Awaitable[T]]) -> T:
         """The cached value of `key`, or `load()`'s (an UnknownEvent is cached too)."""
         if self.ttl <= 0:
-            self.loads += 1
+            self._loaded()
             return await load()
         now = self.clock()
         hit = self._values.get(key)
@@ -117,7 +125,7 @@ class MicroCache:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
-            self.loads += 1
+            self._loaded()
             try:
                 value: Any = await load()
             except UnknownEvent as exc:
@@ -133,6 +141,11 @@ class MicroCache:
             return cast(T, self._unwrap(value))
         finally:
             del self._pending[key]
+
+    def _loaded(self) -> None:
+        self.loads += 1
+        if self._on_load is not None:
+            self._on_load()
 
     @staticmethod
     def _unwrap(value: Any) -> Any:
@@ -262,6 +275,7 @@ class RoomAPI:
         micro_cache_ttl: float = 0.5,
         max_body: int = 4096,
         idempotency_ttl: float = 86400.0,
+        metrics: RoomMetrics | None = None,
     ) -> None:
         if len(admin_token) < 32:
             raise InvalidRequest("admin_token must be a secret of at least 32 characters")
@@ -270,7 +284,10 @@ class RoomAPI:
         self.issuer = issuer
         self.signer = signer
         self.keys = keys
-        self.cache = MicroCache(micro_cache_ttl)
+        self.metrics = metrics
+        self.cache = MicroCache(
+            micro_cache_ttl, on_load=None if metrics is None else metrics.loads.inc
+        )
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
 
@@ -305,12 +322,27 @@ class RoomAPI:
         ]
         out: list[BaseRoute] = []
         for path, method, handler in public:
-            out.append(self._route(path, method, _guarded(handler, public=True)))
+            out.append(
+                self._route(path, method, self._counted(path, _guarded(handler, public=True)))
+            )
         for path in dict.fromkeys(p for p, _, _ in public):
             out.append(Route(path, self.preflight, methods=["OPTIONS"]))
         for path, method, handler in private:
-            out.append(self._route(path, method, _guarded(self._private(handler), public=False)))
+            guarded = _guarded(self._private(handler), public=False)
+            out.append(self._route(path, method, self._counted(path, guarded)))
         return out
+
+    def _counted(self, endpoint: str, handler: Handler) -> Handler:
+        metrics = self.metrics
+        if metrics is None:
+            return handler
+
+        async def run(request: Request) -> Response:
+            response = await handler(request)
+            metrics.answered(endpoint, response.status_code)
+            return response
+
+        return run
 
     def _route(self, path: str, method: str, handler: Handler) -> Route:
         if method not in ("POST", "PATCH"):
@@ -384,6 +416,8 @@ class RoomAPI:
         )
 
     async def _counters(self, event_id: str) -> Counters:
+        if self.metrics is not None:
+            self.metrics.polls.inc()
         return await self.cache.get((event_id, "counters"), lambda: self.store.counters(event_id))
 
     async def serving_num(self, request: Request) -> Response:

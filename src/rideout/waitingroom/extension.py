@@ -16,6 +16,7 @@ from typing import Protocol, cast
 
 import httpx
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -27,6 +28,7 @@ from rideout.config import Config
 from rideout.waitingroom.api import CACHE_PUBLIC_KEY, RoomAPI
 from rideout.waitingroom.errors import EventExists, RoomError, RoomNotWriter
 from rideout.waitingroom.inlets import RoomScheduler, control_plane_alarm_state
+from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, InletKind, InletSettings
 from rideout.waitingroom.store import RoomStore
 
@@ -40,8 +42,16 @@ class _Region(Protocol):
     def name(self) -> str: ...
 
 
+class _Metrics(Protocol):
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
 class ZoneLike(Protocol):
     """What the room needs of a zone's server (:class:`rideout.realtime.zone.ZoneServer`)."""
+
+    @property
+    def metrics(self) -> _Metrics: ...
 
     @property
     def redis(self) -> aioredis.Redis: ...
@@ -100,6 +110,7 @@ class WaitingRoom:
             keys=watcher,
             micro_cache_ttl=room.micro_cache_ttl,
             max_body=room.max_body,
+            metrics=RoomMetrics(server.metrics.registry),
         )
         await self._create_configured_events(store)
         if self.run_scheduler:
