@@ -180,6 +180,9 @@ async def test_an_idempotency_key_keeps_one_position_across_retries(room: Room) 
     assert len({a["api_request_id"] for a in answers}) == 1
     r = await room.client.post("/assign_queue_num", json={"event_id": event_id}, headers=key)
     assert r.headers["idempotent-replayed"] == "true"
+    r = await room.client.post("/assign_queue_num", json={"event_id": "other-one"}, headers=key)
+    assert r.status_code == 422  # the key reused for another request: refused, readable by a page
+    assert r.headers["access-control-allow-origin"] == "*"
     assert (await room.counters(event_id))["queue"] == 1
     other = await room.assign(event_id)  # no key: a new arrival
     assert other["queue_number"] == 2

@@ -36,7 +36,7 @@ from typing import Any, Final, TypeVar, cast
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, request_response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rideout import _json, routes
 from rideout.auth.admin import check_admin_token
@@ -234,6 +234,26 @@ def _field(body: Mapping[str, Any], name: str) -> Any:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class _AnyOrigin:
+    """`app` with ``Access-Control-Allow-Origin: *`` on every answer, the idempotency
+    middleware's own (409, 422, ...) included, so a page can read them. (A class: a
+    plain function would be taken for a request handler by Starlette's Route.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_origin(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"access-control-allow-origin" for k, _ in headers):
+                    headers.append((b"access-control-allow-origin", b"*"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_origin)
+
+
 def _guarded(handler: Handler, *, public: bool) -> Handler:
     """Turn the room's refusals into ``{"error"}`` answers; count nothing on any."""
 
@@ -322,14 +342,13 @@ class RoomAPI:
         ]
         out: list[BaseRoute] = []
         for path, method, handler in public:
-            out.append(
-                self._route(path, method, self._counted(path, _guarded(handler, public=True)))
-            )
+            counted = self._counted(path, _guarded(handler, public=True))
+            out.append(self._route(path, method, counted, public=True))
         for path in dict.fromkeys(p for p, _, _ in public):
             out.append(Route(path, self.preflight, methods=["OPTIONS"]))
         for path, method, handler in private:
             guarded = _guarded(self._private(handler), public=False)
-            out.append(self._route(path, method, self._counted(path, guarded)))
+            out.append(self._route(path, method, self._counted(path, guarded), public=False))
         return out
 
     def _counted(self, endpoint: str, handler: Handler) -> Handler:
@@ -344,14 +363,14 @@ class RoomAPI:
 
         return run
 
-    def _route(self, path: str, method: str, handler: Handler) -> Route:
+    def _route(self, path: str, method: str, handler: Handler, *, public: bool) -> Route:
         if method not in ("POST", "PATCH"):
             return Route(path, handler, methods=[method])
         app: ASGIApp = IdempotencyMiddleware(
             request_response(handler), self.store.redis, scope="waitingroom",
             ttl=self.idempotency_ttl, max_request_body=self.max_body,
         )  # fmt: skip
-        return Route(path, app, methods=[method])
+        return Route(path, _AnyOrigin(app) if public else app, methods=[method])
 
     def _private(self, handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
