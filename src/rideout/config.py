@@ -178,6 +178,15 @@ class AuthConfig:
     # browser's choosing, for the demo page. When not set: on in local mode (the default
     # mode, hence True here), off in external mode.
     demo_tokens: bool = True
+    # The waiting room's tokens (rideout.auth.room_tokens; docs/waiting-room.md): their
+    # iss, the algorithm of the room's first key (the key ring in the keys directory
+    # decides afterwards; `rideout room rotate-key --algorithm` changes it), and the
+    # events whose access tokens /ws accepts, besides its own (empty: none).
+    room_issuer: str = "https://room.rideout.test"
+    room_key_algorithm: str = "EdDSA"
+    room_events: tuple[str, ...] = ("auction",)
+    # Seconds /ws trusts a session status it read from the room's store (bounded staleness).
+    room_session_ttl: float = field(default=1.0, metadata={"zero_ok": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -603,6 +612,13 @@ def _parse_auth(t: _Reader, mode: str) -> AuthConfig:
         raise ConfigError(
             t.key("token_ttl"), f"must be at most max_token_ttl ({auth.max_token_ttl:g} s)"
         )
+    if auth.room_key_algorithm not in ("EdDSA", "ES256", "RS256"):
+        raise ConfigError(
+            t.key("room_key_algorithm"),
+            f"must be 'EdDSA', 'ES256' or 'RS256', got {auth.room_key_algorithm!r}",
+        )
+    if not auth.room_issuer.strip() or not auth.room_issuer.isprintable():
+        raise ConfigError(t.key("room_issuer"), "must be a non-empty printable string")
     for origin in auth.allowed_origins:
         if not re.fullmatch(r"https?://[^/\s]+", origin) and origin != "*":
             raise ConfigError(

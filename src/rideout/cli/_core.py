@@ -678,11 +678,14 @@ def serve(
     from rideout._serve import serve as run
     from rideout.realtime.app import create_app
     from rideout.realtime.zone import hold_mode_signals
+    from rideout.waitingroom.authorizer import RoomAuthorizer
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = load(config_path)
+    # /ws accepts the waiting room's access tokens for the events that guard the auction.
+    room = [RoomAuthorizer.from_config(config)] if config.auth.room_events else []
     try:
-        app_ = create_app(config, region, zone, signals=True)
+        app_ = create_app(config, region, zone, signals=True, extensions=room, authorities=room)
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
     run(
