@@ -15,6 +15,7 @@ import pytest_asyncio
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from rideout import routes
 from rideout.auth import AuthError, AuthUnavailable
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenSet, RoomTokenVerifier
 from rideout.auth.tokens import Claims
@@ -252,7 +253,7 @@ async def test_a_room_token_connects_to_ws_in_both_regions_until_its_session_end
             await store.create_event(EventSettings("auction"))
             request_id, grant = await served_session(store, "auction")
             ring = RoomKeyRing.load(config.keys_dir)  # shared by every region's servers
-            token = RoomTokenIssuer(ring, issuer=config.auth.room_issuer).issue(
+            token = RoomTokenIssuer(ring, issuer=routes.room_issuer(config)).issue(
                 event_id="auction", request_id=request_id,
                 queue_position=grant.queue_position, issued_at=grant.issued_at,
                 expires_at=grant.expires_at,

@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, Protocol, cast
 
-from rideout import _validate
+from rideout import _validate, routes
 from rideout.auth import AuthError, AuthReason, AuthUnavailable
 from rideout.auth.room_tokens import RoomClaims, RoomKeyWatcher, RoomTokenVerifier
 from rideout.auth.tokens import Clock
@@ -144,9 +144,10 @@ class RoomAuthorizer:
         """The authorizer of a deployment: the room's key ring in its keys directory
         (re-read when a rotation changes it), its ``[auth]`` room settings."""
         auth = config.auth
+        algorithm = cast("Algorithm", config.waitingroom.token_algorithm)
         verifier = RoomTokenVerifier(
-            RoomKeyWatcher(config.keys_dir, cast("Algorithm", auth.room_key_algorithm)),
-            issuer=auth.room_issuer,
+            RoomKeyWatcher(config.keys_dir, algorithm),
+            issuer=routes.room_issuer(config),
             audiences=frozenset(auth.room_events),
             leeway=auth.leeway,
             # Revocations and stolen tokens are bounded by the auction's longest lifetime:

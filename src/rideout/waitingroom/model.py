@@ -38,6 +38,7 @@ __all__ = [
     "DEFAULT_EXPIRY",
     "DEFAULT_VALIDITY",
     "EVENT_ID_RE",
+    "MAX_VALIDITY",
     "REQUEST_ID_RE",
     "Counters",
     "EventSettings",
@@ -66,6 +67,8 @@ DEFAULT_VALIDITY: Final = 3600.0
 """Seconds a token is valid (AWS's ``ValidityPeriod`` default)."""
 DEFAULT_EXPIRY: Final = 900.0
 """Seconds a servable position stays claimable (AWS's ``QueuePositionExpiryPeriod``)."""
+MAX_VALIDITY: Final = 86400.0
+"""The longest token validity (the room's verifiers accept none longer)."""
 ALARM: Final = "ALARM"
 """The alarm state that holds a periodic inlet back."""
 
@@ -209,8 +212,8 @@ class EventSettings:
     def __post_init__(self) -> None:
         check_event_id(self.event_id)
         validity = _validate.seconds("validity", self.validity, minimum=1.0)
-        if validity > 86400 * 30:
-            raise InvalidArgument("validity must be at most 30 days")
+        if validity > MAX_VALIDITY:
+            raise InvalidArgument(f"validity must be at most {MAX_VALIDITY:g} seconds")
         object.__setattr__(self, "validity", validity)
         for name in ("expiry", "abandon_after", "prequeue_until"):
             value = _validate.seconds(name, getattr(self, name), zero_ok=True)

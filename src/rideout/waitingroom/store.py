@@ -54,6 +54,7 @@ from rideout.waitingroom.errors import (
     UnknownRequest,
 )
 from rideout.waitingroom.model import (
+    MAX_VALIDITY,
     Counters,
     EventSettings,
     ExpiredPage,
@@ -153,7 +154,8 @@ class RoomStore:
     # ---------------------------------------------------------------- plumbing
 
     @contextlib.contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
+    def errors(self, what: str) -> Iterator[None]:
+        """redis-py's and the store's errors as the room's, naming `what`."""
         try:
             with store_errors(self._server, what):
                 yield
@@ -169,7 +171,7 @@ class RoomStore:
         self, name: str, event_id: str, *args: str | int, extra: Sequence[str] = ()
     ) -> Any:
         event_keys = list(keys.waitingroom_event_keys(event_id).values())
-        with self._errors(f"{name.lower()} {event_id}"):
+        with self.errors(f"{name.lower()} {event_id}"):
             return await self._scripts[name](
                 keys=[*event_keys, *extra],
                 args=[self._now_ms(), self.stream_length, *args],
@@ -207,7 +209,7 @@ class RoomStore:
     async def get_event(self, event_id: str) -> EventSettings:
         """An event's settings; :class:`UnknownEvent` when there is none."""
         self._check_event(event_id)
-        with self._errors(f"get_event {event_id}"):
+        with self.errors(f"get_event {event_id}"):
             raw = await self.redis.hget(keys.waitingroom_event_keys(event_id)["event"], "json")
         if raw is None:
             raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
@@ -215,7 +217,7 @@ class RoomStore:
 
     async def list_events(self) -> list[EventSettings]:
         """Every event, by id."""
-        with self._errors("list_events"):
+        with self.errors("list_events"):
             ids = sorted(_text(i) for i in await self.redis.smembers(keys.WAITINGROOM_INDEX))
             async with self.redis.pipeline(transaction=False) as pipe:
                 for event_id in ids:
@@ -342,8 +344,8 @@ class RoomStore:
         override = ""
         if validity is not None:
             seconds = _validate.seconds("validity", validity, minimum=1.0)
-            if seconds > 86400 * 30:
-                raise InvalidRequest("validity must be at most 30 days")
+            if seconds > MAX_VALIDITY:
+                raise InvalidRequest(f"validity must be at most {MAX_VALIDITY:g} seconds")
             override = str(math.ceil(seconds))
         reply = await self._run("CLAIM", event_id, rid, override)
         kind = _text(reply[0])
@@ -375,7 +377,7 @@ class RoomStore:
         """0 active, 1 completed, -1 abandoned; None when the request has no token."""
         self._check_event(event_id)
         rid = self._check_request(request_id)
-        with self._errors(f"session_status {event_id}"):
+        with self.errors(f"session_status {event_id}"):
             raw = await self.redis.hget(keys.waitingroom_event_keys(event_id)["requests"], rid)
         if raw is None:
             return None
@@ -401,7 +403,7 @@ class RoomStore:
             offset = int(cursor)
         key = keys.waitingroom_event_keys(event_id)["tokens"]
         now = math.floor(self.clock())
-        with self._errors(f"expired_tokens {event_id}"):
+        with self.errors(f"expired_tokens {event_id}"):
             found = await self.redis.zrangebyscore(
                 key, "-inf", f"({now}", start=offset, num=limit + 1
             )
@@ -479,6 +481,14 @@ class RoomStore:
             return -1
         return _int(reply[1], "serving")
 
+    async def claim_tick(self, event_id: str, task: str, tick: int, ttl: float) -> bool:
+        """Whether this process is the one to run `task` for `tick` (``SET NX``, kept
+        `ttl` seconds): once per tick across every process of the region."""
+        self._check_event(event_id)
+        key = keys.waitingroom_tick(event_id, task, tick)
+        with self.errors(f"claim_tick {event_id}"):
+            return bool(await self.redis.set(key, "1", nx=True, px=max(1, round(ttl * 1000))))
+
     async def sweep(self, event_id: str, *, batch: int = 500) -> SweepResult:
         """Expire and abandon due positions (one batch of each), and, with
         ``incr_on_expiry``, move the serving counter past the dead ones it reached."""
@@ -501,7 +511,7 @@ class RoomStore:
         """The serving counter's latest moves, ``[(time, counter), ...]`` oldest first."""
         self._check_event(event_id)
         key = keys.waitingroom_event_keys(event_id)["servable"]
-        with self._errors(f"serving_history {event_id}"):
+        with self.errors(f"serving_history {event_id}"):
             members = await self.redis.zrange(key, -limit, -1)
         out = []
         for member in members:
