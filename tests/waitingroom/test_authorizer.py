@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 from websockets.asyncio.client import connect
@@ -17,14 +18,13 @@ from websockets.exceptions import InvalidStatus
 
 from rideout import routes
 from rideout.auth import AuthError, AuthUnavailable
+from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenSet, RoomTokenVerifier
 from rideout.auth.tokens import Claims
 from rideout.config import Config
-from rideout.store.acl import RedisRole, load_credentials
-from rideout.store.client import state_client
 from rideout.waitingroom.authorizer import RoomAuthorizer, SessionCache
 from rideout.waitingroom.errors import RoomUnavailable
-from rideout.waitingroom.model import EventSettings
+from rideout.waitingroom.extension import WaitingRoom
 from rideout.waitingroom.store import RoomStore
 from tests.conftest import FakeClock, until
 from tests.realtime.conftest import running_deployment
@@ -234,45 +234,51 @@ async def handshake(url: str) -> tuple[int, str | None]:
 async def test_a_room_token_connects_to_ws_in_both_regions_until_its_session_ends(
     make_config: Callable[..., Config],
 ) -> None:
-    config = make_config(auth={"room_session_ttl": 0.5})
+    # The room's own inlet stays out of the way: the test admits by hand.
+    config = make_config(auth={"room_session_ttl": 0.5}, waitingroom={"inlet": "none"})
+    admin = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
 
-    def with_authorizer() -> dict[str, Any]:
-        room = RoomAuthorizer.from_config(config)  # one per server, as each process has
-        return {"extensions": [room], "authorities": [room]}
+    def room_and_authorizer() -> dict[str, Any]:
+        authorizer = RoomAuthorizer.from_config(config)  # one per server, as in `serve`
+        return {"extensions": [WaitingRoom(config), authorizer], "authorities": [authorizer]}
 
-    async with running_deployment(config, with_authorizer) as deployment:
-        primary = config.primary.redis
-        redis = state_client(
-            primary.address,
-            primary.port,
-            credentials=load_credentials(config.keys_dir, RedisRole.APP),
+    async with (
+        running_deployment(config, room_and_authorizer) as deployment,
+        httpx.AsyncClient(base_url=deployment.urls["a1"].replace("ws:", "http:")) as http,
+    ):
+        # Through the room's HTTP API in us-east-1, as a visitor and the inlet would.
+        assigned = await http.post(routes.ROOM_ASSIGN_QUEUE_NUM, json={"event_id": "auction"})
+        assert assigned.status_code == 200, assigned.text
+        request_id = assigned.json()["api_request_id"]
+        bumped = await http.post(
+            routes.ROOM_PRIVATE_INCREMENT,
+            json={"event_id": "auction", "increment_by": 1},
+            headers=admin,
         )
-        try:
-            store = RoomStore(redis, region=config.primary.name)
-            await new_event(store)  # an event the auction does not guard exists too
-            await store.create_event(EventSettings("auction"))
-            request_id, grant = await served_session(store, "auction")
-            ring = RoomKeyRing.load(config.keys_dir)  # shared by every region's servers
-            token = RoomTokenIssuer(ring, issuer=routes.room_issuer(config)).issue(
-                event_id="auction", request_id=request_id,
-                queue_position=grant.queue_position, issued_at=grant.issued_at,
-                expires_at=grant.expires_at,
-            ).access_token  # fmt: skip
-            urls = [f"{deployment.urls[name]}/ws?token={token}" for name in ("a1", "b1")]
-            for url in urls:  # us-east-1, and us-west-2 (whose Redis is a replica)
-                await until(lambda url=url: _is(handshake(url), 101), 15, message=f"{url} accepts")
-            await store.update_session("auction", request_id, 1)
-            ended = time.monotonic()
-            for url in urls:
-                await until(
-                    lambda url=url: _is(handshake(url), 403, "session_completed"),
-                    15,
-                    message=f"{url} refuses the completed session",
-                )
-            # The cache's 0.5 s, plus replication to us-west-2, plus the handshakes.
-            assert time.monotonic() - ended < 5.0
-        finally:
-            await redis.aclose()
+        assert bumped.status_code == 200, bumped.text
+        taken = await http.post(
+            routes.ROOM_GENERATE_TOKEN, json={"event_id": "auction", "request_id": request_id}
+        )
+        assert taken.status_code == 200, taken.text
+        token = taken.json()["access_token"]
+        urls = [f"{deployment.urls[name]}/ws?token={token}" for name in ("a1", "b1")]
+        for url in urls:  # us-east-1, and us-west-2 (its Redis a replica, the keys shared)
+            await until(lambda url=url: _is(handshake(url), 101), 15, message=f"{url} accepts")
+        ended = await http.post(
+            routes.ROOM_PRIVATE_UPDATE_SESSION,
+            json={"event_id": "auction", "request_id": request_id, "status": 1},
+            headers=admin,
+        )
+        assert ended.status_code == 200, ended.text
+        at = time.monotonic()
+        for url in urls:
+            await until(
+                lambda url=url: _is(handshake(url), 403, "session_completed"),
+                15,
+                message=f"{url} refuses the completed session",
+            )
+        # The cache's 0.5 s, plus replication to us-west-2, plus the handshakes.
+        assert time.monotonic() - at < 5.0
 
 
 async def _is(
