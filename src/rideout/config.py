@@ -179,6 +179,11 @@ class AuthConfig:
     # browser's choosing, for the demo page. When not set: on in local mode (the default
     # mode, hence True here), off in external mode.
     demo_tokens: bool = True
+    # The waiting-room events whose access tokens /ws accepts besides its own (empty:
+    # none; rideout.waitingroom.authorizer, docs/waiting-room.md).
+    room_events: tuple[str, ...] = ("auction",)
+    # Seconds /ws trusts a session status it read from the room's store (bounded staleness).
+    room_session_ttl: float = field(default=1.0, metadata={"zero_ok": True})
 
 
 @dataclass(frozen=True, slots=True)

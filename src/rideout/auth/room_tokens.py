@@ -58,6 +58,7 @@ from rideout.auth.tokens import (
 from rideout.errors import InvalidArgument
 
 __all__ = [
+    "MAX_VALIDITY",
     "RING_FILENAME",
     "TOKEN_USES",
     "KeySource",
@@ -78,6 +79,8 @@ _LOCK_SUFFIX: Final = ".lock"
 TokenUse: TypeAlias = Literal["access", "refresh", "id"]
 TOKEN_USES: Final[tuple[TokenUse, ...]] = get_args(TokenUse)
 
+MAX_VALIDITY: Final = 30 * 86400.0
+"""The longest a room token may live (``exp - iat``) unless the issuer says otherwise."""
 RSA_BITS: Final = 2048  # what AWS generates; verifiers that need RS256 expect it
 _PEM_BLOCK: Final = re.compile(
     rb"-----BEGIN (ENCRYPTED )?PRIVATE KEY-----\r?\n.+?-----END \1?PRIVATE KEY-----\r?\n?",
@@ -417,7 +420,7 @@ class RoomTokenIssuer:
         *,
         issuer: str,
         clock: Clock = time.time,
-        max_ttl: float = DEFAULT_MAX_TOKEN_TTL,
+        max_ttl: float = MAX_VALIDITY,
     ) -> None:
         self._keys = keys
         self.issuer = _bounded_text("issuer", issuer)
