@@ -41,6 +41,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from rideout import _json, routes
 from rideout.auth.admin import check_admin_token
 from rideout.auth.room_tokens import KeySource, RoomTokenIssuer
+from rideout.errors import InvalidArgument
 from rideout.idempotency import IdempotencyMiddleware
 from rideout.store.errors import StoreError
 from rideout.waitingroom.errors import (
@@ -265,7 +266,7 @@ def _guarded(handler: Handler, *, public: bool) -> Handler:
                           **{"Retry-After": "1"})  # fmt: skip
         except RoomError as exc:
             return _error(exc.status, str(exc), public=public)
-        except ValueError as exc:  # a setting the model refused (InvalidArgument)
+        except InvalidArgument as exc:  # a setting or argument the model refused
             return _error(400, str(exc), public=public)
         except StoreError as exc:
             return _error(500, f"The waiting room's store failed: {exc}", public=public)
