@@ -3,6 +3,8 @@ processes run it, the sweep and the pre-queue release, metrics events, the alarm
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 import pytest
 import pytest_asyncio
@@ -47,6 +49,21 @@ async def test_a_periodic_inlet_admits_once_per_tick_across_processes(
     for scheduler in schedulers:
         await scheduler.run_once()
     assert await stores[0].serving(event.event_id) == 20
+
+
+async def test_schedulers_running_at_once_admit_once_per_tick(
+    redis_server: Redis, clock: FakeClock
+) -> None:
+    stores = [redis_server.store(clock) for _ in range(8)]
+    schedulers = [RoomScheduler(s, metrics_interval=60) for s in stores]
+    event = await new_event(stores[0], inlet=InletSettings("max_size", period=5, max_size=7))
+    for _ in range(20):
+        await stores[0].assign(event.event_id)
+    for _ in range(3):
+        await asyncio.gather(*(s.run_once() for s in schedulers))
+    assert await stores[0].serving(event.event_id) == 7
+    entries = await read_events(stores[0].redis, event.event_id)
+    assert [e.type for e in entries] == [WAITING_ROOM_METRICS]  # once, not 8 times
 
 
 async def test_a_periodic_inlet_holds_back_while_its_alarm_is_in_alarm(
