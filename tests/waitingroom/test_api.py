@@ -391,3 +391,50 @@ async def test_the_estimated_wait_follows_the_admission_rate(room: Room) -> None
     fresh = await room.event()
     r = await room.client.get("/estimated_wait", params={"event_id": fresh})
     assert r.json()["estimated_wait"] is None  # nothing admitted: unknown
+
+
+async def test_the_private_overrides_apply_to_their_call_only(redis_server: Redis) -> None:
+    from rideout.auth import JWKSet
+    from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
+
+    ring = RoomKeyRing.generate()
+    store = redis_server.store(FakeClock(1_800_000_000.0))
+    api = RoomAPI(
+        store, admin_token=ADMIN_TOKEN, issuer="http://room.test", micro_cache_ttl=0,
+        signer=RoomTokenIssuer(ring, issuer="http://room.test"), keys=ring,
+    )  # fmt: skip
+    event = EventSettings(fresh_event("ovr"), validity=600)
+    await store.create_event(event)
+    a, b = await store.assign(event.event_id), await store.assign(event.event_id)
+    await store.increment_serving(event.event_id, 2)
+    app = Starlette(routes=api.routes())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://room.test"
+    ) as client:
+        body = {"event_id": event.event_id, "request_id": a.request_id}
+        r = await client.post("/private/generate_token", headers=AUTH,
+                              json={**body, "issuer": "https://oidc.test", "validity_period": 60})  # fmt: skip
+        assert r.status_code == 200, r.text
+        first = r.json()
+        r = await client.post(
+            "/generate_token", json={"event_id": event.event_id, "request_id": b.request_id}
+        )
+        second = r.json()
+        for bad in (
+            {"issuer": ""},
+            {"validity_period": 0},
+            {"validity_period": "60"},
+            {"issuer": 5},
+        ):
+            r = await client.post("/private/generate_token", headers=AUTH, json={**body, **bad})
+            assert r.status_code == 400, bad
+    keys = JWKSet(ring.jwks())
+    at = FakeClock(1_800_000_000.0)
+    overridden = RoomTokenVerifier(keys, issuer="https://oidc.test", clock=at).verify(
+        first["access_token"]
+    )
+    assert overridden.exp - overridden.iat == 60
+    default = RoomTokenVerifier(keys, issuer="http://room.test", clock=at).verify(
+        second["access_token"]
+    )
+    assert default.exp - default.iat == 600  # neither override reached the next call
