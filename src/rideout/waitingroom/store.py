@@ -301,19 +301,22 @@ class RoomStore:
         """Count a poll of the position (it is not abandoned while its client polls)."""
         await self._position(event_id, request_id, touch=True)
 
+    async def _polled(self, event_id: str, request_id: str) -> list[Any]:
+        try:
+            return await self._position(event_id, request_id, touch=True)
+        except RoomNotWriter:
+            return await self._position(event_id, request_id, touch=False)
+
     async def poll(self, event_id: str, request_id: str) -> Position:
         """:meth:`position` and :meth:`touch` in one round trip (the read alone on a
         read-only replica)."""
-        try:
-            reply = await self._position(event_id, request_id, touch=True)
-        except RoomNotWriter:
-            reply = await self._position(event_id, request_id, touch=False)
-        return _position(event_id, request_id, reply)
+        return _position(event_id, request_id, await self._polled(event_id, request_id))
 
     async def expiry(self, event_id: str, request_id: str) -> Expiry:
-        """How long the position can still take its token (see :class:`ExpiryState`)."""
+        """How long the position can still take its token (see :class:`ExpiryState`);
+        counts as a poll, as :meth:`poll` does."""
         settings = await self.get_event(event_id)
-        reply = await self._position(event_id, request_id, touch=False)
+        reply = await self._polled(event_id, request_id)
         q, entry_ms, state = _int(reply[1], "q"), _int(reply[2], "entry"), _text(reply[3])
         serving, since = _int(reply[4], "serving"), _opt_int(reply[5], "servable")
         now = self.clock()
