@@ -31,6 +31,8 @@ def read(path: Path, parse: Callable[[bytes], T], fail: Fail, *, hint: str = "")
         data = path.read_bytes()
     except FileNotFoundError:
         raise
+    except NotADirectoryError as exc:  # a file where a directory should be: none here
+        raise FileNotFoundError(exc.errno, exc.strerror, str(path)) from exc
     except OSError as exc:
         raise fail(path, f"cannot read it: {why(exc)}") from exc
     try:
@@ -75,7 +77,7 @@ def load_or_create(
     try:
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
-        raise fail(path, f"cannot create the directory: {why(exc)}") from exc
+        raise fail(path, f"cannot create it: its directory: {why(exc)}") from exc
     return publish(path, generate(), parse, fail, hint=hint)
 
 
