@@ -10,20 +10,18 @@ both for a zone, so one plan covers every kind.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from rideout import _validate
 from rideout.errors import InvalidArgument
 from rideout.evacuate.aws._boundary import AwsSettings
 from rideout.evacuate.aws.asg import AutoScalingGroups
 from rideout.evacuate.aws.ecs import EcsServices
+from rideout.evacuate.aws.eks import EksCluster, EksNodes
 from rideout.evacuate.aws.lambda_ import DEFAULT_WAIT, LambdaFunctions, WaitPolicy
+from rideout.evacuate.aws.zonal_shift import ZonalShiftOptions, ZonalShifts
 from rideout.evacuate.aws.zones import ZoneDirectory
 from rideout.evacuate.model import Placement
-
-if TYPE_CHECKING:
-    from rideout.evacuate.aws.eks import EksCluster
-    from rideout.evacuate.aws.zonal_shift import ZonalShifts
 
 __all__ = ["DEFAULT_KINDS", "AwsProvider", "Kind"]
 
@@ -47,7 +45,7 @@ class AwsProvider:
 
     ``vpc_ids`` limits the subnet lookups to those VPCs; ``eks`` adds the ``eks`` kind
     (nodes of those clusters, through their Kubernetes API); ``zonal_shift`` adds the
-    ``zonal-shift`` kind (listed first: the data plane moves before the control plane,
+    ``zonal-shift`` kind (ARC zonal shifts of managed resources) (listed first: the data plane moves before the control plane,
     as the whitepaper asks for load balancers with cross-zone load balancing off).
     """
 
@@ -59,7 +57,7 @@ class AwsProvider:
         *,
         vpc_ids: Sequence[str] = (),
         eks: Sequence[EksCluster] = (),
-        zonal_shift: ZonalShifts | None = None,
+        zonal_shift: ZonalShiftOptions | None = None,
         lambda_wait: WaitPolicy = DEFAULT_WAIT,
     ) -> None:
         self.settings = settings
@@ -67,18 +65,33 @@ class AwsProvider:
             _validate.text("vpc_ids", vpc)
         self.zones = ZoneDirectory(settings.client("ec2"), vpc_ids=vpc_ids)
         found: list[Kind] = []
+        self.zonal_shifts: ZonalShifts | None = None
         if zonal_shift is not None:
-            found.append(zonal_shift)
+            self.zonal_shifts = ZonalShifts(
+                settings.client("arc-zonal-shift"), self.zones, zonal_shift
+            )
+            found.append(self.zonal_shifts)
         found += [
             AutoScalingGroups(settings.client("autoscaling")),
             EcsServices(settings.client("ecs")),
             LambdaFunctions(settings.client("lambda"), wait=lambda_wait),
         ]
+        self._eks: EksNodes | None = None
         if eks:
-            from rideout.evacuate.aws.eks import EksNodes
-
-            found.append(EksNodes(eks, self.zones))
+            self._eks = EksNodes(eks, self.zones)
+            found.append(self._eks)
         self._kinds: dict[str, Kind] = {k.kind: k for k in found}
+
+    def close(self) -> None:
+        """Close the Kubernetes API connections (boto3's close with their clients)."""
+        if self._eks is not None:
+            self._eks.close()
+
+    def __enter__(self) -> AwsProvider:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def kinds(self) -> tuple[str, ...]:
         """The kinds this provider handles, in the order they should be evacuated."""

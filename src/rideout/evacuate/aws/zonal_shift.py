@@ -18,7 +18,8 @@ model (``botocore.stub.Stubber``).
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from rideout import _validate
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
     from mypy_boto3_arc_zonal_shift import ARCZonalShiftClient
     from mypy_boto3_arc_zonal_shift.type_defs import ZonalShiftSummaryTypeDef
 
-__all__ = ["COMMENT", "KIND", "MAX_EXPIRY_HOURS", "ZonalShifts"]
+__all__ = ["COMMENT", "KIND", "MAX_EXPIRY_HOURS", "ZonalShiftOptions", "ZonalShifts"]
 
 KIND = "zonal-shift"
 COMMENT = "rideout evacuate"  # marks rideout's shifts: recovery cancels only those
@@ -52,35 +53,45 @@ def _expires_in(value: str) -> str:
     return value
 
 
+@dataclass(frozen=True, slots=True)
+class ZonalShiftOptions:
+    """Which managed resources to shift (ARNs; empty: every one ARC manages in the
+    region), for how long (``expires_in``: ``30m``, ``12h``, at most 72 h), and the
+    comment (it must start with :data:`COMMENT`: that is how recovery knows rideout's
+    shifts from an operator's)."""
+
+    resources: tuple[str, ...] = ()
+    expires_in: str = "12h"
+    comment: str = COMMENT
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "resources", tuple(_validate.text("resources", r) for r in self.resources)
+        )
+        _expires_in(self.expires_in)
+        if not self.comment.startswith(COMMENT) or len(self.comment) > 128:
+            raise InvalidArgument(f"comment must start with {COMMENT!r} and fit in 128 characters")
+
+
 class ZonalShifts:
-    """The ``zonal-shift`` kind: ``resources`` (ARNs) limits it to those managed
-    resources (default: every one ARC manages in the region)."""
+    """The ``zonal-shift`` kind (see the module doc)."""
 
     kind = KIND
 
     def __init__(
-        self,
-        client: ARCZonalShiftClient,
-        zones: ZoneDirectory,
-        *,
-        resources: Sequence[str] = (),
-        expires_in: str = "12h",
-        comment: str = COMMENT,
+        self, client: ARCZonalShiftClient, zones: ZoneDirectory, options: ZonalShiftOptions
     ) -> None:
-        self._client = client
+        self.client = client
         self._zones = zones
-        self._only = frozenset(_validate.text("resources", r) for r in resources)
-        self.expires_in = _expires_in(expires_in)
-        if not comment.startswith(COMMENT) or len(comment) > 128:
-            raise InvalidArgument(f"comment must start with {COMMENT!r} and fit in 128 characters")
-        self.comment = comment
+        self._only = frozenset(options.resources)
+        self.options = options
 
     def _zone_id(self, zone: str) -> str:
         # ARC speaks zone ids; a name, should one appear, is mapped.
         return zone if zone in self._zones.zone_ids() else (self._zones.id_of(zone) or zone)
 
     def _active(self, resource: str | None = None) -> list[ZonalShiftSummaryTypeDef]:
-        paginator = self._client.get_paginator("list_zonal_shifts")
+        paginator = self.client.get_paginator("list_zonal_shifts")
         with calling("arc-zonal-shift", "ListZonalShifts"):
             pages = (
                 paginator.paginate(status="ACTIVE", resourceIdentifier=resource)
@@ -91,7 +102,7 @@ class ZonalShifts:
 
     def _managed(self) -> Iterator[tuple[str, tuple[str, ...]]]:
         with calling("arc-zonal-shift", "ListManagedResources"):
-            for page in self._client.get_paginator("list_managed_resources").paginate():
+            for page in self.client.get_paginator("list_managed_resources").paginate():
                 for item in page.get("items", []):
                     arn = item.get("arn")
                     if arn and (not self._only or arn in self._only):
@@ -131,15 +142,15 @@ class ZonalShifts:
             )
         active = self._active(resource)
         for shift in active:
-            ours = shift.get("comment", "").startswith(COMMENT)
+            ours = shift.get("comment", "").startswith(COMMENT)  # an operator's stays
             if ours and shift["awayFrom"] not in away:
                 with calling("arc-zonal-shift", "CancelZonalShift"):
-                    self._client.cancel_zonal_shift(zonalShiftId=shift["zonalShiftId"])
+                    self.client.cancel_zonal_shift(zonalShiftId=shift["zonalShiftId"])
         if away and not any(s["awayFrom"] == away[0] for s in active):
             with calling("arc-zonal-shift", "StartZonalShift"):
-                self._client.start_zonal_shift(
+                self.client.start_zonal_shift(
                     resourceIdentifier=resource,
                     awayFrom=away[0],
-                    expiresIn=self.expires_in,
-                    comment=self.comment,
+                    expiresIn=self.options.expires_in,
+                    comment=self.options.comment,
                 )

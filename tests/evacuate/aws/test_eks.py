@@ -1,0 +1,193 @@
+"""EKS: nodes of a zone cordoned and tainted through the Kubernetes API, lifted on recovery.
+
+There is no Kubernetes API server here: the tests run a stand-in (``kubeapi.py``) on
+loopback that answers the documented node requests (list by label selector with
+pagination, get, strategic-merge patch with a resourceVersion precondition) and
+records them. Zone names come from EC2 (moto in server mode), as on AWS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from rideout.evacuate.aws import AwsProvider, AwsSettings, KubernetesError
+from rideout.evacuate.aws.eks import (
+    CORDONED_ANNOTATION,
+    TAINT_KEY,
+    ZONE_LABEL,
+    EksCluster,
+    evacuate_patch,
+    recover_patch,
+)
+from rideout.evacuate.model import Placement
+from tests.evacuate.aws.conftest import SESSION
+from tests.evacuate.aws.kubeapi import PATCH_TYPE, FakeKubernetes, serving_kubernetes
+
+CLUSTER = "arn:aws:eks:us-east-1:123456789012:cluster/prod"
+TOKEN = "k8s-aws-v1.test-token"
+
+
+@pytest.fixture
+def zones(aws: AwsSettings) -> list[tuple[str, str]]:
+    """(zone id, zone name) of the region's first three zones, as EC2 reports them."""
+    found = SESSION.client("ec2").describe_availability_zones()["AvailabilityZones"][:3]
+    return [(z["ZoneId"], z["ZoneName"]) for z in found]
+
+
+@pytest.fixture
+def kube(zones: list[tuple[str, str]]) -> Iterator[tuple[FakeKubernetes, str]]:
+    fake = FakeKubernetes(token=TOKEN, page_size=2)  # small pages: pagination is exercised
+    for i, (_, name) in enumerate(zones):
+        for j in range(3):
+            fake.add_node(f"n{i}-{j}", name)
+    fake.add_node("unlabelled", None)
+    # An operator had cordoned this one and tainted it for their own reasons.
+    fake.nodes["n1-2"]["spec"] = {
+        "unschedulable": True,
+        "taints": [{"key": "maintenance", "value": "disk", "effect": "NoSchedule"}],
+    }
+    with serving_kubernetes(fake) as url:
+        yield fake, url
+
+
+@pytest.fixture
+def providers() -> Iterator[list[AwsProvider]]:
+    made: list[AwsProvider] = []
+    yield made
+    for p in made:
+        p.close()
+
+
+def provider(
+    aws: AwsSettings, url: str, made: list[AwsProvider], token: str = TOKEN
+) -> AwsProvider:
+    made.append(AwsProvider(aws, eks=[EksCluster(CLUSTER, url, token, timeout=30)]))
+    return made[-1]
+
+
+def test_evacuate_and_recover_a_zone(
+    aws: AwsSettings,
+    kube: tuple[FakeKubernetes, str],
+    providers: list[AwsProvider],
+    zones: list[tuple[str, str]],
+) -> None:
+    fake, url = kube
+    p = provider(aws, url, providers)
+    ids = [z for z, _ in zones]
+    assert p.kinds() == ("asg", "ecs", "lambda", "eks")
+    assert list(p.placements("eks")) == [Placement("eks", CLUSTER, tuple(sorted(ids)))]
+    zone_id, zone_name = zones[1]
+    assert zone_id in p.subnets_in_zone(zone_id)
+    before = {name: dict(node["spec"]) for name, node in fake.nodes.items()}
+
+    fake.requests.clear()
+    kept = tuple(z for z in ids if z != zone_id)
+    p.update("eks", CLUSTER, kept)
+    assert p.describe("eks", CLUSTER) == Placement("eks", CLUSTER, tuple(sorted(kept)))
+    for name, node in fake.nodes.items():
+        in_zone = node["metadata"]["labels"].get(ZONE_LABEL) == zone_name
+        taints = node["spec"].get("taints", [])
+        ours = [t for t in taints if t["key"] == TAINT_KEY]
+        if not in_zone:
+            assert node["spec"] == before[name], name
+            continue
+        assert ours == [{"key": TAINT_KEY, "value": zone_id, "effect": "NoExecute"}]
+        assert node["spec"]["unschedulable"] is True
+        annotations = node["metadata"].get("annotations", {})
+        # rideout notes the cordon only where it was the one to cordon.
+        assert (CORDONED_ANNOTATION in annotations) == (name != "n1-2")
+    assert {"key": "maintenance", "value": "disk", "effect": "NoSchedule"} in fake.nodes["n1-2"][
+        "spec"
+    ]["taints"]
+
+    # The documented requests: a label-selector list per zone (paginated), then patches.
+    lists = [r for r in fake.requests if r["method"] == "GET" and r["path"] == "/api/v1/nodes"]
+    assert {"labelSelector": f"{ZONE_LABEL}={zone_name}", "limit": "500"} in [
+        r["query"] for r in lists
+    ]
+    assert any("continue" in r["query"] for r in lists)
+    patches = [r for r in fake.requests if r["method"] == "PATCH"]
+    assert sorted(r["path"] for r in patches) == [f"/api/v1/nodes/n1-{j}" for j in range(3)]
+    assert all(r["content_type"] == PATCH_TYPE for r in patches)
+    assert all(r["body"]["metadata"]["resourceVersion"] for r in patches)
+
+    fake.requests.clear()
+    p.update("eks", CLUSTER, kept)  # re-running changes nothing
+    assert not [r for r in fake.requests if r["method"] == "PATCH"]
+
+    p.update("eks", CLUSTER, tuple(ids))
+    assert {name: node["spec"] for name, node in fake.nodes.items()} == before
+    assert not any(
+        CORDONED_ANNOTATION in n["metadata"].get("annotations", {}) for n in fake.nodes.values()
+    )
+
+
+def test_a_node_changed_under_the_patch_is_read_again(
+    aws: AwsSettings,
+    kube: tuple[FakeKubernetes, str],
+    providers: list[AwsProvider],
+    zones: list[tuple[str, str]],
+) -> None:
+    fake, url = kube
+    fake.conflicts = 2
+    p = provider(aws, url, providers)
+    p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
+    conflicts = [r for r in fake.requests if r["method"] == "GET" and r["path"].count("/") == 4]
+    assert len(conflicts) == 2  # two 409s, two fresh reads of the node
+    assert all(
+        any(t["key"] == TAINT_KEY for t in fake.nodes[f"n0-{j}"]["spec"]["taints"])
+        for j in range(3)
+    )
+
+
+def test_a_refused_token_is_a_kubernetes_error(
+    aws: AwsSettings, kube: tuple[FakeKubernetes, str], providers: list[AwsProvider]
+) -> None:
+    _, url = kube
+    with pytest.raises(KubernetesError, match="HTTP 401"):
+        list(provider(aws, url, providers, token="wrong").placements("eks"))
+
+
+def test_an_unreachable_api_is_a_kubernetes_error(aws: AwsSettings) -> None:
+    dead = [EksCluster(CLUSTER, "http://127.0.0.1:9", TOKEN, timeout=5)]
+    with AwsProvider(aws, eks=dead) as p:
+        with pytest.raises(KubernetesError, match="ConnectError"):
+            p.describe("eks", CLUSTER)
+        assert p.describe("eks", "arn:aws:eks:us-east-1:123456789012:cluster/other") is None
+
+
+def node(spec: dict[str, object], annotations: dict[str, str] | None = None) -> dict[str, object]:
+    metadata: dict[str, object] = {"name": "n", "resourceVersion": "7"}
+    if annotations is not None:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": spec}
+
+
+def test_the_patches_are_pure() -> None:
+    fresh = node({})
+    patch = evacuate_patch(fresh, "use1-az2", "NoExecute")
+    assert patch == {
+        "metadata": {"resourceVersion": "7", "annotations": {CORDONED_ANNOTATION: "true"}},
+        "spec": {
+            "unschedulable": True,
+            "taints": [{"key": TAINT_KEY, "value": "use1-az2", "effect": "NoExecute"}],
+        },
+    }
+    tainted = node(patch["spec"], {CORDONED_ANNOTATION: "true"})
+    assert evacuate_patch(tainted, "use1-az2", "NoExecute") is None
+    assert recover_patch(tainted) == {
+        "metadata": {"resourceVersion": "7", "annotations": {CORDONED_ANNOTATION: None}},
+        "spec": {"taints": None, "unschedulable": None},
+    }
+    assert recover_patch(fresh) is None
+    other = {"key": "x", "effect": "NoSchedule"}
+    theirs = node({"unschedulable": True, "taints": [other]})
+    patch = evacuate_patch(theirs, "use1-az2", "NoSchedule")
+    assert patch is not None
+    assert "annotations" not in patch["metadata"]
+    assert recover_patch(node(patch["spec"])) == {
+        "metadata": {"resourceVersion": "7", "annotations": {CORDONED_ANNOTATION: None}},
+        "spec": {"taints": [other]},
+    }
