@@ -434,3 +434,20 @@ def test_token_lifetimes_and_the_revocation_interval() -> None:
     assert error.key == "auth.token_ttl"
     assert "max_token_ttl (600 s)" in error.problem
     assert refused({"auth": {"revocation_interval": 0}}).key == "auth.revocation_interval"
+
+
+def test_the_evacuate_section_scales_with_the_profile_and_round_trips() -> None:
+    from rideout.config import EVACUATE_PROFILES, dump_toml
+
+    fast, seed = parse_config({}), parse_config({"profile": "seed"})
+    assert fast.evacuate.drain_seconds == EVACUATE_PROFILES["fast"]["drain_seconds"]
+    assert seed.evacuate.autoshift_expiry == 3600.0
+    assert fast.evacuate.autoshift
+    off = parse_config({"evacuate": {"autoshift": False, "min_healthy_zones": 2, "pause": 0}})
+    assert not off.evacuate.autoshift
+    assert off.evacuate.min_healthy_zones == 2
+    assert tomllib.loads(dump_toml(off))["evacuate"]["autoshift"] is False
+    with pytest.raises(ConfigError, match=r"evacuate\.batch_size"):
+        parse_config({"evacuate": {"batch_size": 0}})
+    with pytest.raises(ConfigError, match=r"evacuate\.nope"):
+        parse_config({"evacuate": {"nope": 1}})

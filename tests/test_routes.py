@@ -21,6 +21,9 @@ PATHS = {
     "HEALTH": "/health",
     "METRICS": "/metrics",
     "ADMIN_MODE": "/admin/mode",
+    "ZONES": "/v1/zones",
+    "ZONE_EVACUATE": "/v1/zones/{zone_id}/evacuate",
+    "ZONE_RECOVER": "/v1/zones/{zone_id}/recover",
 }
 
 

@@ -27,12 +27,14 @@ from rideout.errors import InvalidArgument
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "EVACUATE_PROFILES",
     "FAILOVER_PROFILES",
     "PROFILES",
     "AuthConfig",
     "Config",
     "ConfigError",
     "ControlPlaneConfig",
+    "EvacuateConfig",
     "FailoverConfig",
     "RealtimeConfig",
     "RedisConfig",
@@ -247,6 +249,33 @@ FAILOVER_PROFILES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EvacuateConfig:
+    """Zone evacuation (``rideout evacuate``/``recover``) and zonal autoshift."""
+
+    min_healthy_zones: int = 1  # zones a resource must keep (never fewer than one)
+    batch_size: int = 10  # resources changed per batch
+    pause: float = field(default=0.0, metadata={"zero_ok": True})  # seconds between batches
+    lock_ttl: float = 300.0  # seconds a zone's lock in the ledger lasts unless renewed
+    # An evacuated zone's clients are closed (1012) spread over this many seconds, once
+    # DNS has stopped answering its address for a TTL.
+    drain_seconds: float = field(default=2.0, metadata={"zero_ok": True})
+    # Zonal autoshift: a zone failing its canary while another zone of its region is
+    # healthy is evacuated automatically (recorded in the ledger as "autoshift"), for
+    # `autoshift_expiry` seconds at a time (re-evaluated then, like a zonal shift's
+    # expiresIn), and recovered once its canary has been healthy this long.
+    autoshift: bool = True
+    autoshift_expiry: float = 30.0
+    autoshift_recover_after: float = 5.0
+
+
+# The [evacuate] settings that scale with the timing profile.
+EVACUATE_PROFILES: Mapping[str, Mapping[str, Any]] = {
+    "seed": {"drain_seconds": 60.0, "autoshift_expiry": 3600.0, "autoshift_recover_after": 600.0},
+    "fast": {"drain_seconds": 2.0, "autoshift_expiry": 30.0, "autoshift_recover_after": 5.0},
+}
+
+
 def _default_regions() -> tuple[RegionConfig, ...]:
     return (
         RegionConfig(
@@ -279,6 +308,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     failover: FailoverConfig = field(default_factory=FailoverConfig)
+    evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
 
     @property
     def keys_dir(self) -> Path:
@@ -553,6 +583,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         auth=_parse_auth(root.table("auth"), mode),
         realtime=_parse_realtime(root.table("realtime")),
         failover=_parse_failover(root.table("failover"), profile),
+        evacuate=_parse_evacuate(root.table("evacuate"), profile),
     )
     root.done()
     _validate(config)
@@ -650,6 +681,11 @@ def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
             "log2(damping_suppress / damping_reuse)), or no failback is ever held",
         )
     return failover
+
+
+def _parse_evacuate(t: _Reader, profile: str) -> EvacuateConfig:
+    base = dataclasses.replace(EvacuateConfig(), **EVACUATE_PROFILES[profile])
+    return EvacuateConfig(**_scalars(t, base))
 
 
 def _parse_timing(t: _Reader, base: Timing) -> Timing:
@@ -762,6 +798,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "auth": _section(config.auth),
         "realtime": _section(config.realtime),
         "failover": _section(config.failover),
+        "evacuate": _section(config.evacuate),
         "regions": [
             {
                 "name": r.name,
@@ -803,7 +840,7 @@ def dump_toml(config: Config) -> str:
     for key, value in data.items():
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
-    for section in ("control_plane", "timing", "auth", "realtime", "failover"):
+    for section in ("control_plane", "timing", "auth", "realtime", "failover", "evacuate"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     for region in data["regions"]:

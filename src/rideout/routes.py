@@ -24,6 +24,9 @@ __all__ = [
     "STREAM",
     "SUMMARY",
     "WRITER",
+    "ZONES",
+    "ZONE_EVACUATE",
+    "ZONE_RECOVER",
     "control_plane_url",
     "zone_url",
 ]
@@ -46,6 +49,13 @@ LOGIN: Final = "/login"
 STATUS: Final = "/status"
 RESOLVE: Final = "/resolve"
 """GET: DNS-over-HTTPS JSON."""
+
+ZONES: Final = "/v1/zones"
+"""GET: every zone, evacuated or not (and why, since when, until when)."""
+ZONE_EVACUATE: Final = "/v1/zones/{zone_id}/evacuate"
+"""POST, admin token: stop answering the zone's address in DNS and drain its clients."""
+ZONE_RECOVER: Final = "/v1/zones/{zone_id}/recover"
+"""POST, admin token: answer the zone's address again."""
 
 # Every server.
 HEALTH: Final = "/health"
