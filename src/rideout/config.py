@@ -34,6 +34,7 @@ __all__ = [
     "Config",
     "ConfigError",
     "ControlPlaneConfig",
+    "EvacuateAwsConfig",
     "EvacuateConfig",
     "FailoverConfig",
     "RealtimeConfig",
@@ -276,6 +277,31 @@ EVACUATE_PROFILES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EvacuateAwsConfig:
+    """``rideout evacuate|recover --provider aws``: where the resources and the ledger are.
+
+    An empty string means "not set": the region and endpoint then come from boto3's own
+    resolution (``AWS_REGION``/``AWS_DEFAULT_REGION``, the profile, ``AWS_ENDPOINT_URL``).
+    The EKS bearer token is read from ``eks_token_file`` when the command runs; it is
+    never part of the configuration (``config show`` prints the path only).
+    """
+
+    region: str = ""
+    profile: str = ""
+    endpoint_url: str = ""
+    table: str = "rideout-evacuations"  # the DynamoDB ledger (created if missing)
+    vpc_ids: tuple[str, ...] = ()  # limit subnet lookups to these VPCs (default: all)
+    max_attempts: int = 5  # per AWS call, throttling included (botocore standard retries)
+    zonal_shift: bool = False  # also shift ARC-managed load balancers away (type zonal-shift)
+    zonal_shift_resources: tuple[str, ...] = ()  # their ARNs (default: every managed one)
+    zonal_shift_expires_in: str = "12h"  # a shift's expiry: minutes or hours, at most 72h
+    eks_cluster: str = ""  # the EKS cluster's ARN (type eks; empty: no eks)
+    eks_server: str = ""  # its Kubernetes API endpoint (https://...)
+    eks_ca_file: str = ""  # its CA bundle (default: the system's)
+    eks_token_file: str = ""  # a file holding a bearer token (`aws eks get-token`'s)
+
+
 def _default_regions() -> tuple[RegionConfig, ...]:
     return (
         RegionConfig(
@@ -309,6 +335,7 @@ class Config:
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     failover: FailoverConfig = field(default_factory=FailoverConfig)
     evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
+    evacuate_aws: EvacuateAwsConfig = field(default_factory=EvacuateAwsConfig)
 
     @property
     def keys_dir(self) -> Path:
@@ -584,6 +611,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         realtime=_parse_realtime(root.table("realtime")),
         failover=_parse_failover(root.table("failover"), profile),
         evacuate=_parse_evacuate(root.table("evacuate"), profile),
+        evacuate_aws=_parse_evacuate_aws(root.table("evacuate_aws")),
     )
     root.done()
     _validate(config)
@@ -686,6 +714,46 @@ def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
 def _parse_evacuate(t: _Reader, profile: str) -> EvacuateConfig:
     base = dataclasses.replace(EvacuateConfig(), **EVACUATE_PROFILES[profile])
     return EvacuateConfig(**_scalars(t, base))
+
+
+_EXPIRES_IN = re.compile(r"([1-9][0-9]*)(m|h)")
+
+
+def _parse_evacuate_aws(t: _Reader) -> EvacuateAwsConfig:
+    d = EvacuateAwsConfig()
+    values: dict[str, Any] = {}
+    for f in fields(d):
+        default = getattr(d, f.name)
+        if isinstance(default, bool):
+            values[f.name] = t.flag(f.name, default)
+        elif isinstance(default, int):
+            values[f.name] = t.integer(f.name, default, maximum=20)
+        elif isinstance(default, tuple):
+            values[f.name] = t.strings(f.name, default)
+        elif t.has(f.name):  # a string; "" is "not set", as in `config show`'s output
+            value = t.raw(f.name)
+            if not isinstance(value, str):
+                raise ConfigError(t.key(f.name), f"expected a string, got {_kind(value)}")
+            values[f.name] = value.strip()
+    t.done()
+    aws = EvacuateAwsConfig(**values)
+    if not aws.table:
+        raise ConfigError(t.key("table"), "expected a DynamoDB table name")
+    found = _EXPIRES_IN.fullmatch(aws.zonal_shift_expires_in)
+    if not found or int(found[1]) * (60 if found[2] == "h" else 1) > 72 * 60:
+        raise ConfigError(
+            t.key("zonal_shift_expires_in"),
+            f"expected minutes or hours up to 72h (30m, 12h), got {aws.zonal_shift_expires_in!r}",
+        )
+    if bool(aws.eks_cluster) != bool(aws.eks_server):
+        raise ConfigError(t.key("eks_server"), "eks_cluster and eks_server go together")
+    if aws.eks_cluster and not aws.eks_token_file:
+        raise ConfigError(t.key("eks_token_file"), "the eks cluster needs a token file")
+    for name in ("endpoint_url", "eks_server"):
+        url = getattr(aws, name)
+        if url and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+            raise ConfigError(t.key(name), f"expected an http(s):// URL, got {url!r}")
+    return aws
 
 
 def _parse_timing(t: _Reader, base: Timing) -> Timing:
@@ -799,6 +867,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "realtime": _section(config.realtime),
         "failover": _section(config.failover),
         "evacuate": _section(config.evacuate),
+        "evacuate_aws": _section(config.evacuate_aws),
         "regions": [
             {
                 "name": r.name,
@@ -840,7 +909,8 @@ def dump_toml(config: Config) -> str:
     for key, value in data.items():
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
-    for section in ("control_plane", "timing", "auth", "realtime", "failover", "evacuate"):
+    sections = ("control_plane", "timing", "auth", "realtime", "failover", "evacuate")
+    for section in (*sections, "evacuate_aws"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     for region in data["regions"]:

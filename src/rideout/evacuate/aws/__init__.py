@@ -6,6 +6,7 @@ Kubernetes API. Its ledger is :class:`rideout.evacuate.dynamo.DynamoLedger`.
 from __future__ import annotations
 
 from rideout.evacuate.aws._boundary import AwsSettings
+from rideout.evacuate.aws.connect import open_aws, settings_from
 from rideout.evacuate.aws.errors import AwsError, AwsNotFound, AwsRefused, KubernetesError
 from rideout.evacuate.aws.provider import DEFAULT_KINDS, AwsProvider
 
@@ -17,4 +18,6 @@ __all__ = [
     "AwsRefused",
     "AwsSettings",
     "KubernetesError",
+    "open_aws",
+    "settings_from",
 ]

@@ -95,6 +95,15 @@ class AwsSettings:
             read_timeout=self.read_timeout,
         )
 
+    def session(self) -> boto3.session.Session:
+        """The boto3 session every client of these settings comes from (made once)."""
+        if not self._session:
+            with calling("boto3", "create session"):
+                self._session.append(
+                    boto3.session.Session(profile_name=self.profile, region_name=self.region)
+                )
+        return self._session[0]
+
     @overload
     def client(self, service: Literal["ec2"]) -> EC2Client: ...
     @overload
@@ -110,11 +119,7 @@ class AwsSettings:
     def client(self, service: str) -> Any:
         """A boto3 client for ``service`` with these settings."""
         with calling(service, "create client"):
-            if not self._session:
-                self._session.append(
-                    boto3.session.Session(profile_name=self.profile, region_name=self.region)
-                )
-            return self._session[0].client(  # type: ignore[call-overload]
+            return self.session().client(  # type: ignore[call-overload]
                 service, endpoint_url=self.endpoint_url, config=self.boto_config()
             )
 
