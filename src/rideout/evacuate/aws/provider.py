@@ -18,9 +18,10 @@ from rideout.evacuate.aws._boundary import AwsSettings
 from rideout.evacuate.aws.asg import AutoScalingGroups
 from rideout.evacuate.aws.ecs import EcsServices
 from rideout.evacuate.aws.eks import EksCluster, EksNodes
+from rideout.evacuate.aws.errors import AwsNotFound
 from rideout.evacuate.aws.lambda_ import DEFAULT_WAIT, LambdaFunctions, WaitPolicy
 from rideout.evacuate.aws.zonal_shift import ZonalShiftOptions, ZonalShifts
-from rideout.evacuate.aws.zones import ZoneDirectory
+from rideout.evacuate.aws.zones import ZONE_NOT_FOUND, ZoneDirectory
 from rideout.evacuate.model import Placement
 
 __all__ = ["DEFAULT_KINDS", "AwsProvider", "Kind"]
@@ -101,8 +102,15 @@ class AwsProvider:
         return self._kinds[_validate.choice("kind", kind, self._kinds)]
 
     def subnets_in_zone(self, zone_id: str) -> frozenset[str]:
-        """The zone's subnets, and the zone id itself (for the kinds placed by zone)."""
-        return self.zones.subnets_in_zone(_validate.text("zone_id", zone_id)) | {zone_id}
+        """The zone's subnets, and the zone id itself (for the kinds placed by zone);
+        empty for a zone id the region does not have (the engine refuses it)."""
+        try:
+            found = self.zones.subnets_in_zone(_validate.text("zone_id", zone_id))
+        except AwsNotFound as exc:
+            if exc.code != ZONE_NOT_FOUND:
+                raise
+            return frozenset()
+        return found | {zone_id}
 
     def zones_of(self, subnets: Iterable[str]) -> Mapping[str, str]:
         """subnet (or zone id) -> zone id, for those EC2 knows."""

@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ec2.type_defs import FilterTypeDef
 
-__all__ = ["ZoneDirectory"]
+__all__ = ["ZONE_NOT_FOUND", "ZoneDirectory"]
+
+ZONE_NOT_FOUND = "InvalidAvailabilityZone"  # the code of the AwsNotFound for an unknown id
 
 # DescribeSubnets takes at most 200 values per filter.
 _FILTER_VALUES = 200
@@ -63,7 +65,7 @@ class ZoneDirectory:
                 known = ", ".join(sorted(names)) or "none"
                 raise AwsNotFound(
                     f"no availability zone with id {zone_id!r} in this region (known: {known})",
-                    code="InvalidAvailabilityZone",
+                    code=ZONE_NOT_FOUND,
                 )
             names[zone_id] = found[0]["ZoneName"]
         return names[zone_id]
