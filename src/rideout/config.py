@@ -283,8 +283,9 @@ class EvacuateAwsConfig:
 
     An empty string means "not set": the region and endpoint then come from boto3's own
     resolution (``AWS_REGION``/``AWS_DEFAULT_REGION``, the profile, ``AWS_ENDPOINT_URL``).
-    The EKS bearer token is read from ``eks_token_file`` when the command runs; it is
-    never part of the configuration (``config show`` prints the path only).
+    The EKS bearer token is made from the AWS credentials (as ``aws eks get-token``
+    does) or read from ``eks_token_file`` when the command runs; it is never part of the
+    configuration (``config show`` prints the path only).
     """
 
     region: str = ""
@@ -299,7 +300,7 @@ class EvacuateAwsConfig:
     eks_cluster: str = ""  # the EKS cluster's ARN (type eks; empty: no eks)
     eks_server: str = ""  # its Kubernetes API endpoint (https://...)
     eks_ca_file: str = ""  # its CA bundle (default: the system's)
-    eks_token_file: str = ""  # a file holding a bearer token (`aws eks get-token`'s)
+    eks_token_file: str = ""  # a file holding a bearer token ("": made from AWS credentials)
 
 
 def _default_regions() -> tuple[RegionConfig, ...]:
@@ -747,8 +748,6 @@ def _parse_evacuate_aws(t: _Reader) -> EvacuateAwsConfig:
         )
     if bool(aws.eks_cluster) != bool(aws.eks_server):
         raise ConfigError(t.key("eks_server"), "eks_cluster and eks_server go together")
-    if aws.eks_cluster and not aws.eks_token_file:
-        raise ConfigError(t.key("eks_token_file"), "the eks cluster needs a token file")
     for name in ("endpoint_url", "eks_server"):
         url = getattr(aws, name)
         if url and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):

@@ -8,9 +8,14 @@ records them. Zone names come from EC2 (moto in server mode), as on AWS.
 
 from __future__ import annotations
 
+import base64
+import copy
 from collections.abc import Iterator
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rideout.evacuate.aws import AwsProvider, AwsSettings, KubernetesError
 from rideout.evacuate.aws.eks import (
@@ -18,12 +23,15 @@ from rideout.evacuate.aws.eks import (
     TAINT_KEY,
     ZONE_LABEL,
     EksCluster,
+    _RefreshingToken,
     evacuate_patch,
     recover_patch,
+    sts_token,
 )
 from rideout.evacuate.model import Placement
+from tests.conftest import FakeClock
 from tests.evacuate.aws.conftest import SESSION
-from tests.evacuate.aws.kubeapi import PATCH_TYPE, FakeKubernetes, serving_kubernetes
+from tests.evacuate.aws.kubeapi import PATCH_TYPE, FakeKubernetes, merge, serving_kubernetes
 
 CLUSTER = "arn:aws:eks:us-east-1:123456789012:cluster/prod"
 TOKEN = "k8s-aws-v1.test-token"
@@ -191,3 +199,83 @@ def test_the_patches_are_pure() -> None:
         "metadata": {"resourceVersion": "7", "annotations": {CORDONED_ANNOTATION: None}},
         "spec": {"taints": [other]},
     }
+
+
+def test_the_sts_token_is_a_presigned_get_caller_identity(aws: AwsSettings) -> None:
+    """As ``aws eks get-token`` makes it. The URL's signed parts are checked here; moto
+    in server mode cannot be asked to verify it (it routes an unsigned-header GET to its
+    S3 backend), and only EKS's authenticator does on AWS."""
+    token = sts_token(aws, "prod")
+    assert token.startswith("k8s-aws-v1.")
+    encoded = token.removeprefix("k8s-aws-v1.")
+    url = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
+    query = parse_qs(urlsplit(url).query)
+    assert query["Action"] == ["GetCallerIdentity"]
+    assert "x-k8s-aws-id" in query["X-Amz-SignedHeaders"][0].split(";")
+    assert query["X-Amz-Expires"] == ["60"]
+    assert query["X-Amz-Credential"][0].endswith("/us-east-1/sts/aws4_request")
+    assert query["X-Amz-Credential"][0].startswith("testing/")
+    assert len(query["X-Amz-Signature"][0]) == 64
+
+
+def test_a_signed_cluster_sends_its_sts_token(
+    aws: AwsSettings, kube: tuple[FakeKubernetes, str], zones: list[tuple[str, str]]
+) -> None:
+    fake, url = kube
+    cluster = EksCluster.signed(aws, CLUSTER, url)
+    assert cluster.name == "prod"
+    assert callable(cluster.token)
+    fake.token = cluster.token()  # what the API server's authenticator would accept
+    with AwsProvider(aws, eks=[cluster]) as p:
+        assert p.describe("eks", CLUSTER) == Placement(
+            "eks", CLUSTER, tuple(sorted(z for z, _ in zones))
+        )
+
+
+def test_the_token_is_made_anew_every_ten_minutes() -> None:
+    clock, made = FakeClock(), []
+
+    def make() -> str:
+        made.append(clock.now)
+        return f"t{len(made)}"
+
+    token = _RefreshingToken(make, clock)
+    assert token() == token() == "t1"
+    clock.advance(599)
+    assert token() == "t1"
+    clock.advance(1)
+    assert token() == "t2"
+
+
+taint = st.fixed_dictionaries(
+    {"key": st.sampled_from(["a", "b", "node.kubernetes.io/unreachable"]),
+     "effect": st.sampled_from(["NoSchedule", "NoExecute", "PreferNoSchedule"])},
+    optional={"value": st.text(max_size=5)},
+)  # fmt: skip
+
+
+@given(
+    taints=st.lists(taint, max_size=4),
+    cordoned=st.booleans(),
+    annotations=st.none() | st.dictionaries(st.sampled_from(["x", "y"]), st.text(max_size=3)),
+)
+def test_evacuating_then_recovering_any_node_restores_it(
+    taints: list[dict[str, str]], cordoned: bool, annotations: dict[str, str] | None
+) -> None:
+    spec: dict[str, object] = {}
+    if taints:
+        spec["taints"] = taints
+    if cordoned:
+        spec["unschedulable"] = True
+    original = node(dict(spec), annotations)
+    patched = merge(
+        copy.deepcopy(original), evacuate_patch(original, "use1-az1", "NoExecute") or {}
+    )
+    assert patched["spec"]["unschedulable"] is True
+    assert any(t["key"] == TAINT_KEY for t in patched["spec"]["taints"])
+    restored = merge(copy.deepcopy(patched), recover_patch(patched) or {})
+    for data in (original, restored):
+        data["metadata"].pop("resourceVersion", None)
+        if not data["metadata"].get("annotations"):
+            data["metadata"].pop("annotations", None)
+    assert restored == original

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
     from mypy_boto3_ecs import ECSClient
     from mypy_boto3_lambda import LambdaClient
+    from mypy_boto3_sts import STSClient
 
 __all__ = ["AwsSettings", "calling", "error_code"]
 
@@ -116,6 +117,8 @@ class AwsSettings:
     def client(self, service: Literal["dynamodb"]) -> DynamoDBClient: ...
     @overload
     def client(self, service: Literal["arc-zonal-shift"]) -> ARCZonalShiftClient: ...
+    @overload
+    def client(self, service: Literal["sts"]) -> STSClient: ...
     def client(self, service: str) -> Any:
         """A boto3 client for ``service`` with these settings."""
         with calling(service, "create client"):

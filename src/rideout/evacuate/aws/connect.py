@@ -36,9 +36,12 @@ def settings_from(aws: EvacuateAwsConfig) -> AwsSettings:
     )
 
 
-def _eks(aws: EvacuateAwsConfig) -> list[EksCluster]:
+def _eks(aws: EvacuateAwsConfig, settings: AwsSettings) -> list[EksCluster]:
     if not aws.eks_cluster:
         return []
+    options = {"ca_file": aws.eks_ca_file or None}
+    if not aws.eks_token_file:  # made from the AWS credentials, as `aws eks get-token` does
+        return [EksCluster.signed(settings, aws.eks_cluster, aws.eks_server, **options)]
     path = Path(aws.eks_token_file).expanduser()
     try:
         token = path.read_text().strip()
@@ -46,7 +49,7 @@ def _eks(aws: EvacuateAwsConfig) -> list[EksCluster]:
         raise InvalidArgument(f"evacuate_aws.eks_token_file: cannot read {path}: {exc}") from exc
     if not token:
         raise InvalidArgument(f"evacuate_aws.eks_token_file: {path} is empty")
-    return [EksCluster(aws.eks_cluster, aws.eks_server, token, ca_file=aws.eks_ca_file or None)]
+    return [EksCluster(aws.eks_cluster, aws.eks_server, token, **options)]
 
 
 def open_aws(config: Config, *, operator: str = "") -> tuple[AwsProvider, DynamoLedger]:
@@ -59,5 +62,5 @@ def open_aws(config: Config, *, operator: str = "") -> tuple[AwsProvider, Dynamo
         if aws.zonal_shift
         else None
     )
-    provider = AwsProvider(settings, vpc_ids=aws.vpc_ids, eks=_eks(aws), zonal_shift=zonal)
+    provider = AwsProvider(settings, vpc_ids=aws.vpc_ids, eks=_eks(aws, settings), zonal_shift=zonal)
     return provider, DynamoLedger(settings, table=aws.table)

@@ -11,6 +11,11 @@ paginated with ``limit``/``continue``):
 - notes in the annotation ``evacuate.rideout.dev/cordoned`` that rideout cordoned it, so
   recovery uncordons only the nodes rideout cordoned, never one an operator had.
 
+The bearer token is a fixed one (``aws eks get-token``'s, from a file) or, by default,
+made as ``aws eks get-token`` makes it: a presigned STS ``GetCallerIdentity`` URL that
+names the cluster in its signed ``x-k8s-aws-id`` header, prefixed ``k8s-aws-v1.``
+(EKS accepts one for 15 minutes; a new one is made every 10).
+
 Each change is a strategic-merge ``PATCH /api/v1/nodes/NAME`` carrying the node's
 ``metadata.resourceVersion``: the API server answers 409 if the node changed since it
 was read, and the change is recomputed from a fresh read (a few times at most).
@@ -19,13 +24,17 @@ was read, and the change is recomputed from a fresh read (a few times at most).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import base64
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from rideout import _validate
+from rideout.evacuate.aws._boundary import AwsSettings, calling
 from rideout.evacuate.aws.errors import KubernetesError
 from rideout.evacuate.aws.zones import ZoneDirectory
 from rideout.evacuate.model import Placement
@@ -40,6 +49,7 @@ __all__ = [
     "KubernetesApi",
     "evacuate_patch",
     "recover_patch",
+    "sts_token",
 ]
 
 KIND = "eks"
@@ -49,17 +59,63 @@ CORDONED_ANNOTATION = "evacuate.rideout.dev/cordoned"
 NODES = "/api/v1/nodes"
 _PAGE = 500
 _CONFLICT_ATTEMPTS = 5
+_TOKEN_PREFIX = "k8s-aws-v1."
+_CLUSTER_HEADER = "x-k8s-aws-id"
+_TOKEN_REFRESH = 600.0  # seconds: EKS accepts a token for 15 minutes
+
+
+def sts_token(settings: AwsSettings, cluster_name: str) -> str:
+    """An EKS bearer token for ``cluster_name``, made as ``aws eks get-token`` makes it."""
+    _validate.text("cluster_name", cluster_name)
+    sts = settings.client("sts")
+
+    def name_the_cluster(request: Any, **_: Any) -> None:
+        request.headers[_CLUSTER_HEADER] = cluster_name
+
+    sts.meta.events.register("before-sign.sts.GetCallerIdentity", name_the_cluster)
+    with calling("sts", "presign GetCallerIdentity"):
+        url = sts.generate_presigned_url(
+            "get_caller_identity", Params={}, ExpiresIn=60, HttpMethod="GET"
+        )
+    return _TOKEN_PREFIX + base64.urlsafe_b64encode(url.encode()).decode().rstrip("=")
+
+
+class _RefreshingToken:
+    """A token made on first use and again once it is ``_TOKEN_REFRESH`` seconds old."""
+
+    def __init__(self, make: Callable[[], str], clock: Callable[[], float]) -> None:
+        self._make = make
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._token = ""
+        self._made = 0.0
+
+    def __call__(self) -> str:
+        with self._lock:
+            if not self._token or self._clock() - self._made >= _TOKEN_REFRESH:
+                self._token, self._made = self._make(), self._clock()
+            return self._token
+
+
+class _Bearer(httpx.Auth):
+    def __init__(self, token: Callable[[], str]) -> None:
+        self._token = token
+
+    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
+        request.headers["Authorization"] = f"Bearer {self._token()}"
+        yield request
 
 
 @dataclass(frozen=True, slots=True)
 class EksCluster:
     """One cluster: ``resource`` is its ledger key (the cluster ARN), ``server`` its API
-    endpoint, ``token`` a bearer token (``aws eks get-token``'s), ``ca_file`` the
-    cluster's CA bundle (default: the system's)."""
+    endpoint, ``token`` a bearer token or a callable that returns one (called for every
+    request: see :func:`sts_token`), ``ca_file`` the cluster's CA bundle (default: the
+    system's)."""
 
     resource: str
     server: str
-    token: str = field(repr=False)
+    token: str | Callable[[], str] = field(repr=False)
     ca_file: str | None = None
     timeout: float = 10.0
     effect: str = "NoExecute"
@@ -67,9 +123,31 @@ class EksCluster:
     def __post_init__(self) -> None:
         _validate.text("resource", self.resource)
         _validate.text("server", self.server)
-        _validate.text("token", self.token)
+        if not callable(self.token):
+            _validate.text("token", self.token)
         _validate.seconds("timeout", self.timeout)
         _validate.choice("effect", self.effect, ("NoExecute", "NoSchedule"))
+
+    @property
+    def name(self) -> str:
+        """The cluster's name: the last part of its ARN (``...:cluster/NAME``)."""
+        return self.resource.rsplit("/", 1)[-1]
+
+    @classmethod
+    def signed(
+        cls,
+        settings: AwsSettings,
+        resource: str,
+        server: str,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        **kwargs: Any,
+    ) -> EksCluster:
+        """A cluster whose token is made with ``settings``' AWS credentials
+        (:func:`sts_token`), anew every 10 minutes."""
+        name = resource.rsplit("/", 1)[-1]
+        token = _RefreshingToken(lambda: sts_token(settings, name), clock)
+        return cls(resource, server, token, **kwargs)
 
 
 class KubernetesApi:
@@ -78,9 +156,11 @@ class KubernetesApi:
 
     def __init__(self, cluster: EksCluster, *, transport: httpx.BaseTransport | None = None):
         self.cluster = cluster
+        token = cluster.token
         self._http = httpx.Client(
             base_url=cluster.server,
-            headers={"Authorization": f"Bearer {cluster.token}", "Accept": "application/json"},
+            auth=_Bearer(token if callable(token) else lambda: token),
+            headers={"Accept": "application/json"},
             verify=cluster.ca_file or True,
             timeout=cluster.timeout,
             transport=transport,
