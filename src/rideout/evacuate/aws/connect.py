@@ -39,9 +39,9 @@ def settings_from(aws: EvacuateAwsConfig) -> AwsSettings:
 def _eks(aws: EvacuateAwsConfig, settings: AwsSettings) -> list[EksCluster]:
     if not aws.eks_cluster:
         return []
-    options = {"ca_file": aws.eks_ca_file or None}
+    ca_file = aws.eks_ca_file or None
     if not aws.eks_token_file:  # made from the AWS credentials, as `aws eks get-token` does
-        return [EksCluster.signed(settings, aws.eks_cluster, aws.eks_server, **options)]
+        return [EksCluster.signed(settings, aws.eks_cluster, aws.eks_server, ca_file=ca_file)]
     path = Path(aws.eks_token_file).expanduser()
     try:
         token = path.read_text().strip()
@@ -49,7 +49,7 @@ def _eks(aws: EvacuateAwsConfig, settings: AwsSettings) -> list[EksCluster]:
         raise InvalidArgument(f"evacuate_aws.eks_token_file: cannot read {path}: {exc}") from exc
     if not token:
         raise InvalidArgument(f"evacuate_aws.eks_token_file: {path} is empty")
-    return [EksCluster(aws.eks_cluster, aws.eks_server, token, **options)]
+    return [EksCluster(aws.eks_cluster, aws.eks_server, token, ca_file=ca_file)]
 
 
 def open_aws(config: Config, *, operator: str = "") -> tuple[AwsProvider, DynamoLedger]:
@@ -62,5 +62,7 @@ def open_aws(config: Config, *, operator: str = "") -> tuple[AwsProvider, Dynamo
         if aws.zonal_shift
         else None
     )
-    provider = AwsProvider(settings, vpc_ids=aws.vpc_ids, eks=_eks(aws, settings), zonal_shift=zonal)
+    provider = AwsProvider(
+        settings, vpc_ids=aws.vpc_ids, eks=_eks(aws, settings), zonal_shift=zonal
+    )
     return provider, DynamoLedger(settings, table=aws.table)
