@@ -67,6 +67,8 @@ class FakeKubernetes:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)
     requests: list[dict[str, Any]] = field(default_factory=list)
     conflicts: int = 0  # the next N patches find the node changed (a concurrent writer)
+    # Nodes whose patches fail with a 500, after this many more have succeeded.
+    broken: dict[str, int] = field(default_factory=dict)
     _version: int = 0
 
     def add_node(self, name: str, zone: str | None, **spec: Any) -> None:
@@ -128,6 +130,10 @@ class FakeKubernetes:
             return JSONResponse(node)
         if request.headers.get("content-type") != PATCH_TYPE:
             return status(415, "UnsupportedMediaType", "unsupported patch type")
+        if name in self.broken:
+            if not self.broken[name]:
+                return status(500, "InternalError", "etcdserver: request timed out")
+            self.broken[name] -= 1
         if self.conflicts:
             self.conflicts -= 1
             self._bump(node)  # someone else wrote the node first

@@ -150,6 +150,25 @@ def test_a_node_changed_under_the_patch_is_read_again(
     )
 
 
+def test_a_failed_node_puts_the_others_back(
+    aws: AwsSettings,
+    kube: tuple[FakeKubernetes, str],
+    providers: list[AwsProvider],
+    zones: list[tuple[str, str]],
+) -> None:
+    fake, url = kube
+    before = {name: dict(node["spec"]) for name, node in fake.nodes.items()}
+    fake.broken = {"n0-2": 0}  # sorted last of its zone: n0-0 and n0-1 are patched first
+    p = provider(aws, url, providers)
+    with pytest.raises(KubernetesError, match=r"HTTP 500.*put back"):
+        p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
+    assert {name: node["spec"] for name, node in fake.nodes.items()} == before
+    assert len([r for r in fake.requests if r["method"] == "PATCH"]) == 5  # 2 + 1 + 2 undone
+    fake.broken = {"n0-2": 0, "n0-0": 1}  # and the undo of n0-0 fails: the error says so
+    with pytest.raises(KubernetesError, match="n0-0 could not be put back"):
+        p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
+
+
 def test_a_refused_token_is_a_kubernetes_error(
     aws: AwsSettings, kube: tuple[FakeKubernetes, str], providers: list[AwsProvider]
 ) -> None:

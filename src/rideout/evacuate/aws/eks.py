@@ -305,7 +305,8 @@ class EksNodes:
 
     def _apply(
         self, api: KubernetesApi, node: dict[str, Any], zone_id: str, evacuate: bool
-    ) -> None:
+    ) -> bool:
+        """Evacuate or recover one node; true if it was changed."""
         name = node["metadata"]["name"]
         for _ in range(_CONFLICT_ATTEMPTS):
             patch = (
@@ -313,14 +314,18 @@ class EksNodes:
                 if evacuate
                 else recover_patch(node)
             )
-            if patch is None or api.patch(name, patch):
-                return
+            if patch is None:
+                return False
+            if api.patch(name, patch):
+                return True
             node = api.node(name)  # 409: changed since read; recompute from a fresh read
         raise KubernetesError(f"{api.cluster.resource}: node {name} kept changing; try again")
 
     def update(self, resource: str, subnets: tuple[str, ...]) -> None:
         """Taint and cordon the nodes of every zone not in ``subnets`` (zone ids); lift
-        rideout's taint from the nodes of the zones in it."""
+        rideout's taint from the nodes of the zones in it. All or nothing, as far as the
+        API allows: if one node fails, the nodes already changed are put back, so the
+        cluster is as it was (what the engine's ledger then says) or the error says not."""
         api = self._apis.get(resource)
         if api is None:
             raise KubernetesError(f"eks: no cluster {resource} configured")
@@ -330,6 +335,27 @@ class EksNodes:
             for z in {self._zone_id(n) for n in api.nodes(ZONE_LABEL)} | keep
             if z is not None
         }
-        for zone_id, name in sorted(zone_names.items()):
-            for node in api.nodes(f"{ZONE_LABEL}={name}"):
-                self._apply(api, node, zone_id, evacuate=zone_id not in keep)
+        changed: list[tuple[str, str, bool]] = []  # (node, zone id, evacuated)
+        try:
+            for zone_id, name in sorted(zone_names.items()):
+                for node in api.nodes(f"{ZONE_LABEL}={name}"):
+                    if self._apply(api, node, zone_id, evacuate=zone_id not in keep):
+                        changed.append((node["metadata"]["name"], zone_id, zone_id not in keep))
+        except KubernetesError as exc:
+            left = self._undo(api, changed)
+            state = (
+                "the nodes changed before it were put back"
+                if not left
+                else f"{', '.join(left)} could not be put back: run the same command again"
+            )
+            raise KubernetesError(f"{exc} ({state})") from exc
+
+    def _undo(self, api: KubernetesApi, changed: list[tuple[str, str, bool]]) -> list[str]:
+        """Put back the nodes ``update`` changed; the names of those it could not."""
+        left = []
+        for name, zone_id, evacuated in reversed(changed):
+            try:
+                self._apply(api, api.node(name), zone_id, evacuate=not evacuated)
+            except KubernetesError:
+                left.append(name)
+        return left
