@@ -98,6 +98,15 @@ def cli(workdir: Path, *args: str) -> tuple[int, Any]:
         raise AssertionError(f"{args}: {result.stdout}\n{result.stderr}") from None
 
 
+def wide_status(workdir: Path) -> str:
+    """`rideout status` as a wide terminal shows it."""
+    return subprocess.run(
+        [sys.executable, "-m", "rideout", "status", "-c", "rideout.toml"],
+        cwd=workdir, capture_output=True, text=True, timeout=60, check=False,
+        env={**os.environ, "COLUMNS": "250"},
+    ).stdout  # fmt: skip
+
+
 async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path]) -> None:
     workdir = make_workdir()
     config = parse_config(
@@ -149,12 +158,7 @@ async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path])
             assert zones["use1-az1"]["evacuation"]["reason"] == "manual"
             assert zones["use1-az2"]["evacuation"] is None
             assert status["dns"]["answer"]["region"] == "us-east-1"
-            human = subprocess.run(
-                [sys.executable, "-m", "rideout", "status", "-c", "rideout.toml"],
-                cwd=workdir, capture_output=True, text=True, timeout=60, check=False,
-                env={**os.environ, "COLUMNS": "250"},
-            ).stdout  # fmt: skip
-            assert "evacuated (manual" in human
+            assert "evacuated (manual" in wide_status(workdir)
             code, ledger = cli(workdir, "evacuate", "list", "--json")
             assert [(r["zone_id"], r["resource"], r["removed"]) for r in ledger] == [
                 ("use1-az1", "us-east-1", ["use1-az1"])
