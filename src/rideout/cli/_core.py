@@ -316,8 +316,13 @@ def _print_status(view: dict[str, Any], title: str) -> None:
             _state(canary["alive"] if canary["pid"] else None, "running", "stopped"))  # fmt: skip
         for zone in region["zones"]:
             zh = zone.get("health")
+            state = _state(zh.get("up") if zh else None, "healthy", "down")
+            evacuation = zone.get("evacuation")
+            if evacuation:
+                state.append(f", evacuated ({evacuation.get('reason')}, by "
+                             f"{evacuation.get('operator')})", style="bold yellow")  # fmt: skip
             row("app server", f"{region['name']} / {zone['name']}", f"{zone['url']}/health",
-                zone, _state(zh.get("up") if zh else None, "healthy", "down"))  # fmt: skip
+                zone, state)  # fmt: skip
     console.print(table)
     probe = cp.get("summary") or {}
     if probe.get("up"):

@@ -35,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
+from rideout.controlplane.autoshift import Autoshift
 from rideout.controlplane.drain import FailbackDrain
 from rideout.controlplane.errors import IngestError, IngestForbidden
 from rideout.controlplane.zones import ZoneState
@@ -103,6 +104,7 @@ class ControlPlane:
         self.zones = ZoneState(config, clock=clock)
         self._zone_drains: dict[str, FailbackDrain] = {}
         restored = self._load()
+        self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.controller = FailoverController(
             config, state=restored, clock=clock, on_change=lambda _: self.save()
         )
@@ -231,6 +233,10 @@ class ControlPlane:
         overdue = first is not None and now >= max(self.started_at, first) + self._grace()
         return watched and (reported or overdue)
 
+    def now(self) -> float:
+        """The control plane's clock."""
+        return self._clock()
+
     def healthy(self) -> dict[str, bool]:
         return {name: check.healthy for name, check in self.checks.items()}
 
@@ -239,6 +245,12 @@ class ControlPlane:
         now = self._clock()
         self.store.prune(now)
         changed = False
+        if self.autoshift is not None:
+            # Before the alarms: a zone shifted now is out of its region's alarm already.
+            try:
+                await self.autoshift.round(now, lambda region: self._may_evaluate(region, now))
+            except Exception:  # autoshift failing must not stop failover
+                log.exception("autoshift round failed")
         for name, alarm in self.alarms.items():
             if not self._may_evaluate(name, now):
                 continue
@@ -452,6 +464,7 @@ class ControlPlane:
             },
             "failover": {**self.controller.status(), "drain": self.drain.status()},
             "zones": self.zones.status(),
+            "autoshift": self.autoshift.status() if self.autoshift else {"enabled": False},
         }
 
     def canary_history(self, seconds: float = 60.0) -> dict[str, list[tuple[float, float]]]:

@@ -12,6 +12,7 @@ threads and survives the file being recreated.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -60,6 +61,7 @@ class SqliteLedger:
             with self._transaction() as db:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     db.execute(statement)
+            os.chmod(self.path, 0o600)  # what recovery restores: the operator's alone
         except OSError as exc:
             raise LedgerError(f"cannot create the ledger {self.path}: {exc}") from exc
 
