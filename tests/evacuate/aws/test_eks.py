@@ -28,6 +28,8 @@ from rideout.evacuate.aws.eks import (
     recover_patch,
     sts_token,
 )
+from rideout.evacuate.dynamo import DynamoLedger
+from rideout.evacuate.engine import EXIT_OK, Engine, Options
 from rideout.evacuate.model import Placement
 from tests.conftest import FakeClock
 from tests.evacuate.aws.conftest import SESSION
@@ -298,3 +300,25 @@ def test_evacuating_then_recovering_any_node_restores_it(
         if not data["metadata"].get("annotations"):
             data["metadata"].pop("annotations", None)
     assert restored == original
+
+
+def test_through_the_engine_and_the_ledger(
+    aws: AwsSettings,
+    kube: tuple[FakeKubernetes, str],
+    providers: list[AwsProvider],
+    zones: list[tuple[str, str]],
+) -> None:
+    fake, url = kube
+    before = {name: dict(node["spec"]) for name, node in fake.nodes.items()}
+    engine = Engine(provider(aws, url, providers), DynamoLedger(aws, wait_delay=1))
+    zone_id = zones[0][0]
+    outcome = engine.evacuate(zone_id, Options(kinds=("eks",), operator="bob"))
+    assert outcome.exit_code == EXIT_OK, outcome
+    (row,) = engine.ledger.records(kind="eks")
+    assert (row.zone_id, row.resource, row.removed) == (zone_id, CLUSTER, (zone_id,))
+    tainted = {n for n, node in fake.nodes.items() if any(
+        t["key"] == TAINT_KEY for t in node["spec"].get("taints", []))}  # fmt: skip
+    assert tainted == {f"n0-{j}" for j in range(3)}
+    assert engine.recover(zone_id).exit_code == EXIT_OK
+    assert {name: node["spec"] for name, node in fake.nodes.items()} == before
+    assert engine.ledger.records() == []
