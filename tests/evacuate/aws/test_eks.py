@@ -62,6 +62,11 @@ def kube(zones: list[tuple[str, str]]) -> Iterator[tuple[FakeKubernetes, str]]:
         yield fake, url
 
 
+def specs(fake: FakeKubernetes) -> dict[str, dict[str, object]]:
+    """Every node's spec, by name (a copy)."""
+    return {name: copy.deepcopy(node["spec"]) for name, node in fake.nodes.items()}
+
+
 @pytest.fixture
 def providers() -> Iterator[list[AwsProvider]]:
     made: list[AwsProvider] = []
@@ -90,7 +95,7 @@ def test_evacuate_and_recover_a_zone(
     assert list(p.placements("eks")) == [Placement("eks", CLUSTER, tuple(sorted(ids)))]
     zone_id, zone_name = zones[1]
     assert zone_id in p.subnets_in_zone(zone_id)
-    before = {name: dict(node["spec"]) for name, node in fake.nodes.items()}
+    before = specs(fake)
 
     fake.requests.clear()
     kept = tuple(z for z in ids if z != zone_id)
@@ -128,7 +133,7 @@ def test_evacuate_and_recover_a_zone(
     assert not [r for r in fake.requests if r["method"] == "PATCH"]
 
     p.update("eks", CLUSTER, tuple(ids))
-    assert {name: node["spec"] for name, node in fake.nodes.items()} == before
+    assert specs(fake) == before
     assert not any(
         CORDONED_ANNOTATION in n["metadata"].get("annotations", {}) for n in fake.nodes.values()
     )
@@ -159,12 +164,12 @@ def test_a_failed_node_puts_the_others_back(
     zones: list[tuple[str, str]],
 ) -> None:
     fake, url = kube
-    before = {name: dict(node["spec"]) for name, node in fake.nodes.items()}
+    before = specs(fake)
     fake.broken = {"n0-2": 0}  # sorted last of its zone: n0-0 and n0-1 are patched first
     p = provider(aws, url, providers)
     with pytest.raises(KubernetesError, match=r"HTTP 500.*put back"):
         p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
-    assert {name: node["spec"] for name, node in fake.nodes.items()} == before
+    assert specs(fake) == before
     assert len([r for r in fake.requests if r["method"] == "PATCH"]) == 5  # 2 + 1 + 2 undone
     fake.broken = {"n0-2": 0, "n0-0": 1}  # and the undo of n0-0 fails: the error says so
     with pytest.raises(KubernetesError, match="n0-0 could not be put back"):
@@ -309,7 +314,7 @@ def test_through_the_engine_and_the_ledger(
     zones: list[tuple[str, str]],
 ) -> None:
     fake, url = kube
-    before = {name: dict(node["spec"]) for name, node in fake.nodes.items()}
+    before = specs(fake)
     engine = Engine(provider(aws, url, providers), DynamoLedger(aws, wait_delay=1))
     zone_id = zones[0][0]
     outcome = engine.evacuate(zone_id, Options(kinds=("eks",), operator="bob"))
@@ -320,5 +325,5 @@ def test_through_the_engine_and_the_ledger(
         t["key"] == TAINT_KEY for t in node["spec"].get("taints", []))}  # fmt: skip
     assert tainted == {f"n0-{j}" for j in range(3)}
     assert engine.recover(zone_id).exit_code == EXIT_OK
-    assert {name: node["spec"] for name, node in fake.nodes.items()} == before
+    assert specs(fake) == before
     assert engine.ledger.records() == []
