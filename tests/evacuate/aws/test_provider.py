@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from rideout.errors import InvalidArgument
-from rideout.evacuate.aws import AwsNotFound, AwsProvider, AwsSettings
+from rideout.evacuate.aws import AwsNotFound, AwsProvider, AwsRefused, AwsSettings
 from rideout.evacuate.aws.asg import group_name
 from rideout.evacuate.aws.ecs import service_cluster
 from rideout.evacuate.model import Placement
@@ -99,7 +99,7 @@ def test_updates_keep_the_rest_of_the_network_configuration(aws: AwsSettings, wo
 
 def test_an_empty_subnet_list_is_refused_before_any_call(aws: AwsSettings, world: World) -> None:
     p = provider(aws, world)
-    with pytest.raises(InvalidArgument, match="no subnet"):
+    with pytest.raises(AwsRefused, match="no subnet"):
         p.update("asg", world.asg["pinned"], ())
     assert p.describe("asg", world.asg["pinned"]) == Placement(
         "asg", world.asg["pinned"], tuple(world.spread(0))

@@ -13,12 +13,11 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Protocol
 
 from rideout import _validate
-from rideout.errors import InvalidArgument
 from rideout.evacuate.aws._boundary import AwsSettings
 from rideout.evacuate.aws.asg import AutoScalingGroups
 from rideout.evacuate.aws.ecs import EcsServices
 from rideout.evacuate.aws.eks import EksCluster, EksNodes
-from rideout.evacuate.aws.errors import AwsNotFound
+from rideout.evacuate.aws.errors import AwsNotFound, AwsRefused
 from rideout.evacuate.aws.lambda_ import DEFAULT_WAIT, LambdaFunctions, WaitPolicy
 from rideout.evacuate.aws.zonal_shift import ZonalShiftOptions, ZonalShifts
 from rideout.evacuate.aws.zones import ZONE_NOT_FOUND, ZoneDirectory
@@ -126,7 +125,7 @@ class AwsProvider:
 
     def update(self, kind: str, resource: str, subnets: tuple[str, ...]) -> None:
         """Give ``resource`` exactly ``subnets``, keeping the rest of its configuration.
-        An empty ``subnets`` is refused here, whatever the caller planned."""
-        if not subnets:
-            raise InvalidArgument(f"{resource}: refusing to leave it no subnet")
+        An empty ``subnets`` is refused here (:class:`AwsRefused`), whatever was planned."""
+        if not subnets:  # a ProviderError: the engine counts the resource as failed
+            raise AwsRefused(f"{kind} {resource}: refusing to leave it no subnet or zone")
         self._kind(kind).update(_validate.text("resource", resource), tuple(subnets))
