@@ -126,3 +126,35 @@ def test_names_from_arns() -> None:
     assert group_name("web") == "web"
     assert service_cluster("arn:aws:ecs:us-east-1:123456789012:service/prod/api") == "prod"
     assert service_cluster("arn:aws:ecs:us-east-1:123456789012:service/api") is None
+
+
+def test_every_page_is_read(aws: AwsSettings, world: World) -> None:
+    """moto pages DescribeAutoScalingGroups by 50 (as AWS does by default); DescribeServices
+    takes at most 10 services a call."""
+    template = SESSION.client("ec2").describe_launch_templates()["LaunchTemplates"][0]
+    autoscaling, ecs = SESSION.client("autoscaling"), SESSION.client("ecs")
+    for i in range(52):
+        autoscaling.create_auto_scaling_group(
+            AutoScalingGroupName=f"many-{i:02}",
+            LaunchTemplate={"LaunchTemplateId": template["LaunchTemplateId"]},
+            MinSize=0,
+            MaxSize=1,
+            VPCZoneIdentifier=",".join(world.spread(0, 1)),
+        )
+    for i in range(11):
+        ecs.create_service(
+            cluster=world.cluster,
+            serviceName=f"many-{i:02}",
+            taskDefinition="app",
+            desiredCount=0,
+            launchType="FARGATE",
+            networkConfiguration={
+                "awsvpcConfiguration": {
+                    "subnets": world.spread(1, 2),
+                    "securityGroups": [world.security_group],
+                }
+            },
+        )
+    p = provider(aws, world)
+    assert len(list(p.placements("asg"))) == 3 + 52
+    assert len(list(p.placements("ecs"))) == 2 + 11
