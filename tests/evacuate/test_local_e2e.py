@@ -33,13 +33,20 @@ from tests.evacuate.helpers import (
 pytestmark = pytest.mark.slow
 
 
+def effective_config(workdir: Path) -> Config:
+    shown = rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir)
+    return parse_config(json.loads(shown.stdout))
+
+
+def token_issuer(config: Config) -> TokenIssuer:
+    key = SigningKey.load_or_create(config.keys_dir)
+    return TokenIssuer(key, config.auth.issuer, config.auth.audience, 3600)
+
+
 async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path]) -> None:
     workdir = make_workdir()
-    config = parse_config(
-        json.loads(rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir).stdout)
-    )
-    key = SigningKey.load_or_create(config.keys_dir)
-    issuer = TokenIssuer(key, config.auth.issuer, config.auth.audience, 3600)
+    config = effective_config(workdir)
+    issuer = token_issuer(config)
     token = issuer.issue("checker")
     with started(workdir) as up:
         up.wait_ready()
@@ -108,12 +115,9 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
     ledger), its clients move to the other zone, the region does not fail over; the zone
     restored and healthy for a while, autoshift brings it back."""
     workdir = make_workdir()
-    config = parse_config(
-        json.loads(rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir).stdout)
-    )
+    config = effective_config(workdir)
     timing = config.timing
-    key = SigningKey.load_or_create(config.keys_dir)
-    issuer = TokenIssuer(key, config.auth.issuer, config.auth.audience, 3600)
+    issuer = token_issuer(config)
     token = issuer.issue("checker")
     with started(workdir) as up:
         up.wait_ready()
@@ -126,10 +130,13 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
                 tasks.append(asyncio.create_task(b.run()))
             await until(lambda: all(b.accepted >= 3 for b in bidders), 60, message="bidding")
 
-            out = rideout("chaos", "kill", "us-east-1", "--zone", "use1-az2", "-c", "rideout.toml",
+            # DNS answers in configuration order and clients take the first address: the
+            # zone they are on is use1-az1.
+            assert all(b.address == AZ1 for b in bidders)
+            out = rideout("chaos", "kill", "us-east-1", "--zone", "use1-az1", "-c", "rideout.toml",
                           cwd=workdir)  # fmt: skip
-            assert "killed zone use1-az2" in out.stdout, out.stdout + out.stderr
-            shifted = await until(lambda: answers(config, [AZ1]), 30, interval=0.1)
+            assert "killed zone use1-az1" in out.stdout, out.stdout + out.stderr
+            shifted = await until(lambda: answers(config, [AZ2]), 30, interval=0.1)
             # About failover_datapoints periods of failed probes, then one round.
             assert shifted < (timing.failover_datapoints + 4) * timing.canary_interval + 10
             state = await summary(config)
@@ -137,8 +144,8 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
                 "autoshift"
             ]
             _, ledger = cli(workdir, "evacuate", "list", "--json")
-            assert [(r["zone_id"], r["operator"]) for r in ledger] == [("use1-az2", "autoshift")]
-            await until(lambda: all(b.address == AZ1 for b in bidders), 60, message="moved")
+            assert [(r["zone_id"], r["operator"]) for r in ledger] == [("use1-az1", "autoshift")]
+            await until(lambda: all(b.address == AZ2 for b in bidders), 60, message="moved")
             counts = {id(b): b.accepted for b in bidders}
             await until(lambda: all(b.accepted > counts[id(b)] + 2 for b in bidders), 60)
             state = await summary(config)
@@ -154,7 +161,7 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
             assert state["failover"]["failovers"] == 0
         finally:
             await stop_bidders(bidders, tasks)
-        await assert_no_acked_bid_lost(config, token, bidders, AZ1)
+        await assert_no_acked_bid_lost(config, token, bidders, AZ2)
 
 
 async def summary(config: Config) -> dict[str, Any]:
