@@ -427,20 +427,27 @@ def config_show(
 RegionArgument = Annotated[str, typer.Argument(help="The region, e.g. us-east-1.")]
 
 
-def _chaos(op: str, region: str, config_path: Path | None) -> None:
+ZoneOption = Annotated[
+    str | None, typer.Option("--zone", help="Only this zone's app servers (a zone outage).")
+]
+
+
+def _chaos(op: str, region: str, config_path: Path | None, zone: str | None = None) -> None:
     from rideout.cluster.chaos import ChaosError, send_command
 
     config = load(config_path)
     try:
-        console.print(send_command(config.run_dir, op, region))
+        console.print(send_command(config.run_dir, op, region, zone=zone))
     except ChaosError as exc:
         fail(str(exc))
 
 
 @chaos_app.command("kill")
-def chaos_kill(region: RegionArgument, config_path: ConfigOption = None) -> None:
+def chaos_kill(
+    region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
+) -> None:
     """SIGKILL every process of REGION, Redis included: the region is gone."""
-    _chaos("kill", region, config_path)
+    _chaos("kill", region, config_path, zone)
 
 
 @chaos_app.command("kill-redis")
@@ -450,15 +457,19 @@ def chaos_kill_redis(region: RegionArgument, config_path: ConfigOption = None) -
 
 
 @chaos_app.command("freeze")
-def chaos_freeze(region: RegionArgument, config_path: ConfigOption = None) -> None:
+def chaos_freeze(
+    region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
+) -> None:
     """SIGSTOP every process of REGION: connections hang, like a network blackhole."""
-    _chaos("freeze", region, config_path)
+    _chaos("freeze", region, config_path, zone)
 
 
 @chaos_app.command("throttle")
-def chaos_throttle(region: RegionArgument, config_path: ConfigOption = None) -> None:
+def chaos_throttle(
+    region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
+) -> None:
     """REGION's app servers answer every message with error/unavailable (sockets stay open)."""
-    _chaos("throttle", region, config_path)
+    _chaos("throttle", region, config_path, zone)
 
 
 @chaos_app.command("restore")

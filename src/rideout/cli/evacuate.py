@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -232,6 +233,21 @@ def _run(action: Callable[[], _T]) -> _T:
         fail(str(exc), EXIT_PARTIAL)
 
 
+def _with_engine(
+    config_path: Path | None,
+    provider: str,
+    as_json: bool,
+    action: Callable[[Engine, Options], Outcome],
+    **flags: Any,
+) -> None:
+    """Load the config, build the options and the engine, run ``action``, report, exit."""
+    config = load(config_path)
+    options = _options(config, **flags)
+    prov, ledger = _run(lambda: _open(config, provider, options.operator))
+    engine = Engine(prov, ledger, hooks=[_printer(as_json)])
+    _report(_run(lambda: action(engine, options)), as_json)
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -265,14 +281,11 @@ def evacuate(
     if zone_id is None:
         console.print(ctx.get_help())
         fail("--zone-id is required (or a subcommand: list, practice)", 2)
-    config = load(config_path)
-    options = _options(
-        config, types=types, dry_run=dry_run, batch_size=batch_size, pause=pause,
+    _with_engine(
+        config_path, provider, as_json, lambda engine, options: engine.evacuate(zone_id, options),
+        types=types, dry_run=dry_run, batch_size=batch_size, pause=pause,
         min_healthy_zones=min_healthy_zones, operator=operator,
     )  # fmt: skip
-    prov, ledger = _run(lambda: _open(config, provider, options.operator))
-    engine = Engine(prov, ledger, hooks=[_printer(as_json)])
-    _report(_run(lambda: engine.evacuate(zone_id, options)), as_json)
 
 
 @app.command()
@@ -293,14 +306,11 @@ def recover(
     """Merge back what the ledger records as removed (for --zone-id, or every zone),
     deleting each record once its resource is updated. Re-running is safe. Exit status:
     0 done, 1 partial (run it again to finish), 2 refused or bad usage."""
-    config = load(config_path)
-    options = _options(
-        config, types=types, dry_run=dry_run, batch_size=batch_size, pause=pause,
+    _with_engine(
+        config_path, provider, as_json, lambda engine, options: engine.recover(zone_id, options),
+        types=types, dry_run=dry_run, batch_size=batch_size, pause=pause,
         min_healthy_zones=None, operator=operator,
     )  # fmt: skip
-    prov, ledger = _run(lambda: _open(config, provider, options.operator))
-    engine = Engine(prov, ledger, hooks=[_printer(as_json)])
-    _report(_run(lambda: engine.recover(zone_id, options)), as_json)
 
 
 @evacuate_app.command("list")
