@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import sys
 import time
@@ -91,14 +90,12 @@ def _open(
             SqliteLedger.in_data_dir(config.data_dir),
         )
     if provider == "aws":
-        # The AWS provider (rideout.evacuate.aws) offers `open_aws(config, operator=...)`
-        # returning its provider and its DynamoDB ledger.
+        # Imported here: boto3 is the `aws` extra, needed only by this provider.
         try:
-            module = importlib.import_module("rideout.evacuate.aws")
-            opener: Callable[..., tuple[Provider, Ledger]] = module.open_aws
-        except (ImportError, AttributeError) as exc:
+            from rideout.evacuate.aws import open_aws
+        except ImportError as exc:
             fail(f"the aws provider is not available ({exc}): pip install 'rideout[aws]'", 2)
-        return opener(config, operator=operator)
+        return open_aws(config, operator=operator)
     fail(f"--provider must be local or aws, not {provider!r}", 2)
 
 
