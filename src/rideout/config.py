@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from rideout._validate import secure_url
 from rideout.errors import InvalidArgument
 
 __all__ = [
@@ -752,6 +753,11 @@ def _parse_evacuate_aws(t: _Reader) -> EvacuateAwsConfig:
         url = getattr(aws, name)
         if url and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
             raise ConfigError(t.key(name), f"expected an http(s):// URL, got {url!r}")
+        if url:
+            try:
+                secure_url(name, url)
+            except InvalidArgument as exc:
+                raise ConfigError(t.key(name), str(exc).removeprefix(f"{name} ")) from None
     return aws
 
 

@@ -327,3 +327,10 @@ def test_through_the_engine_and_the_ledger(
     assert engine.recover(zone_id).exit_code == EXIT_OK
     assert specs(fake) == before
     assert engine.ledger.records() == []
+
+
+def test_the_token_never_travels_in_clear_text_off_the_machine() -> None:
+    with pytest.raises(ValueError, match="server must be an https:// URL"):
+        EksCluster(CLUSTER, "http://k8s.example:6443", TOKEN)
+    assert EksCluster(CLUSTER, "https://k8s.example:6443", TOKEN).server.startswith("https")
+    assert TOKEN not in repr(EksCluster(CLUSTER, "http://127.0.0.1:1", TOKEN))

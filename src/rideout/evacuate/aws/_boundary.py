@@ -82,6 +82,8 @@ class AwsSettings:
 
     def __post_init__(self) -> None:
         _validate.text("region", self.region)
+        if self.endpoint_url is not None:  # signed requests (a session token) go there
+            _validate.secure_url("endpoint_url", self.endpoint_url)
         _validate.count("max_attempts", self.max_attempts, low=1, high=20)
         _validate.seconds("connect_timeout", self.connect_timeout)
         _validate.seconds("read_timeout", self.read_timeout)

@@ -122,7 +122,7 @@ class EksCluster:
 
     def __post_init__(self) -> None:
         _validate.text("resource", self.resource)
-        _validate.text("server", self.server)
+        _validate.secure_url("server", self.server)  # the bearer token goes there
         if not callable(self.token):
             _validate.text("token", self.token)
         _validate.seconds("timeout", self.timeout)
