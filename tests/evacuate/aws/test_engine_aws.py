@@ -24,7 +24,7 @@ from rideout.evacuate.aws import AwsProvider, AwsSettings
 from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.engine import EXIT_OK, EXIT_PARTIAL, EXIT_REFUSED, Engine, Options
 from rideout.evacuate.model import SKIP_ALREADY_EVACUATED, SKIP_NO_SUBNET_LEFT
-from tests.evacuate.aws.conftest import World
+from tests.evacuate.aws.conftest import SESSION, World
 
 
 def snapshot(p: AwsProvider) -> dict[tuple[str, str], frozenset[str]]:
@@ -139,3 +139,20 @@ def test_a_partial_failure_leaves_the_ledger_true(aws: AwsSettings, world: World
         assert engine.recover(zone).exit_code == EXIT_OK
         assert snapshot(provider) == before
         assert engine.ledger.records() == []
+
+
+def test_a_resources_last_zone_is_never_removed(engine: Engine, world: World) -> None:
+    autoscaling = SESSION.client("autoscaling")
+    for name in ("web", "batch"):  # now only "pinned" uses zone 0, and nothing else
+        autoscaling.update_auto_scaling_group(
+            AutoScalingGroupName=name, VPCZoneIdentifier=",".join(world.spread(1, 2))
+        )
+    outcome = engine.evacuate(world.zones[0], Options(kinds=("asg",)))
+    assert outcome.exit_code == EXIT_REFUSED
+    assert "no subnet" in (outcome.refused or "")
+    assert [(s.resource, s.reason) for s in outcome.skipped] == [
+        (world.asg["pinned"], SKIP_NO_SUBNET_LEFT)
+    ]
+    group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["pinned"])
+    assert group["AutoScalingGroups"][0]["VPCZoneIdentifier"] == world.spread(0)[0]
+    assert engine.ledger.records() == []
