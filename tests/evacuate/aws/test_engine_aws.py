@@ -156,3 +156,15 @@ def test_a_resources_last_zone_is_never_removed(engine: Engine, world: World) ->
     group = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["pinned"])
     assert group["AutoScalingGroups"][0]["VPCZoneIdentifier"] == world.spread(0)[0]
     assert engine.ledger.records() == []
+
+
+def test_one_run_per_zone_at_a_time(engine: Engine, world: World) -> None:
+    zone = world.zones[1]
+    assert engine.ledger.lock(zone, "another-operator", 300)  # their run holds the zone
+    before = snapshot(engine.provider)  # type: ignore[arg-type]
+    outcome = engine.evacuate(zone)
+    assert outcome.exit_code == EXIT_REFUSED
+    assert "another run" in (outcome.refused or "")
+    assert snapshot(engine.provider) == before  # type: ignore[arg-type]
+    engine.ledger.unlock(zone, "another-operator")
+    assert engine.evacuate(zone).exit_code == EXIT_OK
