@@ -295,7 +295,7 @@ class EvacuateAwsConfig:
     table: str = "rideout-evacuations"  # the DynamoDB ledger (created if missing)
     vpc_ids: tuple[str, ...] = ()  # limit subnet lookups to these VPCs (default: all)
     max_attempts: int = 5  # per AWS call, throttling included (botocore standard retries)
-    zonal_shift: bool = False  # also shift ARC-managed load balancers away (type zonal-shift)
+    zonal_shift: bool = False  # also shift ARC-managed load balancers away (type arc-zonal-shift)
     zonal_shift_resources: tuple[str, ...] = ()  # their ARNs (default: every managed one)
     zonal_shift_expires_in: str = "12h"  # a shift's expiry: minutes or hours, at most 72h
     eks_cluster: str = ""  # the EKS cluster's ARN (type eks; empty: no eks)

@@ -22,7 +22,7 @@ def test_every_kind_from_the_settings(aws: AwsSettings, tmp_path: Path) -> None:
     }})  # fmt: skip
     provider, ledger = open_aws(config, operator="alice")
     with provider:
-        assert provider.kinds() == ("zonal-shift", "asg", "ecs", "lambda", "eks")
+        assert provider.kinds() == ("arc-zonal-shift", "asg", "ecs", "lambda", "eks")
         assert provider.zonal_shifts is not None
         assert provider.zonal_shifts.options.expires_in == "30m"
         assert provider.settings.region == "us-east-1"

@@ -19,8 +19,10 @@ from botocore.stub import Stubber
 from rideout.errors import InvalidArgument
 from rideout.evacuate.aws import AwsProvider, AwsRefused, AwsSettings
 from rideout.evacuate.aws.zonal_shift import COMMENT, ZonalShiftOptions
+from rideout.evacuate.dynamo import DynamoLedger
+from rideout.evacuate.engine import Engine, Options
 from rideout.evacuate.model import Placement
-from tests.evacuate.aws.conftest import SESSION
+from tests.evacuate.aws.conftest import SESSION, World
 
 ALB = "arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/app/web/50dc6c495c0c9188"
 NLB = "arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/net/tcp/73e2d6bc24d8a067"
@@ -68,14 +70,14 @@ def test_placements_leave_out_the_zones_shifted_away_from(
     shifted: tuple[AwsProvider, Stubber], zone_ids: list[str]
 ) -> None:
     p, stub = shifted
-    assert p.kinds()[0] == "zonal-shift"  # the data plane moves first
+    assert p.kinds()[0] == "arc-zonal-shift"  # the data plane moves first
     stub.add_response(
         "list_zonal_shifts", {"items": [shift(NLB, zone_ids[0])]}, {"status": "ACTIVE"}
     )
     stub.add_response("list_managed_resources", managed(zone_ids, ALB, NLB), {})
-    assert list(p.placements("zonal-shift")) == [
-        Placement("zonal-shift", ALB, tuple(zone_ids)),
-        Placement("zonal-shift", NLB, tuple(zone_ids[1:])),
+    assert list(p.placements("arc-zonal-shift")) == [
+        Placement("arc-zonal-shift", ALB, tuple(zone_ids)),
+        Placement("arc-zonal-shift", NLB, tuple(zone_ids[1:])),
     ]
 
 
@@ -93,7 +95,7 @@ def test_evacuating_starts_a_shift_and_recovering_cancels_it(
         shift(ALB, away),
         {"resourceIdentifier": ALB, "awayFrom": away, "expiresIn": "3h", "comment": COMMENT},
     )
-    p.update("zonal-shift", ALB, kept)
+    p.update("arc-zonal-shift", ALB, kept)
 
     # Re-running finds the shift already there: nothing is started twice.
     stub.add_response("list_managed_resources", managed(zone_ids, ALB), {})
@@ -102,7 +104,7 @@ def test_evacuating_starts_a_shift_and_recovering_cancels_it(
         {"items": [shift(ALB, away)]},
         {"status": "ACTIVE", "resourceIdentifier": ALB},
     )
-    p.update("zonal-shift", ALB, kept)
+    p.update("arc-zonal-shift", ALB, kept)
 
     # Recovery cancels rideout's shift, and leaves an operator's alone.
     stub.add_response("list_managed_resources", managed(zone_ids, ALB), {})
@@ -119,7 +121,7 @@ def test_evacuating_starts_a_shift_and_recovering_cancels_it(
         {**shift(ALB, away), "status": "CANCELED"},
         {"zonalShiftId": "9ac9ec1e-1df9-4e2c-b6a8-1c2a3d4e5f60"},
     )
-    p.update("zonal-shift", ALB, tuple(zone_ids))
+    p.update("arc-zonal-shift", ALB, tuple(zone_ids))
 
 
 def test_two_zones_at_once_are_refused(
@@ -128,7 +130,7 @@ def test_two_zones_at_once_are_refused(
     p, stub = shifted
     stub.add_response("list_managed_resources", managed(zone_ids, ALB), {})
     with pytest.raises(AwsRefused, match="one zone at a time"):
-        p.update("zonal-shift", ALB, (zone_ids[0],))
+        p.update("arc-zonal-shift", ALB, (zone_ids[0],))
 
 
 def test_arc_errors_are_mapped(shifted: tuple[AwsProvider, Stubber], zone_ids: list[str]) -> None:
@@ -144,9 +146,9 @@ def test_arc_errors_are_mapped(shifted: tuple[AwsProvider, Stubber], zone_ids: l
         http_status_code=409,
     )
     with pytest.raises(AwsRefused, match="ConflictException"):
-        p.update("zonal-shift", ALB, (zone_ids[0], zone_ids[2]))
+        p.update("arc-zonal-shift", ALB, (zone_ids[0], zone_ids[2]))
     stub.add_response("list_managed_resources", {"items": []}, {})
-    assert p.describe("zonal-shift", ALB) is None
+    assert p.describe("arc-zonal-shift", ALB) is None
 
 
 @pytest.mark.parametrize("value", ["0m", "73h", "4321m", "1d", "12", ""])
@@ -159,3 +161,19 @@ def test_the_comment_marks_rideouts_shifts() -> None:
     assert ZonalShiftOptions(comment=COMMENT + " by bob").comment.startswith(COMMENT)
     with pytest.raises(InvalidArgument, match="comment"):
         ZonalShiftOptions(comment="mine")
+
+
+def test_an_evacuation_shifts_traffic_before_it_removes_capacity(
+    aws: AwsSettings, world: World
+) -> None:
+    """The whitepaper's order for groups behind a load balancer: data plane first."""
+    with AwsProvider(aws, vpc_ids=[world.vpc], zonal_shift=ZonalShiftOptions()) as p:
+        assert p.zonal_shifts is not None
+        engine = Engine(p, DynamoLedger(aws, wait_delay=1))
+        with Stubber(p.zonal_shifts.client) as stub:
+            stub.add_response("list_zonal_shifts", {"items": []}, {"status": "ACTIVE"})
+            stub.add_response("list_managed_resources", managed(world.zones, ALB), {})
+            plan = engine.plan_evacuation(world.zones[0], Options(kinds=("asg", "arc-zonal-shift")))
+    kinds = [s.kind for s in plan.actions]
+    assert kinds[0] == "arc-zonal-shift"
+    assert set(kinds[1:]) == {"asg"}

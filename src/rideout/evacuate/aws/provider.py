@@ -3,7 +3,7 @@
 :class:`~rideout.evacuate.model.Provider` protocol.
 
 Kinds placed by subnet (``asg``, ``ecs``, ``lambda``) report their subnet ids; kinds
-placed by zone (``eks``, ``zonal-shift``) report zone ids. ``subnets_in_zone`` returns
+placed by zone (``eks``, ``arc-zonal-shift``) report zone ids. ``subnets_in_zone`` returns
 both for a zone, so one plan covers every kind.
 """
 
@@ -45,7 +45,7 @@ class AwsProvider:
 
     ``vpc_ids`` limits the subnet lookups to those VPCs; ``eks`` adds the ``eks`` kind
     (nodes of those clusters, through their Kubernetes API); ``zonal_shift`` adds the
-    ``zonal-shift`` kind (ARC zonal shifts of managed resources) (listed first: the data plane moves before the control plane,
+    ``arc-zonal-shift`` kind (ARC zonal shifts of managed resources) (listed first: the data plane moves before the control plane,
     as the whitepaper asks for load balancers with cross-zone load balancing off).
     """
 

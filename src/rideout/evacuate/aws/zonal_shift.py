@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 __all__ = ["COMMENT", "KIND", "MAX_EXPIRY_HOURS", "ZonalShiftOptions", "ZonalShifts"]
 
-KIND = "zonal-shift"
+KIND = "arc-zonal-shift"  # sorts before asg: plans run it first
 COMMENT = "rideout evacuate"  # marks rideout's shifts: recovery cancels only those
 MAX_EXPIRY_HOURS = 72
 _EXPIRES = re.compile(r"([1-9][0-9]*)(m|h)")
@@ -74,7 +74,7 @@ class ZonalShiftOptions:
 
 
 class ZonalShifts:
-    """The ``zonal-shift`` kind (see the module doc)."""
+    """The ``arc-zonal-shift`` kind (see the module doc)."""
 
     kind = KIND
 
