@@ -722,23 +722,17 @@ _EXPIRES_IN = re.compile(r"([1-9][0-9]*)(m|h)")
 
 
 def _parse_evacuate_aws(t: _Reader) -> EvacuateAwsConfig:
-    d = EvacuateAwsConfig()
-    values: dict[str, Any] = {}
-    for f in fields(d):
-        default = getattr(d, f.name)
-        if isinstance(default, bool):
-            values[f.name] = t.flag(f.name, default)
-        elif isinstance(default, int):
-            values[f.name] = t.integer(f.name, default, maximum=20)
-        elif isinstance(default, tuple):
-            values[f.name] = t.strings(f.name, default)
-        elif t.has(f.name):  # a string; "" is "not set", as in `config show`'s output
+    # Its strings may be "" ("not set", as `config show` writes them): read before the rest.
+    texts: dict[str, str] = {}
+    for f in fields(EvacuateAwsConfig):
+        if isinstance(f.default, str) and t.has(f.name):
             value = t.raw(f.name)
             if not isinstance(value, str):
                 raise ConfigError(t.key(f.name), f"expected a string, got {_kind(value)}")
-            values[f.name] = value.strip()
-    t.done()
-    aws = EvacuateAwsConfig(**values)
+            texts[f.name] = value.strip()
+    aws = EvacuateAwsConfig(**{**_scalars(t, EvacuateAwsConfig()), **texts})
+    if aws.max_attempts > 20:
+        raise ConfigError(t.key("max_attempts"), f"must be at most 20, got {aws.max_attempts}")
     if not aws.table:
         raise ConfigError(t.key("table"), "expected a DynamoDB table name")
     found = _EXPIRES_IN.fullmatch(aws.zonal_shift_expires_in)
