@@ -459,3 +459,42 @@ def test_waitingroom_defaults_and_overrides() -> None:
         {"waitingroom": {"inlet": "periodic", "abandon_after": 300, "events": []}}
     ).waitingroom
     assert (room.inlet, room.abandon_after, room.events) == ("periodic", 300.0, ())
+
+
+def test_the_evacuate_section_scales_with_the_profile_and_round_trips() -> None:
+    from rideout.config import EVACUATE_PROFILES, dump_toml
+
+    fast, seed = parse_config({}), parse_config({"profile": "seed"})
+    assert fast.evacuate.drain_seconds == EVACUATE_PROFILES["fast"]["drain_seconds"]
+    assert seed.evacuate.autoshift_expiry == 3600.0
+    assert fast.evacuate.autoshift
+    off = parse_config({"evacuate": {"autoshift": False, "min_healthy_zones": 2, "pause": 0}})
+    assert not off.evacuate.autoshift
+    assert off.evacuate.min_healthy_zones == 2
+    assert tomllib.loads(dump_toml(off))["evacuate"]["autoshift"] is False
+    with pytest.raises(ConfigError, match=r"evacuate\.batch_size"):
+        parse_config({"evacuate": {"batch_size": 0}})
+    with pytest.raises(ConfigError, match=r"evacuate\.nope"):
+        parse_config({"evacuate": {"nope": 1}})
+
+
+def test_the_evacuate_aws_section_round_trips_and_refuses() -> None:
+    from rideout.config import dump_toml
+
+    assert parse_config({}).evacuate_aws.table == "rideout-evacuations"
+    aws = {"region": "us-east-1", "vpc_ids": ["vpc-1"], "zonal_shift": True,
+           "eks_cluster": "arn:aws:eks:us-east-1:1:cluster/c", "eks_server": "https://k:6443"}  # fmt: skip
+    config = parse_config({"evacuate_aws": aws})
+    assert parse_config(tomllib.loads(dump_toml(config))) == config
+    assert parse_config(tomllib.loads(dump_toml(parse_config({})))) == parse_config({})
+    for bad, key in [
+        ({"zonal_shift_expires_in": "73h"}, "zonal_shift_expires_in"),
+        ({"eks_cluster": "arn:x"}, "eks_server"),
+        ({"endpoint_url": "http://10.1.2.3:4566"}, "endpoint_url"),
+        ({"eks_cluster": "arn:x", "eks_server": "http://k8s.example"}, "eks_server"),
+        ({"table": ""}, "table"),
+        ({"max_attempts": 21}, "max_attempts"),
+        ({"region": 1}, "region"),
+    ]:
+        with pytest.raises(ConfigError, match=rf"evacuate_aws\.{key}"):
+            parse_config({"evacuate_aws": bad})

@@ -21,6 +21,7 @@ from rideout.dns import DnsError
 from rideout.dns.doh import DohRequestError
 from rideout.drill.runner import DrillError
 from rideout.errors import InvalidArgument, InvalidArgumentType, RideoutError
+from rideout.evacuate import EvacuationError
 from rideout.health import MetricError
 from rideout.protocol import ProtocolError
 from rideout.store import StoreError
@@ -54,6 +55,7 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.controlplane": ControlPlaneError,
     "rideout.drill": DrillError,
     "rideout.waitingroom": RoomError,
+    "rideout.evacuate": EvacuationError,
 }
 
 

@@ -42,6 +42,9 @@ PATHS = {
     "ROOM_PRIVATE_EVENT": "/private/events/{event_id}",
     "ROOM_PRIVATE_EVENT_OPEN": "/private/events/{event_id}/open",
     "ROOM_PRIVATE_EVENT_CLOSE": "/private/events/{event_id}/close",
+    "ZONES": "/v1/zones",
+    "ZONE_EVACUATE": "/v1/zones/{zone_id}/evacuate",
+    "ZONE_RECOVER": "/v1/zones/{zone_id}/recover",
 }
 
 

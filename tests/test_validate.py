@@ -76,3 +76,19 @@ def test_every_error_is_a_value_error_and_a_wrong_type_also_a_type_error() -> No
         check.count("n", "1")
     with pytest.raises(ValueError, match="must be an integer"):
         check.count("n", "1")
+
+
+@pytest.mark.parametrize(
+    "url", ["https://api.example", "https://10.0.0.1:6443/x", "http://127.0.0.1:5000",
+            "http://127.9.9.9", "http://localhost:4566", "http://[::1]:80"],
+)  # fmt: skip
+def test_secure_url_accepts_https_and_loopback_http(url: str) -> None:
+    assert check.secure_url("endpoint", url) == url
+
+
+@pytest.mark.parametrize(
+    "url", ["http://10.0.0.5:4566", "http://example.com", "ftp://127.0.0.1", "https://", "x"]
+)
+def test_secure_url_refuses_clear_text_off_the_machine(url: str) -> None:
+    with pytest.raises(InvalidArgument, match=r"^endpoint must be an https:// URL"):
+        check.secure_url("endpoint", url)

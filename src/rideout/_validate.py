@@ -9,12 +9,14 @@ argument's name.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Iterable
+from urllib.parse import urlsplit
 
 from rideout.errors import InvalidArgument, InvalidArgumentType
 
-__all__ = ["choice", "count", "number", "seconds", "text"]
+__all__ = ["choice", "count", "number", "seconds", "secure_url", "text"]
 
 
 def number(name: str, value: object, *, what: str = "a number") -> float:
@@ -67,3 +69,23 @@ def text(name: str, value: object) -> str:
     except UnicodeEncodeError:
         raise InvalidArgument(f"{name} must be valid Unicode text (no lone surrogates)") from None
     return value
+
+
+def secure_url(name: str, value: object) -> str:
+    """``value`` as a URL credentials may be sent to: https://, or http:// to a loopback
+    host (never in clear text off the machine)."""
+    url = text(name, value)
+    parts = urlsplit(url)
+    if parts.scheme == "https" and parts.hostname:
+        return url
+    if parts.scheme == "http" and parts.hostname:
+        if parts.hostname == "localhost":
+            return url
+        try:
+            if ipaddress.ip_address(parts.hostname).is_loopback:
+                return url
+        except ValueError:
+            pass
+    raise InvalidArgument(
+        f"{name} must be an https:// URL (http:// only to a loopback address), not {url!r}"
+    )

@@ -23,16 +23,20 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from rideout._validate import secure_url
 from rideout.errors import InvalidArgument
 
 __all__ = [
     "DEFAULT_CONFIG_FILE",
+    "EVACUATE_PROFILES",
     "FAILOVER_PROFILES",
     "PROFILES",
     "AuthConfig",
     "Config",
     "ConfigError",
     "ControlPlaneConfig",
+    "EvacuateAwsConfig",
+    "EvacuateConfig",
     "FailoverConfig",
     "RealtimeConfig",
     "RedisConfig",
@@ -288,6 +292,59 @@ FAILOVER_PROFILES: Mapping[str, Mapping[str, Any]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class EvacuateConfig:
+    """Zone evacuation (``rideout evacuate``/``recover``) and zonal autoshift."""
+
+    min_healthy_zones: int = 1  # zones a resource must keep (never fewer than one)
+    batch_size: int = 10  # resources changed per batch
+    pause: float = field(default=0.0, metadata={"zero_ok": True})  # seconds between batches
+    lock_ttl: float = 300.0  # seconds a zone's lock in the ledger lasts unless renewed
+    # An evacuated zone's clients are closed (1012) spread over this many seconds, once
+    # DNS has stopped answering its address for a TTL.
+    drain_seconds: float = field(default=2.0, metadata={"zero_ok": True})
+    # Zonal autoshift: a zone failing its canary while another zone of its region is
+    # healthy is evacuated automatically (recorded in the ledger as "autoshift"), for
+    # `autoshift_expiry` seconds at a time (re-evaluated then, like a zonal shift's
+    # expiresIn), and recovered once its canary has been healthy this long.
+    autoshift: bool = True
+    autoshift_expiry: float = 30.0
+    autoshift_recover_after: float = 5.0
+
+
+# The [evacuate] settings that scale with the timing profile.
+EVACUATE_PROFILES: Mapping[str, Mapping[str, Any]] = {
+    "seed": {"drain_seconds": 60.0, "autoshift_expiry": 3600.0, "autoshift_recover_after": 600.0},
+    "fast": {"drain_seconds": 2.0, "autoshift_expiry": 30.0, "autoshift_recover_after": 5.0},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EvacuateAwsConfig:
+    """``rideout evacuate|recover --provider aws``: where the resources and the ledger are.
+
+    An empty string means "not set": the region and endpoint then come from boto3's own
+    resolution (``AWS_REGION``/``AWS_DEFAULT_REGION``, the profile, ``AWS_ENDPOINT_URL``).
+    The EKS bearer token is made from the AWS credentials (as ``aws eks get-token``
+    does) or read from ``eks_token_file`` when the command runs; it is never part of the
+    configuration (``config show`` prints the path only).
+    """
+
+    region: str = ""
+    profile: str = ""
+    endpoint_url: str = ""
+    table: str = "rideout-evacuations"  # the DynamoDB ledger (created if missing)
+    vpc_ids: tuple[str, ...] = ()  # limit subnet lookups to these VPCs (default: all)
+    max_attempts: int = 5  # per AWS call, throttling included (botocore standard retries)
+    zonal_shift: bool = False  # also shift ARC-managed load balancers away (type arc-zonal-shift)
+    zonal_shift_resources: tuple[str, ...] = ()  # their ARNs (default: every managed one)
+    zonal_shift_expires_in: str = "12h"  # a shift's expiry: minutes or hours, at most 72h
+    eks_cluster: str = ""  # the EKS cluster's ARN (type eks; empty: no eks)
+    eks_server: str = ""  # its Kubernetes API endpoint (https://...)
+    eks_ca_file: str = ""  # its CA bundle (default: the system's)
+    eks_token_file: str = ""  # a file holding a bearer token ("": made from AWS credentials)
+
+
 def _default_regions() -> tuple[RegionConfig, ...]:
     return (
         RegionConfig(
@@ -321,6 +378,8 @@ class Config:
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     failover: FailoverConfig = field(default_factory=FailoverConfig)
     waitingroom: WaitingRoomConfig = field(default_factory=WaitingRoomConfig)
+    evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
+    evacuate_aws: EvacuateAwsConfig = field(default_factory=EvacuateAwsConfig)
 
     @property
     def keys_dir(self) -> Path:
@@ -596,6 +655,8 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         realtime=_parse_realtime(root.table("realtime")),
         failover=_parse_failover(root.table("failover"), profile),
         waitingroom=_parse_waitingroom(root.table("waitingroom")),
+        evacuate=_parse_evacuate(root.table("evacuate"), profile),
+        evacuate_aws=_parse_evacuate_aws(root.table("evacuate_aws")),
     )
     root.done()
     _validate(config)
@@ -720,6 +781,48 @@ def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
     return failover
 
 
+def _parse_evacuate(t: _Reader, profile: str) -> EvacuateConfig:
+    base = dataclasses.replace(EvacuateConfig(), **EVACUATE_PROFILES[profile])
+    return EvacuateConfig(**_scalars(t, base))
+
+
+_EXPIRES_IN = re.compile(r"([1-9][0-9]*)(m|h)")
+
+
+def _parse_evacuate_aws(t: _Reader) -> EvacuateAwsConfig:
+    # Its strings may be "" ("not set", as `config show` writes them): read before the rest.
+    texts: dict[str, str] = {}
+    for f in fields(EvacuateAwsConfig):
+        if isinstance(f.default, str) and t.has(f.name):
+            value = t.raw(f.name)
+            if not isinstance(value, str):
+                raise ConfigError(t.key(f.name), f"expected a string, got {_kind(value)}")
+            texts[f.name] = value.strip()
+    aws = EvacuateAwsConfig(**{**_scalars(t, EvacuateAwsConfig()), **texts})
+    if aws.max_attempts > 20:
+        raise ConfigError(t.key("max_attempts"), f"must be at most 20, got {aws.max_attempts}")
+    if not aws.table:
+        raise ConfigError(t.key("table"), "expected a DynamoDB table name")
+    found = _EXPIRES_IN.fullmatch(aws.zonal_shift_expires_in)
+    if not found or int(found[1]) * (60 if found[2] == "h" else 1) > 72 * 60:
+        raise ConfigError(
+            t.key("zonal_shift_expires_in"),
+            f"expected minutes or hours up to 72h (30m, 12h), got {aws.zonal_shift_expires_in!r}",
+        )
+    if bool(aws.eks_cluster) != bool(aws.eks_server):
+        raise ConfigError(t.key("eks_server"), "eks_cluster and eks_server go together")
+    for name in ("endpoint_url", "eks_server"):
+        url = getattr(aws, name)
+        if url and not re.fullmatch(r"https?://[^/\s]+(/\S*)?", url):
+            raise ConfigError(t.key(name), f"expected an http(s):// URL, got {url!r}")
+        if url:
+            try:
+                secure_url(name, url)
+            except InvalidArgument as exc:
+                raise ConfigError(t.key(name), str(exc).removeprefix(f"{name} ")) from None
+    return aws
+
+
 def _parse_timing(t: _Reader, base: Timing) -> Timing:
     timing = Timing(**_scalars(t, base))
     if timing.heartbeat_timeout <= timing.heartbeat_interval:
@@ -832,6 +935,8 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "realtime": _section(config.realtime),
         "failover": _section(config.failover),
         "waitingroom": _section(config.waitingroom),
+        "evacuate": _section(config.evacuate),
+        "evacuate_aws": _section(config.evacuate_aws),
         "regions": [
             {
                 "name": r.name,
@@ -873,7 +978,8 @@ def dump_toml(config: Config) -> str:
     for key, value in data.items():
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
-    for section in ("control_plane", "timing", "auth", "realtime", "failover", "waitingroom"):
+    sections = ("control_plane", "timing", "auth", "realtime", "failover", "waitingroom")
+    for section in (*sections, "evacuate", "evacuate_aws"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     for region in data["regions"]:

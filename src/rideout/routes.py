@@ -44,6 +44,9 @@ __all__ = [
     "STREAM",
     "SUMMARY",
     "WRITER",
+    "ZONES",
+    "ZONE_EVACUATE",
+    "ZONE_RECOVER",
     "control_plane_url",
     "dns_metrics_url",
     "room_issuer",
@@ -68,6 +71,13 @@ LOGIN: Final = "/login"
 STATUS: Final = "/status"
 RESOLVE: Final = "/resolve"
 """GET: DNS-over-HTTPS JSON."""
+
+ZONES: Final = "/v1/zones"
+"""GET: every zone, evacuated or not (and why, since when, until when)."""
+ZONE_EVACUATE: Final = "/v1/zones/{zone_id}/evacuate"
+"""POST, admin token: stop answering the zone's address in DNS and drain its clients."""
+ZONE_RECOVER: Final = "/v1/zones/{zone_id}/recover"
+"""POST, admin token: answer the zone's address again."""
 
 # Every server.
 HEALTH: Final = "/health"
@@ -117,6 +127,8 @@ def dns_metrics_url(config: Config, path: str = "") -> str:
     """The base URL of `rideout dns`'s HTTP port (/metrics, /health), or of ``path`` on it."""
     cp = config.control_plane
     return f"http://{cp.address}:{cp.dns_metrics_port}{path}"
+
+
 def room_issuer(config: Config) -> str:
     """The ``iss`` of the waiting room's tokens: the same in every region and zone."""
     return f"http://{config.app_domain}:{config.app_port}{ROOM_ISSUER_PATH}"

@@ -176,3 +176,26 @@ async def test_a_dns_server_keeps_answering_while_nobody_publishes(tmp_path: Pat
                 await asyncio.sleep(0.02)
         finally:
             task.cancel()
+
+
+def test_evacuated_zones_travel_with_the_view() -> None:
+    evacuated = DnsView(APP, {"us-east-1": True, "us-west-2": False}, 3, 1.0, frozenset({"a1"}))
+    assert DnsView.parse(evacuated.to_bytes(), ZONE) == evacuated
+    assert evacuated.answer(ZONE).addresses == (PRIMARY[1],)
+    assert not evacuated.same_decision(view(True))
+    assert view(True).same_decision(view(True, serial=9))
+    # A view from before evacuation existed has none; an unknown zone is refused.
+    old = json.loads(view(True).to_bytes())
+    del old["evacuated"]
+    assert DnsView.parse(json.dumps(old).encode(), ZONE).evacuated == frozenset()
+    old["evacuated"] = ["mars-az1"]
+    with pytest.raises(DnsFeedError, match="evacuated must list zones"):
+        DnsView.parse(json.dumps(old).encode(), ZONE)
+
+
+def test_the_follower_leaves_evacuated_zones_out(tmp_path: Path) -> None:
+    source = ViewFile(tmp_path / "dns-view.json")
+    follower = DnsFollower(ZONE, source)
+    source.publish(DnsView(APP, {"us-east-1": True, "us-west-2": False}, 2, 1.0, frozenset({"a2"})))
+    assert follower.refresh()
+    assert a_records(follower) == [PRIMARY[0]]

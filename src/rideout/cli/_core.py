@@ -329,8 +329,13 @@ def _print_status(view: dict[str, Any], title: str) -> None:
             _state(canary["alive"] if canary["pid"] else None, "running", "stopped"))  # fmt: skip
         for zone in region["zones"]:
             zh = zone.get("health")
+            state = _state(zh.get("up") if zh else None, "healthy", "down")
+            evacuation = zone.get("evacuation")
+            if evacuation:
+                state.append(f", evacuated ({evacuation.get('reason')}, by "
+                             f"{evacuation.get('operator')})", style="bold yellow")  # fmt: skip
             row("app server", f"{region['name']} / {zone['name']}", f"{zone['url']}/health",
-                zone, _state(zh.get("up") if zh else None, "healthy", "down"))  # fmt: skip
+                zone, state)  # fmt: skip
     console.print(table)
     probe = cp.get("summary") or {}
     if probe.get("up"):
@@ -437,20 +442,27 @@ def config_show(
 RegionArgument = Annotated[str, typer.Argument(help="The region, e.g. us-east-1.")]
 
 
-def _chaos(op: str, region: str, config_path: Path | None) -> None:
+ZoneOption = Annotated[
+    str | None, typer.Option("--zone", help="Only this zone's app servers (a zone outage).")
+]
+
+
+def _chaos(op: str, region: str, config_path: Path | None, zone: str | None = None) -> None:
     from rideout.cluster.chaos import ChaosError, send_command
 
     config = load(config_path)
     try:
-        console.print(send_command(config.run_dir, op, region))
+        console.print(send_command(config.run_dir, op, region, zone=zone))
     except ChaosError as exc:
         fail(str(exc))
 
 
 @chaos_app.command("kill")
-def chaos_kill(region: RegionArgument, config_path: ConfigOption = None) -> None:
+def chaos_kill(
+    region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
+) -> None:
     """SIGKILL every process of REGION, Redis included: the region is gone."""
-    _chaos("kill", region, config_path)
+    _chaos("kill", region, config_path, zone)
 
 
 @chaos_app.command("kill-redis")
@@ -460,15 +472,19 @@ def chaos_kill_redis(region: RegionArgument, config_path: ConfigOption = None) -
 
 
 @chaos_app.command("freeze")
-def chaos_freeze(region: RegionArgument, config_path: ConfigOption = None) -> None:
+def chaos_freeze(
+    region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
+) -> None:
     """SIGSTOP every process of REGION: connections hang, like a network blackhole."""
-    _chaos("freeze", region, config_path)
+    _chaos("freeze", region, config_path, zone)
 
 
 @chaos_app.command("throttle")
-def chaos_throttle(region: RegionArgument, config_path: ConfigOption = None) -> None:
+def chaos_throttle(
+    region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
+) -> None:
     """REGION's app servers answer every message with error/unavailable (sockets stay open)."""
-    _chaos("throttle", region, config_path)
+    _chaos("throttle", region, config_path, zone)
 
 
 @chaos_app.command("restore")

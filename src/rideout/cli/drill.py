@@ -53,3 +53,47 @@ def drill_region_outage(
     except DrillError as exc:
         fail(str(exc), 2)
     raise typer.Exit(main_region_outage(options, console))
+
+
+@drill_app.command("zone-outage")
+def drill_zone_outage(
+    clients: Annotated[int, typer.Option(help="Resilient clients to run.", min=1)] = 50,
+    fault: Annotated[
+        str, typer.Option(help="kill, freeze or throttle the zone's app servers.")
+    ] = "kill",
+    zone_id: Annotated[
+        str | None,
+        typer.Option(
+            "--zone-id",
+            help="The zone to break (default: the serving region's first, where DNS sends clients first).",
+        ),
+    ] = None,
+    profile: Annotated[
+        str | None, typer.Option(help="Timing profile of its own deployment.")
+    ] = None,
+    mend: Annotated[bool, typer.Option(help="Mend the zone and measure its recovery.")] = True,
+    max_rto: Annotated[
+        float | None, typer.Option(help="Objective: p99 seconds to restored state.")
+    ] = None,
+    max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.")] = 0,
+    report: Annotated[
+        Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
+    ] = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """Break one zone under N bidding clients and measure zonal autoshift: time to
+    evacuation, per-client time to restored state in the region's other zone, lost and
+    duplicated bids, and that the region did not fail over (exit 1 when an objective
+    fails, 2 when the drill cannot run)."""
+    from rideout.drill import DrillError
+    from rideout.drill.console import main_zone_outage
+    from rideout.drill.zone import ZoneDrillOptions
+
+    try:
+        options = ZoneDrillOptions(
+            clients=clients, fault=fault, zone_id=zone_id, profile=profile, mend=mend,
+            max_rto=max_rto, max_lost=max_lost, report_dir=report, config_path=config_path,
+        )  # fmt: skip
+    except DrillError as exc:
+        fail(str(exc), 2)
+    raise typer.Exit(main_zone_outage(options, console))

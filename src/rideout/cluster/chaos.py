@@ -11,6 +11,9 @@ over ``run/control.sock``, one JSON line back.
 | ``throttle`` | app servers answer every message with error/unavailable, sockets stay open |
 | ``restore`` | undo all of the above: resume, restart what died, serve normally |
 
+``kill``, ``freeze`` and ``throttle`` take a zone too: only that zone's app servers (a
+zone outage, which zonal autoshift answers by evacuating the zone).
+
 :class:`LocalChaos` is the control plane's chaos port (the dashboard's buttons) in local
 mode.
 """
@@ -36,14 +39,18 @@ class ChaosError(ClusterError):
     """The supervisor could not be reached or refused the command."""
 
 
-def send_command(run_dir: Path, op: str, region: str, *, timeout: float = 60.0) -> str:
-    """Run `op` on `region` through the supervisor of `run_dir`; its report."""
+def send_command(
+    run_dir: Path, op: str, region: str, *, zone: str | None = None, timeout: float = 60.0
+) -> str:
+    """Run `op` on `region` (only its `zone`, if given) through the supervisor of
+    `run_dir`; its report."""
     path = run_dir / CONTROL_SOCKET
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout)
             sock.connect(str(path))
-            sock.sendall(json.dumps({"op": op, "region": region}).encode() + b"\n")
+            command = {"op": op, "region": region, **({"zone": zone} if zone else {})}
+            sock.sendall(json.dumps(command).encode() + b"\n")
             reply = sock.makefile("rb").readline()
     except FileNotFoundError:
         raise ChaosError(f"rideout is not running from {run_dir.parent} (no {path})") from None

@@ -70,8 +70,9 @@ async def _probe_dns(config: Config) -> dict[str, Any]:
     except ResolutionError as exc:
         return {"up": False, "error": str(exc)}
     addresses = sorted(resolved.addresses)
+    # A region with an evacuated zone answers only some of its addresses.
     region = next(
-        (r.name for r in config.regions if sorted(z.address for z in r.zones) == addresses),
+        (r.name for r in config.regions if set(addresses) <= {z.address for z in r.zones}),
         None,
     )
     return {"up": True, "addresses": list(resolved.addresses), "region": region}
@@ -178,3 +179,17 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
         results = await asyncio.gather(*(job for _, _, job in jobs))
         for (target, key, _), result in zip(jobs, results, strict=True):
             target[key] = result
+    _add_evacuations(view)
+
+
+def _add_evacuations(view: dict[str, Any]) -> None:
+    """Each zone's evacuation (None: it serves), from the control plane's summary."""
+    summary = view["control_plane"].get("summary") or {}
+    body = summary.get("body") if summary.get("up") else None
+    zones = body.get("zones") if isinstance(body, dict) else None
+    if not isinstance(zones, list):
+        return
+    evacuations = {z.get("zone"): z.get("evacuation") for z in zones if isinstance(z, dict)}
+    for region_view in view["regions"]:
+        for zone_view in region_view["zones"]:
+            zone_view["evacuation"] = evacuations.get(zone_view["name"])

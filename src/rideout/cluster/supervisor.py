@@ -563,9 +563,22 @@ class LocalCluster:
     def _region_pids(self, region: str) -> list[int]:
         return [c.pid for c in self._region_children(region) if c.running and c.pid]
 
-    async def kill(self, region: str) -> str:
-        """SIGKILL every process of `region`, Redis included: the region is gone."""
+    def _zone_servers(self, region: str, zone: str) -> list[_Server]:
+        try:
+            self.config.zone(region, zone)
+        except KeyError as exc:
+            raise ClusterError(str(exc.args[0])) from None
+        return [s for s in self._region_servers(region, "app") if s.record.zone == zone]
+
+    async def kill(self, region: str, zone: str | None = None) -> str:
+        """SIGKILL every process of `region`, Redis included: the region is gone. With
+        `zone`, only that zone's app servers (a zone outage)."""
         self._region(region)
+        if zone is not None:
+            servers = self._zone_servers(region, zone)
+            self._hold(list(servers), "stopped by `rideout chaos kill --zone`")
+            killed = sum(self._kill(server) for server in servers)
+            return f"killed zone {zone} of {region}: {killed} app servers (SIGKILL)"
         self._frozen.discard(region)
         children = self._region_children(region)
         self._hold(children, "stopped by `rideout chaos kill`")
@@ -584,26 +597,37 @@ class LocalCluster:
             return f"redis-{region} is not running"
         return f"killed redis-{region} (pid {pid})"
 
-    async def freeze(self, region: str) -> str:
-        """SIGSTOP every process of `region`: connections hang, like a network blackhole."""
+    async def freeze(self, region: str, zone: str | None = None) -> str:
+        """SIGSTOP every process of `region` (with `zone`: that zone's app servers):
+        connections hang, like a network blackhole."""
         self._region(region)
-        pids = self._region_pids(region)
+        if zone is not None:
+            pids = [s.pid for s in self._zone_servers(region, zone) if s.running and s.pid]
+        else:
+            pids = self._region_pids(region)
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGSTOP)
-        self._frozen.add(region)
-        return f"froze {region}: {len(pids)} processes (SIGSTOP); connections now hang"
+        self._frozen.add(region)  # restore (and stop) resume every process of the region
+        what = f"zone {zone} of {region}" if zone is not None else region
+        return f"froze {what}: {len(pids)} processes (SIGSTOP); connections now hang"
 
-    async def throttle(self, region: str) -> str:
-        """Every app server of `region` answers every message with error/unavailable."""
+    async def throttle(self, region: str, zone: str | None = None) -> str:
+        """Every app server of `region` (with `zone`: of that zone) answers every message
+        with error/unavailable."""
         self._region(region)
-        apps = [s for s in self._region_servers(region, "app") if s.proc and s.proc.running]
+        servers = (
+            self._zone_servers(region, zone) if zone is not None
+            else self._region_servers(region, "app")
+        )  # fmt: skip
+        apps = [s for s in servers if s.proc and s.proc.running]
         for server in apps:
             assert server.proc is not None
             server.proc.signal(DEGRADE_SIGNAL)
-        return f"throttled {region}: {len(apps)} app servers answer error/unavailable, connections stay open"
+        what = f"zone {zone} of {region}" if zone is not None else region
+        return f"throttled {what}: {len(apps)} app servers answer error/unavailable, connections stay open"
 
-    async def restore(self, region: str) -> str:
+    async def restore(self, region: str, zone: str | None = None) -> str:
         """Undo kill, kill-redis, freeze and throttle: the region comes back.
 
         Also brings back the global processes (control plane, DNS) if they are down,
@@ -657,7 +681,8 @@ class LocalCluster:
             writer.close()
 
     async def command(self, line: bytes) -> dict[str, Any]:
-        """Run one control command (``{"op": "kill", "region": "us-east-1"}``)."""
+        """Run one control command (``{"op": "kill", "region": "us-east-1"}``; kill,
+        freeze and throttle take ``"zone"`` too, for one zone's app servers)."""
         ops = {
             "kill": self.kill,
             "kill-redis": self.kill_redis,
@@ -667,16 +692,24 @@ class LocalCluster:
         }
         try:
             request = json.loads(line)
-            op, region = request["op"], request["region"]
+            op, region, zone = request["op"], request["region"], request.get("zone")
             if op not in ops or not isinstance(region, str):
                 raise ValueError
-        except (ValueError, KeyError, TypeError):
+            if zone is not None and (not isinstance(zone, str) or op == "kill-redis"):
+                raise ValueError
+        except (ValueError, KeyError, TypeError, AttributeError):
             return {
                 "ok": False,
-                "error": f'expected {{"op": one of {sorted(ops)}, "region": NAME}}',
+                "error": f'expected {{"op": one of {sorted(ops)}, "region": NAME, "zone"?: '
+                "NAME (not with kill-redis)}",
             }
         try:
-            message = await ops[op](region)
+            if zone is None:
+                message = await ops[op](region)
+            else:
+                zoned = {"kill": self.kill, "freeze": self.freeze,
+                         "throttle": self.throttle, "restore": self.restore}  # fmt: skip
+                message = await zoned[op](region, zone)
         except ClusterError as exc:
             return {"ok": False, "error": str(exc)}
         except Exception as exc:  # report, never take the supervisor down

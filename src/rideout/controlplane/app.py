@@ -15,6 +15,9 @@
 | ``POST /v1/login-codes`` | the admin token, no browser | a one-time dashboard login link |
 | ``GET /login?code=`` | the link's holder, once | an operator session cookie, then ``/`` |
 | ``POST /v1/chaos`` | local mode: an operator session + CSRF token + own Origin, or the admin token | ``{"op": "kill", "region": R}`` for the chaos port |
+| ``GET /v1/zones`` | anyone | every zone: evacuated or not, since when, by whom, why, its drain |
+| ``POST /v1/zones/{zone_id}/evacuate`` | the admin token, no browser | ``{"operator"?, "reason"?, "expires_in"?}``: out of DNS, clients drained (409: the region's last serving zone) |
+| ``POST /v1/zones/{zone_id}/recover`` | the admin token, no browser | back into DNS |
 
 DNS itself is served on UDP and TCP at ``control_plane.address:dns_port``. What only a
 host can provide (fault injection, the process inventory) is injected as ports
@@ -64,6 +67,7 @@ from rideout.controlplane.ports import ChaosPort, ConfigInventory, Inventory
 from rideout.controlplane.runtime import ControlPlane
 from rideout.controlplane.sessions import OperatorSession, OperatorSessions
 from rideout.controlplane.shared import FeedFull, SharedFeed, SharedResult, Subscription
+from rideout.controlplane.zones import ZoneRefused
 from rideout.dns.doh import doh_route
 
 __all__ = [
@@ -77,6 +81,7 @@ __all__ = [
 
 MAX_INGEST_BYTES = 1 << 20
 MAX_CHAOS_BYTES = 4096
+MAX_ZONE_BYTES = 4096
 SESSION_COOKIE = "rideout_operator"
 CSRF_HEADER = "X-CSRF-Token"
 OPERATOR_STREAMS = 4  # stream slots beyond the cap that only operator sessions may take
@@ -241,6 +246,9 @@ class ControlPlaneApi:
             Route(routes.LOGIN_CODES, self.login_codes, methods=["POST"]),
             Route(routes.LOGIN, self.login),
             Route(routes.CHAOS, self.chaos, methods=["POST"]),
+            Route(routes.ZONES, self.zones),
+            Route(routes.ZONE_EVACUATE, self.zone_evacuate, methods=["POST"]),
+            Route(routes.ZONE_RECOVER, self.zone_recover, methods=["POST"]),
             Route("/", self.dashboard_page),
             Mount("/static", StaticFiles(directory=DASHBOARD_DIR), name="static"),
         ]
@@ -491,6 +499,77 @@ class ControlPlaneApi:
         except ChaosFailed as exc:
             return _error(409, "chaos_failed", str(exc))
         return JSONResponse({"message": message})
+
+    async def zones(self, request: Request) -> Response:
+        self._count("zones")
+        return JSONResponse({"zones": self.plane.zones_status()}, headers=_NO_STORE)
+
+    def _zone_refusal(self, request: Request, endpoint: str) -> JSONResponse | None:
+        """Zone changes: the admin token's holder (the CLI, the evacuation engine's local
+        provider), never a browser, on the control plane's own Host."""
+        if browser_shaped(request.headers):
+            return self._refuse(endpoint, "browser", 403, "forbidden",
+                                "browser requests are not accepted here")  # fmt: skip
+        if not self._from_own_origin(request):
+            return self._refuse(endpoint, "host", 403, "forbidden", "wrong Host")
+        if not self._admin(request):
+            return self._refuse(endpoint, "unauthorized", 401, "unauthorized",
+                                "admin token required")  # fmt: skip
+        return None
+
+    async def _zone_body(self, request: Request) -> dict[str, Any] | JSONResponse:
+        try:
+            raw = await read_body(request, MAX_ZONE_BYTES)
+        except BodyTooLarge:
+            return _error(413, "too_large", f"at most {MAX_ZONE_BYTES} bytes")
+        if not raw.strip():
+            return {}
+        if not is_json(request.headers):
+            return _error(415, "unsupported_media_type", "Content-Type must be application/json")
+        try:
+            body = json.loads(raw)
+        except ValueError:
+            body = None
+        if not isinstance(body, dict):
+            return _error(400, "bad_request", "expected a JSON object")
+        return body
+
+    async def zone_evacuate(self, request: Request) -> Response:
+        """Evacuate one zone (see :meth:`ControlPlane.evacuate_zone`)."""
+        self._count("zone_evacuate")
+        refusal = self._zone_refusal(request, "zone_evacuate")
+        if refusal is not None:
+            return refusal
+        body = await self._zone_body(request)
+        if isinstance(body, JSONResponse):
+            return body
+        unknown = set(body) - {"operator", "reason", "expires_in"}
+        if unknown:
+            return _error(400, "bad_request", f"unknown field(s): {', '.join(sorted(unknown))}")
+        try:
+            view = await self.plane.evacuate_zone(
+                request.path_params["zone_id"],
+                operator=body.get("operator", "admin"),
+                reason=body.get("reason", "manual"),
+                expires_in=body.get("expires_in"),
+            )
+        except ZoneRefused as exc:
+            return _error(exc.status, "not_found" if exc.status == 404 else "refused", str(exc))
+        except ValueError as exc:  # InvalidArgument: a field of the wrong type or range
+            return _error(400, "bad_request", str(exc))
+        return JSONResponse(view, headers=_NO_STORE)
+
+    async def zone_recover(self, request: Request) -> Response:
+        """Recover one zone (see :meth:`ControlPlane.recover_zone`)."""
+        self._count("zone_recover")
+        refusal = self._zone_refusal(request, "zone_recover")
+        if refusal is not None:
+            return refusal
+        try:
+            view = await self.plane.recover_zone(request.path_params["zone_id"])
+        except ZoneRefused as exc:
+            return _error(exc.status, "not_found", str(exc))
+        return JSONResponse(view, headers=_NO_STORE)
 
     async def prometheus(self, request: Request) -> Response:
         body = generate_latest(self.metrics.registry) + generate_latest(self.plane.registry)

@@ -14,6 +14,10 @@ primary failing then would find no healthy region to fail over to), and nothing 
 to undo if this control plane dies mid-drain. A later move of the writer stops a drain
 (``{"mode": "serving"}``): the region taking over keeps its clients.
 
+A zone evacuation (:mod:`rideout.controlplane.zones`) drains the evacuated zone the same
+way, with its own instance (``zones=``, ``destination=``): its clients follow DNS to the
+region's other zones.
+
 Zones in another mode (an operator's ``degraded`` or ``draining``) are left alone. The
 zones' admin routes exist in local mode only (``rideout up``): elsewhere the drain is
 skipped and says so. With ``[realtime] workers`` above 1, a request reaches one worker
@@ -27,7 +31,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import httpx
@@ -52,9 +56,12 @@ class FailbackDrain:
         *,
         token: Callable[[], str] | None = None,
         clock: Callable[[], float] = time.time,
+        spread: float | None = None,
+        destination: str = "the writer",
     ) -> None:
         self.config = config
-        self.spread = config.failover.failback_drain_seconds
+        self.spread = config.failover.failback_drain_seconds if spread is None else spread
+        self.destination = destination
         self._token = token or (lambda: load_or_create_admin_token(config.keys_dir))
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
@@ -77,8 +84,9 @@ class FailbackDrain:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def start(self, region: str) -> None:
-        """Drain `region`'s zones in the background (ending any drain still running)."""
+    def start(self, region: str, *, zones: Sequence[str] | None = None, delay: float = 0.0) -> None:
+        """Drain `region`'s zones (only `zones`, if given) in the background, after
+        `delay` seconds, ending any drain still running."""
         previous = self._task
         self.cancel()
         if self.config.mode != "local":
@@ -88,7 +96,7 @@ class FailbackDrain:
             )
             return
         self._task = asyncio.create_task(
-            self._drain(region, previous), name=f"rideout-drain-{region}"
+            self._drain(region, previous, zones, delay), name=f"rideout-drain-{region}"
         )
 
     def cancel(self) -> None:
@@ -103,9 +111,17 @@ class FailbackDrain:
 
     # ------------------------------------------------------------------ the drain
 
-    async def _drain(self, region: str, previous: asyncio.Task[None] | None) -> None:
+    async def _drain(
+        self,
+        region: str,
+        previous: asyncio.Task[None] | None,
+        only: Sequence[str] | None,
+        delay: float,
+    ) -> None:
         if previous is not None:  # its zones must have been told before we look
             await asyncio.wait({previous})
+        if delay:
+            await asyncio.sleep(delay)
         self.last = {"region": region, "state": "draining", "started_at": self._clock(),
                      "spread": self.spread, "zones": {}}  # fmt: skip
         try:
@@ -116,16 +132,22 @@ class FailbackDrain:
             return
         async with httpx.AsyncClient(trust_env=False, timeout=2.0) as http:
             try:
-                await self._run(http, region, auth)
+                await self._run(http, region, auth, only)
             except asyncio.CancelledError:
                 self.last["state"] = "cancelled"
                 raise
             finally:
                 await self._stop_zones(http, auth)
 
-    async def _run(self, http: httpx.AsyncClient, region: str, auth: dict[str, str]) -> None:
+    async def _run(
+        self,
+        http: httpx.AsyncClient,
+        region: str,
+        auth: dict[str, str],
+        only: Sequence[str] | None,
+    ) -> None:
         assert self.last is not None
-        zones = self.config.region(region).zones
+        zones = [z for z in self.config.region(region).zones if only is None or z.name in only]
         body = {"mode": "serving", "drain_over": self.spread}
         answers = await asyncio.gather(*(self._switch(http, z, body, auth) for z in zones))
         closing = {z.name: n for z, n in zip(zones, answers, strict=True) if n is not None}
@@ -137,7 +159,7 @@ class FailbackDrain:
         shown = ", ".join(f"{name} ({n} connections)" for name, n in closing.items())
         self._note(
             f"draining {region}'s zones {shown}: closing them with 1012 over "
-            f"{self.spread:g} s so that their clients follow DNS to the writer",
+            f"{self.spread:g} s so that their clients follow DNS to {self.destination}",
         )
         await asyncio.sleep(self.spread + 0.5)
         left = await asyncio.gather(*(self._connections(http, z, auth) for z in zones))
@@ -145,8 +167,7 @@ class FailbackDrain:
         self.last["state"] = "done"
         self._note(
             f"drained {region}: {sum(closing.values())} connections closed over "
-            f"{self.spread:g} s, {self.last['left']} connected now; its zones serve on as the "
-            "standby",
+            f"{self.spread:g} s, {self.last['left']} connected now",
         )
 
     async def _switch(

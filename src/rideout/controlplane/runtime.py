@@ -35,8 +35,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
 from rideout.config import Config
+from rideout.controlplane.autoshift import Autoshift
 from rideout.controlplane.drain import FailbackDrain
 from rideout.controlplane.errors import IngestError, IngestForbidden
+from rideout.controlplane.zones import ZoneState
 from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
     Answer,
@@ -102,7 +104,10 @@ class ControlPlane:
             for name, alarm in self.alarms.items()
         }
         self.state_file = state_path(config)
+        self.zones = ZoneState(config, clock=clock)
+        self._zone_drains: dict[str, FailbackDrain] = {}
         restored = self._load()
+        self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.controller = FailoverController(
             config, state=restored, clock=clock, on_change=lambda _: self.save()
         )
@@ -149,6 +154,7 @@ class ControlPlane:
                     )
             controller = data.get("controller")
             state = ControllerState.from_dict(controller) if controller else None
+            self.zones.restore(data.get("zones", {}))
         except (ValueError, KeyError, TypeError) as exc:
             log.warning(
                 "%s is damaged (%s): starting without remembered state", self.state_file, exc
@@ -167,6 +173,7 @@ class ControlPlane:
             "alarms": {name: a.to_dict() for name, a in self.alarms.items()},
             "checks": {name: c.to_dict() for name, c in self.checks.items()},
             "controller": self.controller.state.to_dict() if self.controller.state else None,
+            "zones": self.zones.to_dict(),
         }
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")
@@ -231,6 +238,10 @@ class ControlPlane:
         overdue = first is not None and now >= max(self.started_at, first) + self._grace()
         return watched and (reported or overdue)
 
+    def now(self) -> float:
+        """The control plane's clock."""
+        return self._clock()
+
     def healthy(self) -> dict[str, bool]:
         return {name: check.healthy for name, check in self.checks.items()}
 
@@ -239,10 +250,17 @@ class ControlPlane:
         now = self._clock()
         self.store.prune(now)
         changed = False
+        if self.autoshift is not None:
+            # Before the alarms: a zone shifted now is out of its region's alarm already.
+            try:
+                await self.autoshift.round(now, lambda region: self._may_evaluate(region, now))
+            except Exception:  # autoshift failing must not stop failover
+                log.exception("autoshift round failed")
         for name, alarm in self.alarms.items():
             if not self._may_evaluate(name, now):
                 continue
-            change = alarm.evaluate(now, self.store)
+            # An evacuated zone serves no one: its canary no longer speaks for the region.
+            change = alarm.evaluate(now, self.store, exclude=self._excluded())
             if change is not None:
                 changed = True
                 log.info(
@@ -268,6 +286,10 @@ class ControlPlane:
             self.save()
         self._update_metrics()
 
+    def _excluded(self) -> dict[str, frozenset[str]] | None:
+        evacuated = self.zones.evacuated
+        return {ZONE_DIMENSION: evacuated} if evacuated else None
+
     def _move_counts(self) -> tuple[int, int]:
         state = self.controller.state
         return (state.failovers, state.failbacks) if state else (0, 0)
@@ -282,7 +304,9 @@ class ControlPlane:
             self.drain.cancel()
 
     def _refresh_answer(self) -> Answer:
-        answer = failover_answer(self.zone, self.controller.dns_health(self.healthy()))
+        answer = failover_answer(
+            self.zone, self.controller.dns_health(self.healthy()), self.zones.evacuated
+        )
         if self._answer is None or (answer.region, answer.addresses) != (
             self._answer.region,
             self._answer.addresses,
@@ -300,7 +324,9 @@ class ControlPlane:
         if self.dns_feed is None:
             return
         health = self.controller.dns_health(self.healthy())
-        view = DnsView(self.zone.app_domain, health, self._serial, self._clock())
+        view = DnsView(
+            self.zone.app_domain, health, self._serial, self._clock(), self.zones.evacuated
+        )
         last = self._published
         if (
             last is not None
@@ -324,8 +350,70 @@ class ControlPlane:
     def resolve(self, qname: str, qtype: str) -> Resolution:
         """The DNS server's (and DoH endpoint's) resolver: answers from the current view."""
         return resolve(
-            self.zone, qname, qtype, self.controller.dns_health(self.healthy()), serial=self._serial
+            self.zone,
+            qname,
+            qtype,
+            self.controller.dns_health(self.healthy()),
+            self.zones.evacuated,
+            serial=self._serial,
         )
+
+    # ------------------------------------------------------------------ zones
+
+    async def evacuate_zone(
+        self,
+        zone: str,
+        *,
+        operator: str,
+        reason: str = "manual",
+        expires_in: float | None = None,
+    ) -> dict[str, Any]:
+        """Stop answering ``zone``'s address in DNS and drain its clients to the region's
+        other zones (ZoneRefused: an unknown zone, or the region's last serving one)."""
+        evacuation, new = self.zones.evacuate(
+            zone, operator=operator, reason=reason, expires_in=expires_in
+        )
+        self.save()
+        self._refresh_answer()
+        self._update_zone_metrics()
+        if new:
+            log.info(
+                "zone %s of %s evacuated by %s (%s)", zone, evacuation.region, operator, reason
+            )
+            drain = self._zone_drains.get(zone)
+            if drain is None:
+                drain = FailbackDrain(
+                    self.config,
+                    clock=self._clock,
+                    spread=self.config.evacuate.drain_seconds,
+                    destination=f"{evacuation.region}'s other zones",
+                )
+                self._zone_drains[zone] = drain
+            # Caches that still hold the zone's address expire within a TTL: drain after.
+            drain.start(evacuation.region, zones=[zone], delay=float(self.config.timing.dns_ttl))
+        return self._zone_view(zone)
+
+    async def recover_zone(self, zone: str) -> dict[str, Any]:
+        """Answer ``zone``'s address in DNS again (ZoneRefused: an unknown zone)."""
+        ended = self.zones.recover(zone)
+        if ended is not None:
+            drain = self._zone_drains.get(zone)
+            if drain is not None:
+                drain.cancel()
+            self.save()
+            self._refresh_answer()
+            self._update_zone_metrics()
+            log.info("zone %s of %s recovered", zone, ended.region)
+        return self._zone_view(zone)
+
+    def _zone_view(self, zone: str) -> dict[str, Any]:
+        view = next(z for z in self.zones.status() if z["zone"] == zone)
+        drain = self._zone_drains.get(zone)
+        return {**view, "drain": drain.status() if drain is not None else None}
+
+    def zones_status(self) -> list[dict[str, Any]]:
+        """Every zone, evacuated or not, with its drain."""
+        return [self._zone_view(z["zone"]) for z in self.zones.status()]
 
     # ------------------------------------------------------------------ running
 
@@ -341,6 +429,8 @@ class ControlPlane:
             await cancel_and_wait(self._task)
             self._task = None
         await self.drain.stop()
+        for drain in self._zone_drains.values():
+            await drain.stop()
         await self.dns.stop()
         await self.controller.close()
         with contextlib.suppress(OSError):
@@ -388,6 +478,8 @@ class ControlPlane:
                 "serial": self._serial,
             },
             "failover": {**self.controller.status(), "drain": self.drain.status()},
+            "zones": self.zones.status(),
+            "autoshift": self.autoshift.status() if self.autoshift else {"enabled": False},
         }
 
     def canary_history(self, seconds: float = 60.0) -> dict[str, list[tuple[float, float]]]:
@@ -456,7 +548,17 @@ class ControlPlane:
             "rideout_canary_timestamp_seconds", "Time of the latest canary datapoint.",
             ["region", "zone"], registry=r,
         )  # fmt: skip
+        self._zone_evacuated = Gauge(
+            "rideout_zone_evacuated", "1 while a zone is evacuated (out of DNS, drained).",
+            ["region", "zone"], registry=r,
+        )  # fmt: skip
+        self._update_zone_metrics()
         self._damping_metrics()
+
+    def _update_zone_metrics(self) -> None:
+        evacuated = self.zones.evacuated
+        for zone, region in self.zones.regions.items():
+            self._zone_evacuated.labels(region, zone).set(1 if zone in evacuated else 0)
 
     def _damping_metrics(self) -> None:
         r = self.registry

@@ -5,9 +5,11 @@ checks, record changes): when the control plane is down, the name servers keep
 answering with the last records they were given. rideout does the same locally. The
 control plane publishes a :class:`DnsView` whenever its decision changes: each region's
 health as routing sees it (the failover controller's :meth:`dns_health`, which names
-the writer's region only) and the SOA serial. ``rideout dns`` follows the view with a
-:class:`DnsFollower` and answers from the last one it read, so a control-plane crash or
-restart neither stops name resolution nor changes an answer.
+the writer's region only), the evacuated zones (names only: the control plane passes
+them as data, DNS knows nothing of how a zone came to be evacuated) and the SOA serial.
+``rideout dns`` follows the view with a :class:`DnsFollower` and answers from the last
+one it read, so a control-plane crash or restart neither stops name resolution nor
+changes an answer.
 
 The hand-over is a file (:class:`ViewFile`) in the deployment's run directory, replaced
 atomically (write a temp file of mode 0600, fsync, rename), so a reader never sees half a view
@@ -55,23 +57,30 @@ class DnsFeedError(DnsError, ValueError):
 
 @dataclass(frozen=True, slots=True)
 class DnsView:
-    """What DNS answers from: routing health per region, the SOA serial, when published."""
+    """What DNS answers from: routing health per region, the evacuated zones, the SOA
+    serial, when published."""
 
     app_domain: str
     health: Mapping[str, bool]
     serial: int
     published_at: float
+    evacuated: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "health", dict(self.health))
+        object.__setattr__(self, "evacuated", frozenset(self.evacuated))
 
     def answer(self, zone: DnsZoneConfig) -> Answer:
-        """The failover answer `zone` gives with this health."""
-        return failover_answer(zone, self.health)
+        """The failover answer `zone` gives with this health and these evacuated zones."""
+        return failover_answer(zone, self.health, self.evacuated)
 
     def same_decision(self, other: DnsView | None) -> bool:
         """Whether `other` routes the same way (the serial and time may differ)."""
-        return other is not None and dict(other.health) == dict(self.health)
+        return (
+            other is not None
+            and dict(other.health) == dict(self.health)
+            and other.evacuated == self.evacuated
+        )
 
     def decision(self) -> tuple[int, tuple[tuple[str, bool], ...]]:
         """What the answers depend on: the serial and the health, not the time."""
@@ -83,6 +92,7 @@ class DnsView:
                 "format": _FORMAT,
                 "app_domain": self.app_domain,
                 "health": dict(self.health),
+                "evacuated": sorted(self.evacuated),
                 "serial": self.serial,
                 "published_at": self.published_at,
             },
@@ -112,12 +122,18 @@ class DnsView:
             raise DnsFeedError(
                 f"the view's health must map {sorted(expected)} to true or false, not {health!r}"
             )
+        evacuated = raw.get("evacuated", [])  # absent in views of earlier versions
+        zones = {e.zone for r in zone.regions for e in r.endpoints}
+        if not isinstance(evacuated, list) or not set(evacuated) <= zones:
+            raise DnsFeedError(
+                f"the view's evacuated must list zones of {sorted(zones)}, not {evacuated!r}"
+            )
         try:
             serial = _validate.count("serial", raw.get("serial"), low=1, high=0xFFFFFFFF)
             at = _validate.number("published_at", raw.get("published_at"))
         except ValueError as exc:
             raise DnsFeedError(f"the view's {exc}") from None
-        return cls(zone.app_domain, health, serial, at)
+        return cls(zone.app_domain, health, serial, at, frozenset(evacuated))
 
 
 class ViewPublisher(Protocol):
@@ -236,7 +252,7 @@ class DnsFollower:
         view = self.view
         if view is None:
             return QueryResult("SERVFAIL")
-        return resolve(self.zone, qname, qtype, view.health, serial=view.serial)
+        return resolve(self.zone, qname, qtype, view.health, view.evacuated, serial=view.serial)
 
     async def run(self, on_refresh: Callable[[], None] | None = None) -> None:
         """Refresh every `interval` seconds until cancelled; `on_refresh` after each change."""

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -14,32 +16,53 @@ from rideout.config import ConfigError, load_config
 from rideout.drill.analysis import HERDS
 from rideout.drill.report import HEADERS, default_report_dir, summary_rows, write_report
 from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
+from rideout.drill.zone import (
+    ZoneDrillOptions,
+    render_zone_markdown,
+    run_zone_outage,
+    write_zone_report,
+)
 
-__all__ = ["main_region_outage"]
+__all__ = ["main_region_outage", "main_zone_outage"]
 
 
-def main_region_outage(options: DrillOptions, console: Console | None = None) -> int:
-    """Run the drill, write the report, print the summary; 0 when every objective holds,
-    1 when one failed, 2 when the drill could not run."""
-    out = console or Console(highlight=False, soft_wrap=True)
+def _run_drill(
+    out: Console,
+    config_path: Path | None,
+    report_dir: Path | None,
+    run: Callable[[Callable[[str], None]], Coroutine[Any, Any, dict[str, Any]]],
+) -> tuple[dict[str, Any], Path] | None:
+    """Run a drill under a spinner: its report and folder, or None (the error printed)."""
     # Thousands of clients each warn on every disconnect: the report says it better.
     logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
     try:
-        config = load_config(options.config_path)
+        config = load_config(config_path)
     except ConfigError as exc:
         out.print(Text(f"error: {exc}", style="bold red"))
-        return 2
-    directory = options.report_dir or default_report_dir(config.data_dir)
+        return None
+    directory = report_dir or default_report_dir(config.data_dir)
     try:
         with out.status("drill: starting", spinner="dots") as status:
 
             def progress(message: str) -> None:
                 status.update(f"drill: {message}")
 
-            report = asyncio.run(run_region_outage(options, progress))
+            report = asyncio.run(run(progress))
     except DrillError as exc:
         out.print(Text(f"error: {exc}", style="bold red"))
+        return None
+    return report, Path(directory)
+
+
+def main_region_outage(options: DrillOptions, console: Console | None = None) -> int:
+    """Run the drill, write the report, print the summary; 0 when every objective holds,
+    1 when one failed, 2 when the drill could not run."""
+    out = console or Console(highlight=False, soft_wrap=True)
+    done = _run_drill(out, options.config_path, options.report_dir,
+                      lambda progress: run_region_outage(options, progress))  # fmt: skip
+    if done is None:
         return 2
+    report, directory = done
     files = write_report(report, Path(directory))
     # One column per pass and phase, one row per measurement: fits a terminal.
     rows = summary_rows(report)
@@ -61,6 +84,11 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
                 f"{cmp[f'{prefix}peak_full_jitter_per_100ms']}, no jitter "
                 f"{cmp[f'{prefix}peak_no_jitter_per_100ms']} ([bold]{ratio:.1f}×[/])"
             )
+    _print_objectives(out, report, files)
+    return 0 if report["ok"] else 1
+
+
+def _print_objectives(out: Console, report: dict[str, Any], files: list[Path]) -> None:
     for objective in report["objectives"]:
         style = "green" if objective["ok"] else "bold red"
         verdict = "ok" if objective["ok"] else "FAILED"
@@ -69,4 +97,18 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
             f"(limit {objective['limit']})"
         )
     out.print(f"report: {', '.join(str(f) for f in files)}")
+
+
+def main_zone_outage(options: ZoneDrillOptions, console: Console | None = None) -> int:
+    """Run the zone-outage drill, write the report, print the summary; 0 when every
+    objective holds, 1 when one failed, 2 when the drill could not run."""
+    out = console or Console(highlight=False, soft_wrap=True)
+    done = _run_drill(out, options.config_path, options.report_dir,
+                      lambda progress: run_zone_outage(options, progress))  # fmt: skip
+    if done is None:
+        return 2
+    report, directory = done
+    files = write_zone_report(report, directory)
+    out.print(render_zone_markdown(report), markup=False)
+    _print_objectives(out, report, files)
     return 0 if report["ok"] else 1

@@ -57,7 +57,7 @@ from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import state_client
 from rideout.store.keys import room_stream
 
-__all__ = ["DrillError", "DrillOptions", "run_region_outage"]
+__all__ = ["DrillError", "DrillOptions", "check_options", "run_region_outage"]
 
 FAULTS = ("kill", "freeze", "throttle")
 Progress = Callable[[str], None]
@@ -95,14 +95,19 @@ class DrillOptions:
     env: dict[str, str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.clients < 1:
-            raise DrillError("--clients must be at least 1")
-        if self.fault not in FAULTS:
-            raise DrillError(f"--fault must be one of {', '.join(FAULTS)}, not {self.fault!r}")
+        check_options(self.clients, self.fault, self.profile)
         if self.replication not in ("sync", "async"):
             raise DrillError(f"--replication must be sync or async, not {self.replication!r}")
-        if self.profile is not None and self.profile not in PROFILES:
-            raise DrillError(f"--profile must be one of {', '.join(PROFILES)}")
+
+
+def check_options(clients: int, fault: str, profile: str | None) -> None:
+    """The checks every drill makes of its options (DrillError naming the flag)."""
+    if clients < 1:
+        raise DrillError("--clients must be at least 1")
+    if fault not in FAULTS:
+        raise DrillError(f"--fault must be one of {', '.join(FAULTS)}, not {fault!r}")
+    if profile is not None and profile not in PROFILES:
+        raise DrillError(f"--profile must be one of {', '.join(PROFILES)}")
 
 
 # ------------------------------------------------------------------ control plane

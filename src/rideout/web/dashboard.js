@@ -91,6 +91,10 @@ function render(view) {
   $("dns-ttl").textContent = `${dns.ttl} s`;
   $("dns-reason").textContent = dns.reason;
   $("dns-server").textContent = dns.server;
+  const evacuated = (view.zones || []).filter((z) => z.evacuated);
+  $("dns-evacuated").textContent = evacuated.length
+    ? evacuated.map((z) => `${z.zone} (${z.evacuation.reason}, by ${z.evacuation.operator})`).join(", ")
+    : "none";
   $("writer").textContent = failover.writer;
   $("epoch").textContent = failover.epoch;
   $("replication").textContent = failover.replication;

@@ -1,0 +1,134 @@
+"""Zonal autoshift: when to evacuate a zone automatically, and when to bring it back.
+Pure: the control plane feeds it each zone's canary health per period and carries the
+decisions out through the evacuation engine (so the ledger records them like manual
+ones, with operator ``autoshift``).
+
+Rules, per round:
+
+- **evacuate** a zone whose canary failed ``min_failing`` complete periods in a row (the
+  control plane passes its alarms' ``failover_datapoints`` and decides before it
+  evaluates them, so a zone is shifted in the very round its failures would otherwise
+  raise the region's alarm, and one failed probe moves nothing) while another zone of
+  its region, not evacuated, passes: a zone failure is handled in the region and must
+  not fail the region over (an evacuated zone's canary no longer counts in the region's
+  alarm). One zone per region per round; a region whose every zone fails is left to
+  regional failover; no data (a silent canary) is no evidence about a zone.
+- **recover** a zone it evacuated once its canary has passed for ``recover_after``
+  seconds in a row.
+- **extend** an automatic shift whose expiry has passed while the zone is not yet
+  healthy long enough (AWS's zonal shifts expire after ``expiresIn``; here the shift is
+  re-evaluated and renewed rather than dropped onto a zone still failing).
+- a **practice** shift whose expiry has passed is recovered (its command normally does
+  that itself; this covers it dying). Manual evacuations are never touched.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from rideout import _validate
+
+__all__ = ["OPERATOR", "Decision", "HealthTracker", "ZoneView", "decide"]
+
+OPERATOR = "autoshift"
+
+
+@dataclass(frozen=True, slots=True)
+class ZoneView:
+    """One zone as autoshift sees it."""
+
+    zone: str
+    region: str
+    healthy: bool | None  # its latest complete canary period with data (None: none yet)
+    healthy_since: float | None  # start of its current run of passing periods
+    failing: int = 0  # complete periods failed in a row
+    shift: str | None = None  # None, or the evacuation's reason: manual|autoshift|practice
+    expires_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    action: Literal["evacuate", "recover", "extend"]
+    zone: str
+    region: str
+    why: str
+
+
+def decide(
+    zones: Sequence[ZoneView], now: float, *, recover_after: float, min_failing: int = 1
+) -> list[Decision]:
+    """This round's decisions (see the module docstring)."""
+    recover_after = _validate.seconds("recover_after", recover_after, zero_ok=True)
+    min_failing = _validate.count("min_failing", min_failing, low=1)
+    decisions: list[Decision] = []
+    for view in zones:
+        if view.shift == "practice" and view.expires_at is not None and view.expires_at <= now:
+            decisions.append(Decision("recover", view.zone, view.region, "practice shift expired"))
+        if view.shift != OPERATOR:
+            continue
+        healthy_for = now - view.healthy_since if view.healthy and view.healthy_since else 0.0
+        if view.healthy and healthy_for >= recover_after:
+            why = f"canary healthy for {healthy_for:.1f} s"
+            decisions.append(Decision("recover", view.zone, view.region, why))
+        elif view.expires_at is not None and view.expires_at <= now:
+            why = "shift expired; the zone is still " + (
+                "recovering" if view.healthy else "failing"
+            )
+            decisions.append(Decision("extend", view.zone, view.region, why))
+    shifted: set[str] = set()
+    for view in zones:
+        if view.shift is not None or view.failing < min_failing or view.region in shifted:
+            continue
+        others = [z for z in zones if z.region == view.region and z.zone != view.zone]
+        serving_healthy = [z.zone for z in others if z.shift is None and z.healthy]
+        if not serving_healthy:
+            continue
+        shifted.add(view.region)
+        why = (
+            f"canary failed {view.failing} periods in a row while "
+            f"{', '.join(serving_healthy)} passes"
+        )
+        decisions.append(Decision("evacuate", view.zone, view.region, why))
+    return decisions
+
+
+class HealthTracker:
+    """Each zone's canary verdicts, period by period: the latest, how many failed in a
+    row, and since when it has been passing."""
+
+    def __init__(self) -> None:
+        self._healthy: dict[str, bool] = {}
+        self._since: dict[str, float | None] = {}
+        self._failing: dict[str, int] = {}
+        self._period: dict[str, float] = {}
+
+    def observe(self, zone: str, period_start: float, healthy: bool | None) -> None:
+        """The verdict of the period starting at ``period_start``. A period is counted
+        once, in order (an older one, or one without data, is ignored), so a caller may
+        pass the last few complete periods every round: data that arrives late counts."""
+        if healthy is None or period_start <= self._period.get(zone, float("-inf")):
+            return
+        self._period[zone] = period_start
+        self._healthy[zone] = healthy
+        if healthy:
+            self._failing[zone] = 0
+            if self._since.get(zone) is None:
+                self._since[zone] = period_start
+        else:
+            self._failing[zone] = self._failing.get(zone, 0) + 1
+            self._since[zone] = None
+
+    def views(
+        self, zones: Iterable[tuple[str, str]], shifts: dict[str, tuple[str, float | None]]
+    ) -> list[ZoneView]:
+        """A :class:`ZoneView` per (zone, region), with ``shifts``: zone -> (reason,
+        expires_at) of the evacuated ones."""
+        result = []
+        for zone, region in zones:
+            reason, expires = shifts.get(zone, (None, None))
+            view = ZoneView(zone, region, self._healthy.get(zone), self._since.get(zone),
+                            self._failing.get(zone, 0), reason, expires)  # fmt: skip
+            result.append(view)
+        return result

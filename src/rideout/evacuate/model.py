@@ -1,0 +1,278 @@
+"""Zone evacuation's contract: placements, ledger records, plans, and the two protocols
+every provider and ledger implements. Pure: no I/O, no clock.
+
+The shape (seed 003, the whitepaper's control-plane-controlled evacuation):
+
+- A :class:`Provider` lists the resources of each kind it knows (``placements``), each
+  as a :class:`Placement`: the subnets it uses now (for kinds placed by zone rather than
+  by subnet, such as the local deployment or EKS node groups, the zone ids themselves).
+  ``subnets_in_zone(zone_id)`` maps an AZ *id* (``use1-az2``, stable across accounts) to
+  the provider's subnets in that zone; ``zones_of(subnets)`` maps subnets back to zone
+  ids (for the min-healthy-zones check). ``update`` replaces a resource's subnets and
+  keeps everything else of its network configuration (security groups, public IP).
+  Providers raise :class:`~rideout.evacuate.errors.ProviderError` for anything their
+  dependency refuses; the engine counts that resource as failed and goes on.
+- A :class:`Ledger` stores one :class:`Record` per (zone id, resource): partition key
+  zone id, sort key resource ARN or name, the removed subnets as a list, the kind (a
+  secondary index), time and operator. ``merge`` unions the removed subnets with an
+  existing row's (never overwrites them, never empties a row); ``lock`` is a conditional
+  write (true if ``owner`` now holds the zone's lock, which expires after ``ttl``
+  seconds; the same owner may renew it).
+- :func:`plan_evacuation` and :func:`plan_recovery` decide, per resource, what to remove
+  or merge back, or why to skip it. The engine (:mod:`rideout.evacuate.engine`) carries a
+  plan out: intent recorded in the ledger *before* an evacuation's update, the record
+  deleted only *after* a recovery's update succeeded, so a crash anywhere leaves a ledger
+  that a re-run of the same command reconciles (both operations are idempotent).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from rideout import _validate
+from rideout.errors import InvalidArgument, InvalidArgumentType
+
+__all__ = [
+    "SKIP_ALREADY_EVACUATED",
+    "SKIP_ALREADY_RECOVERED",
+    "SKIP_GONE",
+    "SKIP_NO_SUBNET_LEFT",
+    "Action",
+    "Ledger",
+    "Placement",
+    "Plan",
+    "Provider",
+    "Record",
+    "Step",
+    "merge_records",
+    "plan_evacuation",
+    "plan_recovery",
+    "too_few_zones",
+]
+
+Action = Literal["remove", "restore", "skip"]
+
+SKIP_NO_SUBNET_LEFT = "would leave no subnet"
+SKIP_ALREADY_EVACUATED = "already evacuated"
+SKIP_ALREADY_RECOVERED = "already recovered"
+SKIP_GONE = "resource not found (record kept)"
+
+
+def too_few_zones(minimum: int, left: int) -> str:
+    """The skip reason when removing a zone would leave fewer healthy zones than asked."""
+    return f"fewer than {minimum} healthy zones left ({left})"
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, tuple | list | frozenset | set):
+        raise InvalidArgumentType(f"{name} must be a tuple of strings, not {value!r}")
+    return tuple(_validate.text(name, v) for v in value)
+
+
+def _union(first: Iterable[str], second: Iterable[str]) -> tuple[str, ...]:
+    """Both, in order, each once: ``first``'s order, then ``second``'s new ones."""
+    return tuple(dict.fromkeys([*first, *second]))
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """One resource as its provider describes it now."""
+
+    kind: str  # "asg" | "ecs" | "lambda" | "eks" | "local" ...
+    resource: str  # ARN or name: the ledger's sort key
+    subnets: tuple[str, ...]  # subnets (or zone ids, for kinds placed by zone) in use now
+
+    def __post_init__(self) -> None:
+        _validate.text("kind", self.kind)
+        _validate.text("resource", self.resource)
+        object.__setattr__(self, "subnets", _names("subnets", self.subnets))
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One ledger row (the seed's schema): what was removed from a resource for a zone."""
+
+    zone_id: str  # partition key: an AZ id such as use1-az2
+    resource: str  # sort key: ARN or name
+    kind: str  # secondary index
+    removed: tuple[str, ...]  # the subnets removed, to merge back on recovery
+    at: float  # when (seconds since the epoch) the row was last written
+    operator: str  # who: a user name, or "autoshift"
+
+    def __post_init__(self) -> None:
+        _validate.text("zone_id", self.zone_id)
+        _validate.text("resource", self.resource)
+        _validate.text("kind", self.kind)
+        object.__setattr__(self, "removed", _names("removed", self.removed))
+        if not self.removed:
+            raise InvalidArgument("removed must name at least one subnet")
+        object.__setattr__(self, "at", _validate.number("at", self.at))
+        _validate.text("operator", self.operator)
+
+
+def merge_records(existing: Record | None, new: Record) -> Record:
+    """The row ``Ledger.merge`` stores: ``new``'s time and operator, the union of both
+    rows' removed subnets (existing first). A re-run never loses what an earlier run
+    removed."""
+    if existing is None:
+        return new
+    if (existing.zone_id, existing.resource) != (new.zone_id, new.resource):
+        raise InvalidArgument("merge_records needs two rows of the same zone and resource")
+    return Record(
+        zone_id=new.zone_id,
+        resource=new.resource,
+        kind=existing.kind,
+        removed=_union(existing.removed, new.removed),
+        at=max(existing.at, new.at),
+        operator=new.operator,
+    )
+
+
+class Provider(Protocol):
+    """Lists, describes and updates the resources of some kinds (see the module doc)."""
+
+    name: str
+
+    def kinds(self) -> tuple[str, ...]: ...
+
+    def subnets_in_zone(self, zone_id: str) -> frozenset[str]: ...
+
+    def zones_of(self, subnets: Iterable[str]) -> Mapping[str, str]:
+        """subnet -> zone id, for the subnets the provider knows (others are left out)."""
+        ...
+
+    def placements(self, kind: str) -> Iterable[Placement]: ...
+
+    def describe(self, kind: str, resource: str) -> Placement | None:
+        """The resource now, or None if it no longer exists."""
+        ...
+
+    def update(self, kind: str, resource: str, subnets: tuple[str, ...]) -> None: ...
+
+
+class Ledger(Protocol):
+    """Where evacuations are recorded (see the module doc)."""
+
+    def merge(self, record: Record) -> Record: ...
+
+    def records(self, *, kind: str | None = None, zone_id: str | None = None) -> list[Record]: ...
+
+    def delete(self, zone_id: str, resource: str) -> None: ...
+
+    def lock(self, zone_id: str, owner: str, ttl: float) -> bool: ...
+
+    def unlock(self, zone_id: str, owner: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What a plan does to one resource: ``before`` -> ``after``, ``changed`` being the
+    subnets removed (evacuation) or merged back (recovery); ``reason`` says why a step
+    is skipped (and, for a recovery whose subnets are already back, that only the record
+    goes)."""
+
+    zone_id: str
+    kind: str
+    resource: str
+    action: Action
+    before: tuple[str, ...]
+    after: tuple[str, ...]
+    changed: tuple[str, ...] = ()
+    reason: str = ""
+
+    @property
+    def updates(self) -> bool:
+        """True if the resource's configuration changes."""
+        return self.action != "skip" and self.before != self.after
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """An evacuation or recovery, resource by resource, in a stable order."""
+
+    operation: Literal["evacuate", "recover"]
+    zone_id: str | None  # None: a recovery of every zone in the ledger
+    steps: tuple[Step, ...] = field(default=())
+
+    @property
+    def actions(self) -> tuple[Step, ...]:
+        """The steps that are carried out (not skipped)."""
+        return tuple(s for s in self.steps if s.action != "skip")
+
+    @property
+    def skipped(self) -> tuple[Step, ...]:
+        return tuple(s for s in self.steps if s.action == "skip")
+
+
+def _skip(zone_id: str, p: Placement, changed: tuple[str, ...], reason: str) -> Step:
+    return Step(zone_id, p.kind, p.resource, "skip", p.subnets, p.subnets, changed, reason)
+
+
+def plan_evacuation(
+    placements: Iterable[Placement],
+    zone_subnets: Iterable[str],
+    *,
+    zone_id: str,
+    zone_of: Mapping[str, str] | None = None,
+    min_healthy_zones: int = 1,
+    recorded: Iterable[Record] = (),
+) -> Plan:
+    """Which subnets to remove from each resource to evacuate ``zone_id``.
+
+    ``zone_subnets`` are the zone's subnets (``Provider.subnets_in_zone``); ``zone_of``
+    maps subnets to zone ids (``Provider.zones_of``; a subnet it does not map counts as
+    a zone of its own); ``recorded`` are the ledger's rows for this zone. A resource is
+    skipped, with the reason, when removing the zone would leave it no subnet, or fewer
+    than ``min_healthy_zones`` zones; a resource with none of the zone's subnets but a
+    row in the ledger is "already evacuated"; one with neither is left out.
+    """
+    zone_id = _validate.text("zone_id", zone_id)
+    minimum = _validate.count("min_healthy_zones", min_healthy_zones, low=1)
+    in_zone = frozenset(zone_subnets)
+    zones = dict(zone_of or {})
+    done = {(r.kind, r.resource) for r in recorded if r.zone_id == zone_id}
+    steps = []
+    for p in sorted(placements, key=lambda p: (p.kind, p.resource)):
+        removed = tuple(s for s in p.subnets if s in in_zone)
+        kept = tuple(s for s in p.subnets if s not in in_zone)
+        if not removed:
+            if (p.kind, p.resource) in done:
+                steps.append(_skip(zone_id, p, (), SKIP_ALREADY_EVACUATED))
+            continue
+        left = len({zones.get(s, s) for s in kept})
+        if not kept:
+            steps.append(_skip(zone_id, p, removed, SKIP_NO_SUBNET_LEFT))
+        elif left < minimum:
+            steps.append(_skip(zone_id, p, removed, too_few_zones(minimum, left)))
+        else:
+            steps.append(Step(zone_id, p.kind, p.resource, "remove", p.subnets, kept, removed))
+    return Plan("evacuate", zone_id, tuple(steps))
+
+
+def plan_recovery(
+    records: Iterable[Record],
+    current: Mapping[tuple[str, str], Placement | None],
+    *,
+    zone_id: str | None = None,
+) -> Plan:
+    """What to merge back into each recorded resource: its subnets now (``current``,
+    keyed by (kind, resource); None or missing = the resource is gone) plus the record's
+    removed ones not already there. Idempotent: a resource whose subnets are all back is
+    a "restore" step that changes nothing (the engine then only deletes the record)."""
+    steps = []
+    for r in sorted(records, key=lambda r: (r.zone_id, r.kind, r.resource)):
+        if zone_id is not None and r.zone_id != zone_id:
+            continue
+        now = current.get((r.kind, r.resource))
+        if now is None:
+            steps.append(Step(r.zone_id, r.kind, r.resource, "skip", (), (), r.removed, SKIP_GONE))
+            continue
+        back = tuple(s for s in r.removed if s not in now.subnets)
+        after = _union(now.subnets, back)
+        reason = "" if back else SKIP_ALREADY_RECOVERED + " (record deleted)"
+        steps.append(
+            Step(r.zone_id, r.kind, r.resource, "restore", now.subnets, after, back, reason)
+        )
+    return Plan("recover", zone_id, tuple(steps))

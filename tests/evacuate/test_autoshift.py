@@ -1,0 +1,139 @@
+"""Zonal autoshift: the pure decisions, then the control plane's round with a fake clock
+over real Redis (one zone failing: shifted, recorded, recovered, no regional failover)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rideout.config import Config
+from rideout.evacuate.autoshift import HealthTracker, ZoneView, decide
+from rideout.evacuate.ledger import SqliteLedger
+from rideout.health.canary import ProbeResult, metric_data
+from tests.conftest import FakeClock
+from tests.controlplane.test_runtime import P, S, healthy_for, plane_on_redis, report
+
+
+def views(**zones: tuple[bool | None, int, str | None]) -> list[ZoneView]:
+    return [
+        ZoneView(name, name[0], healthy, 0.0 if healthy else None, failing, shift, None)
+        for name, (healthy, failing, shift) in zones.items()
+    ]
+
+
+def test_a_failing_zone_is_shifted_only_while_another_passes() -> None:
+    [d] = decide(views(a1=(False, 2, None), a2=(True, 0, None)), 10, recover_after=5, min_failing=2)
+    assert (d.action, d.zone) == ("evacuate", "a1")
+    assert not decide(
+        views(a1=(False, 1, None), a2=(True, 0, None)), 10, recover_after=5, min_failing=2
+    )
+    # The whole region failing is regional failover's business; no data is no evidence.
+    assert not decide(views(a1=(False, 3, None), a2=(False, 3, None)), 10, recover_after=5)
+    assert not decide(views(a1=(False, 3, None), a2=(None, 0, None)), 10, recover_after=5)
+    # The other zone evacuated already: nothing left to shift to.
+    assert not decide(views(a1=(False, 3, None), a2=(True, 0, "manual")), 10, recover_after=5)
+    # One zone per region per round.
+    both = decide(views(a1=(False, 3, None), a2=(False, 3, None), a3=(True, 0, None)), 10,
+                  recover_after=5)  # fmt: skip
+    assert [d.zone for d in both] == ["a1"]
+
+
+def test_recovery_extension_and_practice_expiry() -> None:
+    healed = ZoneView("a1", "a", True, 2.0, 0, "autoshift", 100.0)
+    assert [d.action for d in decide([healed], 7.5, recover_after=5)] == ["recover"]
+    assert decide([healed], 6.0, recover_after=5) == []
+    expired = ZoneView("a1", "a", False, None, 9, "autoshift", 5.0)
+    assert [d.action for d in decide([expired], 6.0, recover_after=5)] == ["extend"]
+    practice = ZoneView("a1", "a", True, 0.0, 0, "practice", 5.0)
+    assert [d.action for d in decide([practice], 6.0, recover_after=5)] == ["recover"]
+    manual = ZoneView("a1", "a", True, 0.0, 0, "manual", None)
+    assert decide([manual], 600.0, recover_after=5) == []
+
+
+def test_the_tracker_counts_each_period_once_in_order() -> None:
+    t = HealthTracker()
+    t.observe("a1", 0.0, False)
+    t.observe("a1", 0.0, False)  # the same period again: counted once
+    t.observe("a1", 1.0, None)  # no data yet
+    t.observe("a1", 1.0, False)  # ... then it arrives
+    [v] = t.views([("a1", "a")], {})
+    assert (v.healthy, v.failing, v.healthy_since) == (False, 2, None)
+    t.observe("a1", 2.0, True)
+    t.observe("a1", 1.5, False)  # older: ignored
+    t.observe("a1", 3.0, True)
+    [v] = t.views([("a1", "a")], {"a1": ("autoshift", 9.0)})
+    assert (v.healthy, v.failing, v.healthy_since, v.shift, v.expires_at) == (
+        True,
+        0,
+        2.0,
+        "autoshift",
+        9.0,
+    )
+
+
+def zone_report(plane, clock: FakeClock, bad: str) -> None:  # type: ignore[no-untyped-def]
+    zones = [z.name for z in plane.config.region(P).zones]
+    plane.put_metric_data(
+        metric_data([ProbeResult(P, z, z != bad, 0.01, None, clock.now) for z in zones])
+    )
+
+
+async def test_one_failing_zone_is_shifted_without_failing_the_region_over(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    clock = FakeClock()
+    ledger = SqliteLedger.in_data_dir(config.data_dir)
+    async with plane_on_redis(config, clock) as plane:
+        await healthy_for(plane, clock)
+        assert plane.alarms[P].state == "OK"
+        writer = plane.controller.writer
+        for _ in range(6):  # use1-az2 fails its canary, use1-az1 passes
+            clock.now += plane.period
+            zone_report(plane, clock, "use1-az2")
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == {"use1-az2"}
+        assert plane.zones.evacuations["use1-az2"].reason == "autoshift"
+        [row] = ledger.records()
+        assert (row.zone_id, row.resource, row.operator) == ("use1-az2", P, "autoshift")
+        assert plane.alarms[P].state == "OK"  # the region did not fail over
+        assert plane.controller.writer == writer
+        assert [r.value for r in plane.resolve(config.app_domain, "A").answers] == ["127.0.1.1"]
+        assert plane.summary()["autoshift"]["events"][-1]["result"] == "done"
+
+        # Still failing past the expiry: the shift is renewed, not dropped.
+        expiry = plane.zones.evacuations["use1-az2"].expires_at
+        assert expiry is not None
+        while clock.now <= expiry + plane.period:
+            clock.now += plane.period
+            zone_report(plane, clock, "use1-az2")
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == {"use1-az2"}
+        assert (plane.zones.evacuations["use1-az2"].expires_at or 0) > expiry
+
+        # Healthy for `autoshift_recover_after`: recovered, the ledger emptied.
+        for _ in range(int(config.evacuate.autoshift_recover_after / plane.period) + 3):
+            clock.now += plane.period
+            report(plane, clock, P)
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == frozenset()
+        assert ledger.records() == []
+        assert plane.alarms[P].state == "OK"
+        assert plane.controller.writer == writer
+
+
+async def test_autoshift_can_be_switched_off(make_config: Callable[..., Config]) -> None:
+    config = make_config(evacuate={"autoshift": False})
+    clock = FakeClock()
+    async with plane_on_redis(config, clock) as plane:
+        assert plane.autoshift is None
+        await healthy_for(plane, clock)
+        for _ in range(6):
+            clock.now += plane.period
+            zone_report(plane, clock, "use1-az2")
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == frozenset()
+        assert plane.alarms[P].state == "ALARM"  # one zone failing fails the region

@@ -1,0 +1,179 @@
+"""Evacuating a zone of `rideout up`, end to end: the CLI, the control plane, DNS packets,
+resilient clients moving to the region's other zone with no acknowledged bid lost; and
+zonal autoshift answering a zone outage without a regional failover."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from rideout.auth import SigningKey, TokenIssuer
+from rideout.config import Config, parse_config
+from tests.cluster.conftest import rideout, started
+from tests.conftest import until
+from tests.evacuate.helpers import (
+    AZ1,
+    AZ2,
+    CLIENTS,
+    Bidder,
+    answers,
+    assert_no_acked_bid_lost,
+    cli,
+    resolve,
+    stop_bidders,
+    wide_status,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def effective_config(workdir: Path) -> Config:
+    shown = rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir)
+    return parse_config(json.loads(shown.stdout))
+
+
+def token_issuer(config: Config) -> TokenIssuer:
+    key = SigningKey.load_or_create(config.keys_dir)
+    return TokenIssuer(key, config.auth.issuer, config.auth.audience, 3600)
+
+
+async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path]) -> None:
+    workdir = make_workdir()
+    config = effective_config(workdir)
+    issuer = token_issuer(config)
+    token = issuer.issue("checker")
+    with started(workdir) as up:
+        up.wait_ready()
+        assert await resolve(config) == [AZ1, AZ2]
+        bidders = [Bidder(config, issuer.issue(f"user{i}"), f"evac-{i}") for i in range(CLIENTS)]
+        tasks = []
+        try:
+            for b in bidders:
+                b.client.start()
+                tasks.append(asyncio.create_task(b.run()))
+            await until(lambda: all(b.accepted >= 3 for b in bidders), 60, message="bidding")
+
+            # A dry run plans the change and makes none.
+            code, plan = cli(workdir, "evacuate", "--zone-id", "use1-az1", "--dry-run", "--json")
+            assert code == 0
+            assert [
+                (s["resource"], s["after"]) for s in plan["plan"] if s["action"] == "remove"
+            ] == [("us-east-1", ["use1-az2"])]
+            assert await resolve(config) == [AZ1, AZ2]
+
+            code, outcome = cli(workdir, "evacuate", "--zone-id", "use1-az1", "--json")
+            assert code == 0, outcome
+            assert [s["resource"] for s in outcome["changed"]] == ["us-east-1"]
+            # DNS (the `rideout dns` process, real packets) no longer answers the zone.
+            await until(lambda: answers(config, [AZ2]), 10)
+            assert await resolve(config, f"us-east-1.{config.app_domain}") == [AZ2]
+            # The zone's clients are drained (1012) and reconnect to the other zone.
+            await until(lambda: all(b.address == AZ2 for b in bidders), 60, message="moved")
+            counts = {id(b): b.accepted for b in bidders}
+            await until(lambda: all(b.accepted > counts[id(b)] + 2 for b in bidders), 60)
+
+            # The region's last zone is refused, and changes nothing.
+            code, refused = cli(workdir, "evacuate", "--zone-id", "use1-az2", "--json")
+            assert code == 2
+            assert "no subnet" in refused["refused"]
+            assert await resolve(config) == [AZ2]
+
+            status = json.loads(
+                rideout("status", "--json", "-c", "rideout.toml", cwd=workdir).stdout
+            )
+            zones = {z["name"]: z for r in status["regions"] for z in r["zones"]}
+            assert zones["use1-az1"]["evacuation"]["reason"] == "manual"
+            assert zones["use1-az2"]["evacuation"] is None
+            assert status["dns"]["answer"]["region"] == "us-east-1"
+            assert "evacuated (manual" in wide_status(workdir)
+            code, ledger = cli(workdir, "evacuate", "list", "--json")
+            assert [(r["zone_id"], r["resource"], r["removed"]) for r in ledger] == [
+                ("use1-az1", "us-east-1", ["use1-az1"])
+            ]
+
+            code, back = cli(workdir, "recover", "--zone-id", "use1-az1", "--json")
+            assert code == 0, back
+            await until(lambda: answers(config, [AZ1, AZ2]), 10)
+            assert cli(workdir, "evacuate", "list", "--json")[1] == []
+            counts = {id(b): b.accepted for b in bidders}
+            await until(lambda: all(b.accepted > counts[id(b)] for b in bidders), 60)
+        finally:
+            await stop_bidders(bidders, tasks)
+        await assert_no_acked_bid_lost(config, token, bidders, AZ1)
+
+
+async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
+    make_workdir: Callable[..., Path],
+) -> None:
+    """One zone's app servers killed: autoshift takes it out of DNS (recorded in the
+    ledger), its clients move to the other zone, the region does not fail over; the zone
+    restored and healthy for a while, autoshift brings it back."""
+    workdir = make_workdir()
+    config = effective_config(workdir)
+    timing = config.timing
+    issuer = token_issuer(config)
+    token = issuer.issue("checker")
+    with started(workdir) as up:
+        up.wait_ready()
+        await until(lambda: _alarms_ok(config), 30, interval=0.1)
+        bidders = [Bidder(config, issuer.issue(f"user{i}"), f"auto-{i}") for i in range(CLIENTS)]
+        tasks = []
+        try:
+            for b in bidders:
+                b.client.start()
+                tasks.append(asyncio.create_task(b.run()))
+            await until(lambda: all(b.accepted >= 3 for b in bidders), 60, message="bidding")
+
+            # DNS answers in configuration order and clients take the first address: the
+            # zone they are on is use1-az1.
+            assert all(b.address == AZ1 for b in bidders)
+            out = rideout("chaos", "kill", "us-east-1", "--zone", "use1-az1", "-c", "rideout.toml",
+                          cwd=workdir)  # fmt: skip
+            assert "killed zone use1-az1" in out.stdout, out.stdout + out.stderr
+            shifted = await until(lambda: answers(config, [AZ2]), 30, interval=0.1)
+            # About failover_datapoints periods of failed probes, then one round.
+            assert shifted < (timing.failover_datapoints + 4) * timing.canary_interval + 10
+            state = await summary(config)
+            assert [z["evacuation"]["reason"] for z in state["zones"] if z["evacuated"]] == [
+                "autoshift"
+            ]
+            _, ledger = cli(workdir, "evacuate", "list", "--json")
+            assert [(r["zone_id"], r["operator"]) for r in ledger] == [("use1-az1", "autoshift")]
+            await until(lambda: all(b.address == AZ2 for b in bidders), 60, message="moved")
+            counts = {id(b): b.accepted for b in bidders}
+            await until(lambda: all(b.accepted > counts[id(b)] + 2 for b in bidders), 60)
+            state = await summary(config)
+            assert state["failover"]["writer"] == "us-east-1"
+            assert state["failover"]["failovers"] == 0
+            assert state["alarms"]["us-east-1"]["state"] == "OK"
+
+            rideout("chaos", "restore", "us-east-1", "-c", "rideout.toml", cwd=workdir)
+            back = config.evacuate.autoshift_recover_after + 30
+            await until(lambda: answers(config, [AZ1, AZ2]), back, interval=0.2)
+            assert cli(workdir, "evacuate", "list", "--json")[1] == []
+            state = await summary(config)
+            assert state["failover"]["failovers"] == 0
+        finally:
+            await stop_bidders(bidders, tasks)
+        await assert_no_acked_bid_lost(config, token, bidders, AZ2)
+
+
+async def summary(config: Config) -> dict[str, Any]:
+    cp = config.control_plane
+    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+        data: dict[str, Any] = (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()
+        return data
+
+
+async def _alarms_ok(config: Config) -> bool:
+    try:
+        state = await summary(config)
+    except httpx.HTTPError:
+        return False
+    return {a["state"] for a in state["alarms"].values()} == {"OK"}
