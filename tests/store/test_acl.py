@@ -517,6 +517,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         keys.WAITINGROOM_INDEX,
         *keys.waitingroom_event_keys("ev{1}*").values(),
         keys.waitingroom_tick("ev", "periodic", 7),
+        keys.waitingroom_stamp("ev", "ab" * 32),
     ]
     for name in names:
         assert any(fnmatch.fnmatchcase(name, pattern) for pattern in app), name
@@ -524,7 +525,8 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     functions = {n for n in keys.__all__ if n.islower()}
     assert functions == {
         "bid_ack", "demo_name_claim", "idempotency", "legacy_bid_ack", "room_state",
-        "room_stream", "user_session", "waitingroom_event_keys", "waitingroom_tick",
+        "room_stream", "user_session", "waitingroom_event_keys", "waitingroom_stamp",
+        "waitingroom_tick",
     }  # fmt: skip
 
 

@@ -180,6 +180,9 @@ async def test_an_idempotency_key_keeps_one_position_across_retries(room: Room) 
     assert len({a["api_request_id"] for a in answers}) == 1
     r = await room.client.post("/assign_queue_num", json={"event_id": event_id}, headers=key)
     assert r.headers["idempotent-replayed"] == "true"
+    r = await room.client.post("/assign_queue_num", json={"event_id": "other-one"}, headers=key)
+    assert r.status_code == 422  # the key reused for another request: refused, readable by a page
+    assert r.headers["access-control-allow-origin"] == "*"
     assert (await room.counters(event_id))["queue"] == 1
     other = await room.assign(event_id)  # no key: a new arrival
     assert other["queue_number"] == 2
@@ -306,3 +309,132 @@ async def test_the_micro_cache_takes_a_surge_of_polls_with_one_read(redis_server
     assert {r.status_code for r in answers} == {200}
     assert {r.status_code for r in unknown} == {400}
     assert api.cache.loads == 2
+
+
+async def test_proof_of_work_is_asked_for_checked_and_good_once(room: Room) -> None:
+    from rideout.waitingroom.model import solve_pow
+
+    event_id = await room.event(pow_bits=8)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id})
+    assert r.status_code == 400
+    assert (r.json()["pow_bits"], r.json()["server_time"]) == (8, int(room.clock.now))
+    stale = solve_pow(event_id, 8, room.clock.now - 1000)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id, "pow": stale})
+    assert r.status_code == 400
+    stamp = solve_pow(event_id, 8, room.clock.now)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id, "pow": stamp})
+    assert (r.status_code, r.json()["queue_number"]) == (200, 1)
+    r = await room.client.post("/assign_queue_num", json={"event_id": event_id, "pow": stamp})
+    assert (r.status_code, r.json()["error"]) == (
+        400,
+        "Proof of work already used: solve a new one",
+    )
+    assert (await room.counters(event_id))["queue"] == 1
+
+
+async def test_concurrent_generate_token_calls_get_the_same_tokens(redis_server: Redis) -> None:
+    from rideout.auth import JWKSet
+    from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
+
+    ring = RoomKeyRing.generate()
+    clock = FakeClock(1_800_000_000.0)
+    store = redis_server.store(clock)
+    api = RoomAPI(
+        store, admin_token=ADMIN_TOKEN, issuer="http://room.test", micro_cache_ttl=0,
+        signer=RoomTokenIssuer(ring, issuer="http://room.test", clock=clock), keys=ring,
+    )  # fmt: skip
+    event = EventSettings(fresh_event("tok"), validity=600)
+    await store.create_event(event)
+    position = await store.assign(event.event_id)
+    await store.increment_serving(event.event_id, 1)
+    app = Starlette(routes=api.routes())
+    body = {"event_id": event.event_id, "request_id": position.request_id}
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://room.test"
+    ) as client:
+        answers = await asyncio.gather(
+            *(client.post("/generate_token", json=body) for _ in range(50))
+        )
+        clock.advance(100)
+        later = (await client.post("/generate_token", json=body)).json()
+        key = (await client.get("/public_key", params={"event_id": event.event_id})).json()
+    assert {r.status_code for r in answers} == {200}
+    assert len({r.json()["access_token"] for r in answers}) == 1  # EdDSA: deterministic
+    assert (await store.counters(event.event_id)).tokens == 1
+    assert later["access_token"] == answers[0].json()["access_token"]
+    assert later["expires_in"] == 500
+    verifier = RoomTokenVerifier(JWKSet({"keys": [key]}), issuer="http://room.test", clock=clock)
+    claims = verifier.verify(later["access_token"], audience=event.event_id)
+    assert (claims.sub, claims.queue_position, claims.exp - claims.iat) == (
+        position.request_id,
+        1,
+        600,
+    )
+
+
+async def test_the_estimated_wait_follows_the_admission_rate(room: Room) -> None:
+    event_id = await room.event()
+    rids = [(await room.assign(event_id))["api_request_id"] for _ in range(30)]
+    for _ in range(4):  # 10 a minute
+        room.clock.advance(30)
+        await room.increment(event_id, 5)
+    r = await room.client.get(
+        "/estimated_wait", params={"event_id": event_id, "request_id": rids[29]}
+    )
+    body = r.json()
+    assert (body["serving_counter"], body["ahead"]) == (20, 10)
+    assert body["admitted_per_minute"] == pytest.approx(10, rel=0.2)
+    assert body["estimated_wait"] == pytest.approx(60, rel=0.2)
+    assert r.headers["cache-control"] == CACHE_PRIVATE
+    r = await room.client.get("/estimated_wait", params={"event_id": event_id})
+    assert (r.json()["ahead"], r.headers["cache-control"]) == (11, CACHE_COUNTERS)
+    fresh = await room.event()
+    r = await room.client.get("/estimated_wait", params={"event_id": fresh})
+    assert r.json()["estimated_wait"] is None  # nothing admitted: unknown
+
+
+async def test_the_private_overrides_apply_to_their_call_only(redis_server: Redis) -> None:
+    from rideout.auth import JWKSet
+    from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
+
+    ring = RoomKeyRing.generate()
+    store = redis_server.store(FakeClock(1_800_000_000.0))
+    api = RoomAPI(
+        store, admin_token=ADMIN_TOKEN, issuer="http://room.test", micro_cache_ttl=0,
+        signer=RoomTokenIssuer(ring, issuer="http://room.test"), keys=ring,
+    )  # fmt: skip
+    event = EventSettings(fresh_event("ovr"), validity=600)
+    await store.create_event(event)
+    a, b = await store.assign(event.event_id), await store.assign(event.event_id)
+    await store.increment_serving(event.event_id, 2)
+    app = Starlette(routes=api.routes())
+    async with httpx.AsyncClient(
+        transport=httpx.ASGITransport(app), base_url="http://room.test"
+    ) as client:
+        body = {"event_id": event.event_id, "request_id": a.request_id}
+        r = await client.post("/private/generate_token", headers=AUTH,
+                              json={**body, "issuer": "https://oidc.test", "validity_period": 60})  # fmt: skip
+        assert r.status_code == 200, r.text
+        first = r.json()
+        r = await client.post(
+            "/generate_token", json={"event_id": event.event_id, "request_id": b.request_id}
+        )
+        second = r.json()
+        for bad in (
+            {"issuer": ""},
+            {"validity_period": 0},
+            {"validity_period": "60"},
+            {"issuer": 5},
+        ):
+            r = await client.post("/private/generate_token", headers=AUTH, json={**body, **bad})
+            assert r.status_code == 400, bad
+    keys = JWKSet(ring.jwks())
+    at = FakeClock(1_800_000_000.0)
+    overridden = RoomTokenVerifier(keys, issuer="https://oidc.test", clock=at).verify(
+        first["access_token"]
+    )
+    assert overridden.exp - overridden.iat == 60
+    default = RoomTokenVerifier(keys, issuer="http://room.test", clock=at).verify(
+        second["access_token"]
+    )
+    assert default.exp - default.iat == 600  # neither override reached the next call

@@ -58,8 +58,10 @@ async def test_the_token_flow_end_to_end_and_across_a_failover(
         r = await http.get(a + "/private/events/auction", headers=admin)
         assert r.status_code == 200, r.text
         rids = []
-        for _ in range(3):
-            r = await http.post(a + "/assign_queue_num", json={"event_id": "auction"})
+        keyed = {"Idempotency-Key": "arrival-1"}
+        for i in range(3):
+            r = await http.post(a + "/assign_queue_num", json={"event_id": "auction"},
+                                headers=keyed if i == 0 else {})  # fmt: skip
             rids.append(r.json()["api_request_id"])
         r = await http.post(a + "/private/increment_serving_counter",
                             json={"event_id": "auction", "increment_by": 2}, headers=admin)  # fmt: skip
@@ -96,6 +98,9 @@ async def test_the_token_flow_end_to_end_and_across_a_failover(
             return r.status_code == 200 and r.json() == {"serving_counter": "2"}
 
         await until(replicated, 10)
+        exposition = (await http.get(b + "/metrics")).text
+        assert 'rideout_room_requests_total{endpoint="/serving_num",status="200"}' in exposition
+        assert "rideout_room_counter_loads_total" in exposition
         r = await http.get(b + "/queue_num", params={"event_id": "auction", "request_id": rids[1]})
         assert r.json()["queue_number"] == 2
         r = await http.post(b + "/assign_queue_num", json={"event_id": "auction"})
@@ -114,6 +119,9 @@ async def test_the_token_flow_end_to_end_and_across_a_failover(
         assert r.status_code == 200, r.text
         again = verifier.verify(r.json()["access_token"], audience="auction")
         assert (again.iat, again.exp, again.queue_position) == (claims.iat, claims.exp, 1)
+        # a client retrying its arrival across the failover keeps its one position
+        r = await http.post(b + "/assign_queue_num", json={"event_id": "auction"}, headers=keyed)
+        assert (r.json()["api_request_id"], r.headers["idempotent-replayed"]) == (rids[0], "true")
         r = await http.post(b + "/assign_queue_num", json={"event_id": "auction"})
         assert r.json()["queue_number"] == 4
         r = await http.get(b + "/private/events/auction", headers=admin)
@@ -137,6 +145,6 @@ def test_serve_mounts_the_room_unless_disabled(make_config: Callable[..., Config
     from rideout.cli import _core
 
     source = inspect.getsource(_core.serve)
-    assert "[WaitingRoom(config)] if config.waitingroom.enabled else []" in source
-    assert "extensions=extensions" in source
+    assert "WaitingRoom(config)" in source
+    assert "config.waitingroom.enabled" in source
     assert make_config(waitingroom={"enabled": False}).waitingroom.enabled is False

@@ -166,3 +166,16 @@ def test_estimated_wait_from_the_serving_rate() -> None:
     assert estimated_wait(5, 0.0) is None
     assert serving_rate([], 10.0, 60.0) == 0.0
     assert serving_rate([(0.0, 5)], 100.0, 60.0) == 0.0  # nothing moved in the window
+    assert serving_rate([(30.0, 5), (90.0, 15)], 120.0, 300.0) == pytest.approx(10 / 90)
+
+
+def test_proof_of_work_stamps() -> None:
+    from rideout.waitingroom.model import pow_digest, pow_valid, solve_pow
+
+    stamp = solve_pow("launch", 12, 1000.0)
+    assert int.from_bytes(pow_digest("launch", stamp), "big") >> (256 - 12) == 0
+    assert pow_valid("launch", stamp, 12, 1000.0)
+    assert not pow_valid("launch", stamp, 12, 1000.0 + 301)  # too old
+    for bad in (None, 5, "", "x:y", "1000:" + "a" * 65, "1000:a-b", stamp + "\n"):
+        assert not pow_valid("launch", bad, 12, 1000.0)
+    assert pow_valid("launch", None, 0, 1000.0)  # no proof asked for

@@ -33,6 +33,7 @@ __all__ = [
     "room_stream",
     "user_session",
     "waitingroom_event_keys",
+    "waitingroom_stamp",
     "waitingroom_tick",
 ]
 
@@ -142,3 +143,8 @@ def waitingroom_event_keys(event_id: str) -> dict[str, str]:
 def waitingroom_tick(event_id: str, task: str, tick: int) -> str:
     """String: claimed by the one process that runs `task` for `tick` (``SET NX``)."""
     return f"{PREFIX}wr:{{{_safe(event_id)}}}:tick:{_safe(task)}:{tick}"
+
+
+def waitingroom_stamp(event_id: str, digest: str) -> str:
+    """String: a proof-of-work stamp already used for `event_id` (kept while it is valid)."""
+    return f"{PREFIX}wr:{{{_safe(event_id)}}}:pow:{_safe(digest)}"

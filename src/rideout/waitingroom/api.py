@@ -31,15 +31,17 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Final, Protocol, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, request_response
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rideout import _json, routes
 from rideout.auth.admin import check_admin_token
+from rideout.auth.room_tokens import KeySource, RoomTokenIssuer
+from rideout.errors import InvalidArgument
 from rideout.idempotency import IdempotencyMiddleware
 from rideout.store.errors import StoreError
 from rideout.waitingroom.errors import (
@@ -48,8 +50,10 @@ from rideout.waitingroom.errors import (
     RoomUnavailable,
     UnknownEvent,
 )
+from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import (
     MAX_VALIDITY,
+    POW_WINDOW,
     Counters,
     EventSettings,
     ExpiryState,
@@ -57,6 +61,7 @@ from rideout.waitingroom.model import (
     check_event_id,
     check_request_id,
     estimated_wait,
+    pow_valid,
     serving_rate,
 )
 from rideout.waitingroom.store import RoomStore
@@ -67,8 +72,6 @@ __all__ = [
     "CACHE_PUBLIC_KEY",
     "MicroCache",
     "RoomAPI",
-    "TokenSet",
-    "TokenSigner",
 ]
 
 CACHE_COUNTERS: Final = "public, max-age=1, s-maxage=2"
@@ -87,40 +90,6 @@ _RATE_WINDOW: Final = 300.0  # seconds of serving-counter history the ETA looks 
 T = TypeVar("T")
 
 
-class TokenSet(Protocol):
-    """A signed token set (``rideout.auth.room_tokens.RoomTokenSet``)."""
-
-    @property
-    def access_token(self) -> str: ...
-    @property
-    def refresh_token(self) -> str: ...
-    @property
-    def id_token(self) -> str: ...
-
-
-class TokenSigner(Protocol):
-    """What signs the room's tokens (``rideout.auth.room_tokens.RoomTokenIssuer``)."""
-
-    def issue(
-        self,
-        *,
-        event_id: str,
-        request_id: str,
-        queue_position: int,
-        issued_at: float,
-        expires_at: float,
-        issuer: str | None = None,
-        nonce: str | None = None,
-    ) -> TokenSet: ...
-
-
-class PublicKeys(Protocol):
-    """The room's public keys (``rideout.auth.room_tokens.RoomKeyRing``)."""
-
-    def public_jwk(self) -> Mapping[str, Any]: ...
-    def jwks(self) -> Mapping[str, Any]: ...
-
-
 # -------------------------------------------------------------------------- the cache
 
 
@@ -128,17 +97,24 @@ class MicroCache:
     """Values kept for `ttl` seconds per key; concurrent misses of one key share one
     load (a surge of polls is one Redis read). ``loads`` counts the reads made."""
 
-    def __init__(self, ttl: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        ttl: float,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        on_load: Callable[[], None] | None = None,
+    ) -> None:
         self.ttl = ttl
         self.clock = clock
         self.loads = 0
+        self._on_load = on_load
         self._values: dict[tuple[str, str], tuple[float, Any]] = {}
         self._pending: dict[tuple[str, str], asyncio.Future[Any]] = {}
 
     async def get(self, key: tuple[str, str], load: Callable[[], Awaitable[T]]) -> T:
         """The cached value of `key`, or `load()`'s (an UnknownEvent is cached too)."""
         if self.ttl <= 0:
-            self.loads += 1
+            self._loaded()
             return await load()
         now = self.clock()
         hit = self._values.get(key)
@@ -150,7 +126,7 @@ class MicroCache:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[key] = future
         try:
-            self.loads += 1
+            self._loaded()
             try:
                 value: Any = await load()
             except UnknownEvent as exc:
@@ -166,6 +142,11 @@ class MicroCache:
             return cast(T, self._unwrap(value))
         finally:
             del self._pending[key]
+
+    def _loaded(self) -> None:
+        self.loads += 1
+        if self._on_load is not None:
+            self._on_load()
 
     @staticmethod
     def _unwrap(value: Any) -> Any:
@@ -254,6 +235,26 @@ def _field(body: Mapping[str, Any], name: str) -> Any:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class _AnyOrigin:
+    """`app` with ``Access-Control-Allow-Origin: *`` on every answer, the idempotency
+    middleware's own (409, 422, ...) included, so a page can read them. (A class: a
+    plain function would be taken for a request handler by Starlette's Route.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def send_with_origin(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                if not any(k.lower() == b"access-control-allow-origin" for k, _ in headers):
+                    headers.append((b"access-control-allow-origin", b"*"))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_origin)
+
+
 def _guarded(handler: Handler, *, public: bool) -> Handler:
     """Turn the room's refusals into ``{"error"}`` answers; count nothing on any."""
 
@@ -265,7 +266,7 @@ def _guarded(handler: Handler, *, public: bool) -> Handler:
                           **{"Retry-After": "1"})  # fmt: skip
         except RoomError as exc:
             return _error(exc.status, str(exc), public=public)
-        except ValueError as exc:  # a setting the model refused (InvalidArgument)
+        except InvalidArgument as exc:  # a setting or argument the model refused
             return _error(400, str(exc), public=public)
         except StoreError as exc:
             return _error(500, f"The waiting room's store failed: {exc}", public=public)
@@ -290,11 +291,12 @@ class RoomAPI:
         *,
         admin_token: str,
         issuer: str,
-        signer: TokenSigner | None = None,
-        keys: PublicKeys | None = None,
+        signer: RoomTokenIssuer | None = None,
+        keys: KeySource | None = None,
         micro_cache_ttl: float = 0.5,
         max_body: int = 4096,
         idempotency_ttl: float = 86400.0,
+        metrics: RoomMetrics | None = None,
     ) -> None:
         if len(admin_token) < 32:
             raise InvalidRequest("admin_token must be a secret of at least 32 characters")
@@ -303,7 +305,10 @@ class RoomAPI:
         self.issuer = issuer
         self.signer = signer
         self.keys = keys
-        self.cache = MicroCache(micro_cache_ttl)
+        self.metrics = metrics
+        self.cache = MicroCache(
+            micro_cache_ttl, on_load=None if metrics is None else metrics.loads.inc
+        )
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
 
@@ -338,21 +343,35 @@ class RoomAPI:
         ]
         out: list[BaseRoute] = []
         for path, method, handler in public:
-            out.append(self._route(path, method, _guarded(handler, public=True)))
+            counted = self._counted(path, _guarded(handler, public=True))
+            out.append(self._route(path, method, counted, public=True))
         for path in dict.fromkeys(p for p, _, _ in public):
             out.append(Route(path, self.preflight, methods=["OPTIONS"]))
         for path, method, handler in private:
-            out.append(self._route(path, method, _guarded(self._private(handler), public=False)))
+            guarded = _guarded(self._private(handler), public=False)
+            out.append(self._route(path, method, self._counted(path, guarded), public=False))
         return out
 
-    def _route(self, path: str, method: str, handler: Handler) -> Route:
+    def _counted(self, endpoint: str, handler: Handler) -> Handler:
+        metrics = self.metrics
+        if metrics is None:
+            return handler
+
+        async def run(request: Request) -> Response:
+            response = await handler(request)
+            metrics.answered(endpoint, response.status_code)
+            return response
+
+        return run
+
+    def _route(self, path: str, method: str, handler: Handler, *, public: bool) -> Route:
         if method not in ("POST", "PATCH"):
             return Route(path, handler, methods=[method])
         app: ASGIApp = IdempotencyMiddleware(
             request_response(handler), self.store.redis, scope="waitingroom",
             ttl=self.idempotency_ttl, max_request_body=self.max_body,
         )  # fmt: skip
-        return Route(path, app, methods=[method])
+        return Route(path, _AnyOrigin(app) if public else app, methods=[method])
 
     def _private(self, handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
@@ -375,6 +394,24 @@ class RoomAPI:
         event_id, status}`` (AWS answers only ``api_request_id`` and numbers later)."""
         body = await _body(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
+        event = await self.cache.get((event_id, "event"), lambda: self.store.get_event(event_id))
+        if event.pow_bits:
+            stamp = body.get("pow")
+            now = self.store.clock()
+            if not pow_valid(event_id, stamp, event.pow_bits, now):
+                return _json_response(
+                    {
+                        "error": 'Proof of work required: send "pow": "TIMESTAMP:NONCE" '
+                        f'whose SHA-256 of "EVENT_ID:TIMESTAMP:NONCE" starts with '
+                        f"{event.pow_bits} zero bits, TIMESTAMP within {POW_WINDOW:g} s",
+                        "pow_bits": event.pow_bits,
+                        "server_time": math.floor(now),
+                    },
+                    400,
+                )
+            assert isinstance(stamp, str)
+            if not await self.store.use_stamp(event_id, stamp, 2 * POW_WINDOW):
+                raise _BadInput(400, "Proof of work already used: solve a new one")
         position = await self.store.assign(event_id)
         out: dict[str, Any] = {"api_request_id": position.request_id, "event_id": event_id}
         if position.status is not PositionState.PREQUEUED:
@@ -399,6 +436,8 @@ class RoomAPI:
         )
 
     async def _counters(self, event_id: str) -> Counters:
+        if self.metrics is not None:
+            self.metrics.polls.inc()
         return await self.cache.get((event_id, "counters"), lambda: self.store.counters(event_id))
 
     async def serving_num(self, request: Request) -> Response:
@@ -465,7 +504,7 @@ class RoomAPI:
         await self.cache.get((event_id, "event"), lambda: self.store.get_event(event_id))
         if self.keys is None:
             return _error(503, "Token signing is not configured on this server")
-        return _json_response(dict(self.keys.public_jwk()), cache=CACHE_PUBLIC_KEY)
+        return _json_response(self.keys.ring().public_jwk(), cache=CACHE_PUBLIC_KEY)
 
     async def estimated_wait(self, request: Request) -> Response:
         """``{event_id, serving_counter, ahead, admitted_per_minute, estimated_wait}``:

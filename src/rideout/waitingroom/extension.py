@@ -11,11 +11,12 @@ starts the scheduler (:mod:`.inlets`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, cast
+from collections.abc import Sequence
+from typing import Protocol, cast
 
 import httpx
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
@@ -27,6 +28,7 @@ from rideout.config import Config
 from rideout.waitingroom.api import CACHE_PUBLIC_KEY, RoomAPI
 from rideout.waitingroom.errors import EventExists, RoomError, RoomNotWriter
 from rideout.waitingroom.inlets import RoomScheduler, control_plane_alarm_state
+from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, InletKind, InletSettings
 from rideout.waitingroom.store import RoomStore
 
@@ -40,8 +42,16 @@ class _Region(Protocol):
     def name(self) -> str: ...
 
 
+class _Metrics(Protocol):
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
 class ZoneLike(Protocol):
     """What the room needs of a zone's server (:class:`rideout.realtime.zone.ZoneServer`)."""
+
+    @property
+    def metrics(self) -> _Metrics: ...
 
     @property
     def redis(self) -> aioredis.Redis: ...
@@ -70,19 +80,6 @@ def configured_event(config: Config, event_id: str) -> EventSettings:
     )
 
 
-class _Keys:
-    """The watcher's current ring, as the API publishes it."""
-
-    def __init__(self, watcher: RoomKeyWatcher) -> None:
-        self._watcher = watcher
-
-    def public_jwk(self) -> Mapping[str, Any]:
-        return self._watcher.ring().public_jwk()
-
-    def jwks(self) -> Mapping[str, Any]:
-        return self._watcher.ring().jwks()
-
-
 class WaitingRoom:
     """The room's routes and scheduled work on one zone (a ``ZoneExtension``)."""
 
@@ -93,7 +90,7 @@ class WaitingRoom:
         self.api: RoomAPI | None = None
         self.scheduler: RoomScheduler | None = None
         self._http: httpx.AsyncClient | None = None
-        self._keys: _Keys | None = None
+        self._keys: RoomKeyWatcher | None = None
 
     async def start(self, server: ZoneLike) -> None:
         """Build the store and API, create the configured events, start the scheduler."""
@@ -101,17 +98,19 @@ class WaitingRoom:
         store = self.store = RoomStore(
             server.redis, region=server.region.name, stream_length=room.stream_length
         )
-        watcher = RoomKeyWatcher(self.config.keys_dir, cast(Algorithm, room.token_algorithm))
-        self._keys = _Keys(watcher)
+        watcher = self._keys = RoomKeyWatcher(
+            self.config.keys_dir, cast(Algorithm, room.token_algorithm)
+        )
         issuer = routes.room_issuer(self.config)
         self.api = RoomAPI(
             store,
             admin_token=server.admin_token,
             issuer=issuer,
             signer=RoomTokenIssuer(watcher, issuer=issuer),
-            keys=self._keys,
+            keys=watcher,
             micro_cache_ttl=room.micro_cache_ttl,
             max_body=room.max_body,
+            metrics=RoomMetrics(server.metrics.registry),
         )
         await self._create_configured_events(store)
         if self.run_scheduler:
@@ -150,7 +149,7 @@ class WaitingRoom:
         """The room's current and previous public keys."""
         assert self._keys is not None
         return JSONResponse(
-            dict(self._keys.jwks()),
+            self._keys.ring().jwks(),
             headers={"Cache-Control": CACHE_PUBLIC_KEY, "Access-Control-Allow-Origin": "*"},
         )
 

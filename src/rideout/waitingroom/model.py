@@ -23,6 +23,7 @@ so that ``queue = tokens + waiting + expired + abandoned`` always holds, with
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 import re
 from collections.abc import Mapping
@@ -39,6 +40,7 @@ __all__ = [
     "DEFAULT_VALIDITY",
     "EVENT_ID_RE",
     "MAX_VALIDITY",
+    "POW_WINDOW",
     "REQUEST_ID_RE",
     "Counters",
     "EventSettings",
@@ -57,8 +59,11 @@ __all__ = [
     "is_abandoned",
     "max_size_increment",
     "periodic_increment",
+    "pow_digest",
+    "pow_valid",
     "queue_time",
     "serving_rate",
+    "solve_pow",
     "tick_of",
     "waiting_count",
 ]
@@ -78,6 +83,9 @@ EVENT_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 REQUEST_ID_RE: Final = re.compile(
     r"[0-9A-Za-z]{8}-[0-9A-Za-z]{4}-[0-9A-Za-z]{4}-[0-9A-Za-z]{4}-[0-9A-Za-z]{12}"
 )
+POW_WINDOW: Final = 300.0
+"""Seconds a proof-of-work stamp's timestamp may be off from the server's clock."""
+_POW_RE: Final = re.compile(r"([0-9]{1,12}):([A-Za-z0-9]{1,64})")
 _ALARM_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.:/-]{1,255}")
 _MAX_COUNT: Final = 10**12
 _MAX_SECONDS: Final = 10.0**9
@@ -195,7 +203,8 @@ class EventSettings:
     ``auto_open_threshold``: while fewer sessions are active, arrivals are served at
     once; from it on they queue (0: always queue). ``prequeue_until``: arrivals before
     this epoch second are numbered in a random order at that time (0: off).
-    ``pow_bits``: leading zero bits of proof of work ``assign_queue_num`` asks for.
+    ``pow_bits``: leading zero bits of proof of work ``assign_queue_num`` asks for
+    (:func:`pow_valid`; 0: none).
     """
 
     event_id: str
@@ -412,11 +421,12 @@ def serving_rate(history: list[tuple[float, int]], now: float, window: float) ->
         return 0.0
     since = now - window
     before = [c for t, c in history if t <= since]
-    start = before[-1] if before else 0
     inside = [(t, c) for t, c in history if t > since]
     if not inside:
         return 0.0
-    first_t = inside[0][0] if not before else since
+    # From the counter at the window's start; or, when the history starts inside the
+    # window, from its first move (what came before it is not known to be admissions).
+    start, first_t = (before[-1], since) if before else (inside[0][1], inside[0][0])
     span = max(now - first_t, 1e-9)
     return max(0, inside[-1][1] - start) / span
 
@@ -429,3 +439,43 @@ def estimated_wait(ahead: int, rate: float) -> float | None:
     if rate <= 0:
         return None
     return ahead / rate
+
+
+# ------------------------------------------------------------------- proof of work
+
+
+def pow_digest(event_id: str, stamp: str) -> bytes:
+    """SHA-256 of ``event_id ":" stamp`` (a stamp is ``TIMESTAMP:NONCE``)."""
+    return hashlib.sha256(f"{event_id}:{stamp}".encode()).digest()
+
+
+def _leading_zero_bits(digest: bytes) -> int:
+    value = int.from_bytes(digest, "big")
+    return len(digest) * 8 - value.bit_length()
+
+
+def pow_valid(
+    event_id: str, stamp: object, bits: int, now: float, window: float = POW_WINDOW
+) -> bool:
+    """Whether `stamp` (``TIMESTAMP:NONCE``: epoch seconds, 1 to 64 letters or digits)
+    is a proof of `bits` leading zero bits for `event_id`, made within `window` of
+    `now`. (Each stamp is good once: the store remembers those it took.)"""
+    if bits <= 0:
+        return True
+    if not isinstance(stamp, str):
+        return False
+    match = _POW_RE.fullmatch(stamp)
+    if match is None or abs(int(match[1]) - now) > window:
+        return False
+    return _leading_zero_bits(pow_digest(event_id, stamp)) >= bits
+
+
+def solve_pow(event_id: str, bits: int, now: float) -> str:
+    """A stamp :func:`pow_valid` accepts (about ``2**bits`` hashes: for clients, tests)."""
+    ts = math.floor(now)
+    nonce = 0
+    while True:
+        stamp = f"{ts}:{nonce:x}"
+        if pow_valid(event_id, stamp, bits, now):
+            return stamp
+        nonce += 1

@@ -177,9 +177,14 @@ local rid = ARGV[3]
 local found = parse(redis.call('HGET', K.requests, rid))
 if found then return {'dup', found.q, found.entry, found.state} end
 if redis.call('HGET', K.event, 'open') ~= '1' then return {'closed'} end
-if NOW < setting('prequeue_ms') then
+-- Before the pre-queue closes: a random place. After it, while it is still being
+-- numbered: behind every pre-queued arrival, in arrival order (draws are < 2^52).
+local late = NOW >= setting('prequeue_ms') and redis.call('ZCARD', K.prequeue) > 0
+if NOW < setting('prequeue_ms') or late then
+  local draw = ARGV[4]
+  if late then draw = d(4503599627370496 + NOW) end
   store(rid, {q = 0, entry = NOW, state = 'prequeued'})
-  redis.call('ZADD', K.prequeue, ARGV[4], rid)
+  redis.call('ZADD', K.prequeue, draw, rid)
   bump('prequeued', 1)
   return {'new', 0, NOW, 'prequeued'}
 end

@@ -65,6 +65,7 @@ from rideout.waitingroom.model import (
     TokenGrant,
     check_event_id,
     check_request_id,
+    pow_digest,
 )
 
 __all__ = ["DEFAULT_STREAM_LENGTH", "RoomStore", "SweepResult", "new_request_id"]
@@ -95,6 +96,18 @@ def _int(value: object, what: str) -> int:
 def _opt_int(value: object, what: str) -> int | None:
     text = _text(value)
     return None if text == "" else _int(text, what)
+
+
+def _position(event_id: str, request_id: str, reply: Sequence[Any]) -> Position:
+    """A Position from a script's ``{kind, q, entry_ms, state, ...}`` reply."""
+    try:
+        state = PositionState(_text(reply[3]))
+    except ValueError:
+        raise StoreCorrupt(
+            f"request {request_id}: unknown state {_text(reply[3])[:20]!r}"
+        ) from None
+    entry = _int(reply[2], "entry") / 1000
+    return Position(event_id, request_id, _int(reply[1], "queue number"), entry, state)
 
 
 def _settings_fields(event: EventSettings) -> list[str]:
@@ -270,10 +283,7 @@ class RoomStore:
         self._unknown(kind, event_id, rid)
         if kind == "closed":
             raise RoomClosed(f"The waiting room of event {event_id!r} is closed")
-        return Position(
-            event_id, rid, _int(reply[1], "queue number"), _int(reply[2], "entry") / 1000,
-            PositionState(_text(reply[3])),
-        )  # fmt: skip
+        return _position(event_id, rid, reply)
 
     async def _position(self, event_id: str, request_id: str, *, touch: bool) -> list[Any]:
         self._check_event(event_id)
@@ -285,31 +295,28 @@ class RoomStore:
     async def position(self, event_id: str, request_id: str) -> Position:
         """The request's position; :class:`UnknownRequest` when it has none."""
         reply = await self._position(event_id, request_id, touch=False)
-        return Position(
-            event_id, request_id, _int(reply[1], "queue number"), _int(reply[2], "entry") / 1000,
-            PositionState(_text(reply[3])),
-        )  # fmt: skip
+        return _position(event_id, request_id, reply)
 
     async def touch(self, event_id: str, request_id: str) -> None:
         """Count a poll of the position (it is not abandoned while its client polls)."""
         await self._position(event_id, request_id, touch=True)
 
+    async def _polled(self, event_id: str, request_id: str) -> list[Any]:
+        try:
+            return await self._position(event_id, request_id, touch=True)
+        except RoomNotWriter:
+            return await self._position(event_id, request_id, touch=False)
+
     async def poll(self, event_id: str, request_id: str) -> Position:
         """:meth:`position` and :meth:`touch` in one round trip (the read alone on a
         read-only replica)."""
-        try:
-            reply = await self._position(event_id, request_id, touch=True)
-        except RoomNotWriter:
-            reply = await self._position(event_id, request_id, touch=False)
-        return Position(
-            event_id, request_id, _int(reply[1], "queue number"), _int(reply[2], "entry") / 1000,
-            PositionState(_text(reply[3])),
-        )  # fmt: skip
+        return _position(event_id, request_id, await self._polled(event_id, request_id))
 
     async def expiry(self, event_id: str, request_id: str) -> Expiry:
-        """How long the position can still take its token (see :class:`ExpiryState`)."""
+        """How long the position can still take its token (see :class:`ExpiryState`);
+        counts as a poll, as :meth:`poll` does."""
         settings = await self.get_event(event_id)
-        reply = await self._position(event_id, request_id, touch=False)
+        reply = await self._polled(event_id, request_id)
         q, entry_ms, state = _int(reply[1], "q"), _int(reply[2], "entry"), _text(reply[3])
         serving, since = _int(reply[4], "serving"), _opt_int(reply[5], "servable")
         now = self.clock()
@@ -480,6 +487,14 @@ class RoomStore:
         if kind == "claimed":
             return -1
         return _int(reply[1], "serving")
+
+    async def use_stamp(self, event_id: str, stamp: str, ttl: float) -> bool:
+        """Whether a proof-of-work stamp is new for the event (then it is kept `ttl`
+        seconds, so it cannot be used twice)."""
+        self._check_event(event_id)
+        key = keys.waitingroom_stamp(event_id, pow_digest(event_id, stamp).hex())
+        with self.errors(f"use_stamp {event_id}"):
+            return bool(await self.redis.set(key, "1", nx=True, px=max(1, round(ttl * 1000))))
 
     async def claim_tick(self, event_id: str, task: str, tick: int, ttl: float) -> bool:
         """Whether this process is the one to run `task` for `tick` (``SET NX``, kept
