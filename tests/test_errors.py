@@ -13,6 +13,7 @@ import rideout
 from rideout._process import ProcessError
 from rideout.auth import CredentialError, JWKSError
 from rideout.auth.admin import AdminTokenError
+from rideout.aws.errors import AwsError
 from rideout.client.errors import ClientError
 from rideout.cluster.errors import ClusterError
 from rideout.config import ConfigError
@@ -51,6 +52,7 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.cluster": ClusterError,
     "rideout.controlplane": ControlPlaneError,
     "rideout.drill": DrillError,
+    "rideout.aws": AwsError,
 }
 
 
