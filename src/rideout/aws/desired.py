@@ -126,12 +126,13 @@ def _records(config: Config) -> Resource:
 def _elasticache(config: Config) -> list[Resource]:
     aws = config.aws
     primary, secondary = aws.region(config.primary.name), aws.region(config.secondary.name)
-    members = f"{primary.aws_region}:{primary.replication_group},{secondary.aws_region}:{secondary.replication_group}"
+    # The primary's group is a member; which member is the datastore's primary is not
+    # part of the desired state: the controller moves it in a failover.
     datastore = Resource(
         "elasticache-global-datastore",
         aws.global_datastore,
         primary.aws_region,
-        {"PrimaryReplicationGroup": primary.replication_group, "Members": members},
+        {"Member": f"{primary.aws_region}:{primary.replication_group}"},
     )
     spec: dict[str, object] = {"GlobalDatastore": aws.global_datastore}
     if secondary.cache_subnet_group:

@@ -47,7 +47,7 @@ from rideout.dns.records import (
     resolve,
 )
 from rideout.dns.server import DnsMetrics, DnsServer
-from rideout.failover.controller import ControllerState, FailoverController
+from rideout.failover.controller import ControllerState, FailoverController, WriterMover
 from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
@@ -76,6 +76,7 @@ class ControlPlane:
         *,
         clock: Callable[[], float] = time.time,
         dns_feed: ViewPublisher | None = None,
+        mover: WriterMover | None = None,
     ) -> None:
         self.config = config
         self.dns_feed = dns_feed
@@ -101,7 +102,7 @@ class ControlPlane:
         self.state_file = state_path(config)
         restored = self._load()
         self.controller = FailoverController(
-            config, state=restored, clock=clock, on_change=lambda _: self.save()
+            config, state=restored, clock=clock, on_change=lambda _: self.save(), mover=mover
         )
         self.drain = FailbackDrain(config, clock=clock)
         self.zone = DnsZoneConfig.from_config(config)
