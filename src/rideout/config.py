@@ -281,7 +281,6 @@ class AwsConfig:
     insufficient_data_health: str = "Unhealthy"  # Healthy | Unhealthy | LastKnownStatus
     publish_metrics: bool = False  # the canary also calls PutMetricData (besides ingest)
     global_datastore: str = ""  # ElastiCache Global Datastore id suffix; empty: not managed
-    node_type: str = "cache.r7g.large"  # for the replication group apply creates
     tags: tuple[tuple[str, str], ...] = ()  # added to everything rideout creates
     regions: tuple[AwsRegionConfig, ...] = ()
 
@@ -730,7 +729,6 @@ def _parse_aws(t: _Reader) -> AwsConfig:
         insufficient_data_health=t.text("insufficient_data_health", d.insufficient_data_health),
         publish_metrics=t.flag("publish_metrics", d.publish_metrics),
         global_datastore=t.optional_text("global_datastore"),
-        node_type=t.text("node_type", d.node_type),
         tags=tuple((k, tags_table.text(k, "")) for k in tags_table.names()),
         regions=tuple(
             _parse_aws_region(regions_table.table(name), name) for name in regions_table.names()
