@@ -144,3 +144,53 @@ def test_plan_apply_replan_ttl_destroy(tmp_path: Path, zone_id: str) -> None:
     assert [r.get("SetIdentifier") for r in left if r["Name"] == f"{DOMAIN}."] == ["someone-else"]
     assert r53.list_health_checks()["HealthChecks"] == []
     assert cw.describe_alarms()["MetricAlarms"] == []
+
+
+def test_an_alarm_rideout_did_not_create_is_adopted_never_deleted(
+    tmp_path: Path, zone_id: str
+) -> None:
+    config = aws_config(tmp_path, zone_id)
+    cw = boto3.client("cloudwatch", region_name="us-west-2")
+    cw.put_metric_alarm(  # someone's alarm, with the name rideout wants, another threshold
+        AlarmName="auction-test-us-east-1-websocket-health",
+        Namespace="App",
+        MetricName="WebSocketHealth",
+        Dimensions=[{"Name": "ApiId", "Value": "us-east-1"}],
+        Statistic="Minimum",
+        Period=60,
+        EvaluationPeriods=2,
+        DatapointsToAlarm=2,
+        Threshold=1.0,
+        ComparisonOperator="LessThanThreshold",
+        TreatMissingData="breaching",
+    )
+    session = AwsSession()
+    plan = make_plan(session, config)
+    adopted = [c for c in plan.changes if c.name == "auction-test-us-east-1-websocket-health"]
+    assert [(c.action, [(f.field, f.old, f.new) for f in c.fields]) for c in adopted] == [
+        ("update", [("EvaluationPeriods", 2, 7)])
+    ]
+    assert apply_plan(session, config, plan).error is None
+    assert make_plan(session, config).empty
+    assert apply_plan(session, config, destroy_plan(session, config)).error is None
+    left = [a["AlarmName"] for a in cw.describe_alarms()["MetricAlarms"]]
+    assert left == ["auction-test-us-east-1-websocket-health"]  # not rideout's to delete
+
+
+def test_a_changed_insufficient_data_setting_updates_the_checks_in_place(
+    tmp_path: Path, zone_id: str
+) -> None:
+    config = aws_config(tmp_path, zone_id)
+    session = AwsSession()
+    assert apply_plan(session, config, make_plan(session, config)).error is None
+    r53 = boto3.client("route53", region_name="us-east-1")
+    before = sorted(c["Id"] for c in r53.list_health_checks()["HealthChecks"])
+    changed = aws_config(tmp_path, zone_id, aws={"insufficient_data_health": "LastKnownStatus"})
+    plan = make_plan(session, changed)
+    assert summary(plan) == [
+        ("update", "route53-health-check", "auction-test-us-east-1"),
+        ("update", "route53-health-check", "auction-test-us-west-2"),
+    ]
+    assert apply_plan(session, changed, plan).error is None
+    assert make_plan(session, changed).empty
+    assert sorted(c["Id"] for c in r53.list_health_checks()["HealthChecks"]) == before

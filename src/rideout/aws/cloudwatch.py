@@ -98,5 +98,9 @@ def apply_alarm(session: AwsSession, config: Config, change: Change) -> None:
             Threshold=float(spec["Threshold"]),
             ComparisonOperator="LessThanThreshold",
             TreatMissingData=str(spec["TreatMissingData"]),
-            Tags=[{"Key": k, "Value": v} for k, v in tags(config, region).items()],
+            # Tags only on create: an adopted alarm must stay someone else's (AWS ignores
+            # Tags on an existing alarm; moto would apply them).
+            Tags=[{"Key": k, "Value": v} for k, v in tags(config, region).items()]
+            if change.action == "create"
+            else [],
         )
