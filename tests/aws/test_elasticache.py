@@ -42,6 +42,17 @@ def elasticache_config(make_config: Callable[..., Config]) -> Config:
     )
 
 
+Account = tuple[Config, AwsSession, Stubber, Stubber]
+
+
+@pytest.fixture
+def account(make_config: Callable[..., Config]) -> Account:
+    """The config, and a session whose ElastiCache clients in both regions are stubbed."""
+    config = elasticache_config(make_config)
+    session = AwsSession()
+    return config, session, stubbed(session, "elasticache", P), stubbed(session, "elasticache", S)
+
+
 def group(ident: str, arn: str, joined: str | None = None) -> dict[str, Any]:
     body: dict[str, Any] = {"ReplicationGroupId": ident, "ARN": arn, "Status": "available"}
     if joined:
@@ -56,21 +67,51 @@ def not_found(stub: Stubber, ident: str) -> None:
     )  # fmt: skip
 
 
+def expect_nothing(east: Stubber, west: Stubber) -> None:
+    """What observe_elasticache reads in an account with neither the datastore nor the
+    secondary's group."""
+    east.add_response(
+        "describe_global_replication_groups", {"GlobalReplicationGroups": []}, DESCRIBE
+    )
+    not_found(west, "auction-usw2")
+
+
+def expect_observed(
+    east: Stubber,
+    west: Stubber,
+    members: list[tuple[str, str, str]],
+    *,
+    owner: bool,
+    joined: str | None,
+    secondary_owned: bool,
+) -> None:
+    """The answers observe_elasticache reads when the datastore and both groups exist:
+    the datastore with `members`, the primary's group (marked as rideout's if `owner`),
+    the secondary's group (in datastore `joined`, tagged if `secondary_owned`)."""
+    east.add_response("describe_global_replication_groups", datastore(GLOBAL_ID, members), DESCRIBE)
+    east.add_response(
+        "describe_replication_groups", group("auction-use1", ARN1),
+        {"ReplicationGroupId": "auction-use1"},
+    )  # fmt: skip
+    mark = [{"Key": OWNER_TAG, "Value": "auction-test"}] if owner else []
+    east.add_response("list_tags_for_resource", {"TagList": mark}, {"ResourceName": ARN1})
+    west.add_response(
+        "describe_replication_groups", group("auction-usw2", ARN2, joined),
+        {"ReplicationGroupId": "auction-usw2"},
+    )  # fmt: skip
+    tag = [{"Key": "rideout:deployment", "Value": "auction-test"}] if secondary_owned else []
+    west.add_response("list_tags_for_resource", {"TagList": tag}, {"ResourceName": ARN2})
+
+
 def elasticache_only(config: Config) -> list[Any]:
     return [r for r in desired_state(config) if r.kind.startswith("elasticache")]
 
 
 def test_create_on_the_primary_group_then_add_the_secondary(
-    make_config: Callable[..., Config],
+    account: Account,
 ) -> None:
-    config = elasticache_config(make_config)
-    session = AwsSession()
-    east, west = stubbed(session, "elasticache", P), stubbed(session, "elasticache", S)
-    # observe: no datastore, no secondary group
-    east.add_response(
-        "describe_global_replication_groups", {"GlobalReplicationGroups": []}, DESCRIBE
-    )
-    not_found(west, "auction-usw2")
+    config, session, east, west = account
+    expect_nothing(east, west)  # observe: no datastore, no secondary group
     plan = diff(elasticache_only(config), observe_elasticache(session, config))
     assert [(c.action, c.kind) for c in plan.changes] == [
         ("create", "elasticache-global-datastore"),
@@ -126,31 +167,10 @@ def test_create_on_the_primary_group_then_add_the_secondary(
     west.assert_no_pending_responses()
 
     # plan again: both found, both rideout's: nothing to do
-    east.add_response(
-        "describe_global_replication_groups",
-        datastore(GLOBAL_ID, [("auction-use1", P, "PRIMARY"), ("auction-usw2", S, "SECONDARY")]),
-        DESCRIBE,
-    )
-    east.add_response(
-        "describe_replication_groups",
-        group("auction-use1", ARN1),
-        {"ReplicationGroupId": "auction-use1"},
-    )
-    east.add_response(
-        "list_tags_for_resource",
-        {"TagList": [{"Key": OWNER_TAG, "Value": "auction-test"}]},
-        {"ResourceName": ARN1},
-    )
-    west.add_response(
-        "describe_replication_groups",
-        group("auction-usw2", ARN2, GLOBAL_ID),
-        {"ReplicationGroupId": "auction-usw2"},
-    )
-    west.add_response(
-        "list_tags_for_resource",
-        {"TagList": [{"Key": "rideout:deployment", "Value": "auction-test"}]},
-        {"ResourceName": ARN2},
-    )
+    expect_observed(
+        east, west, [("auction-use1", P, "PRIMARY"), ("auction-usw2", S, "SECONDARY")],
+        owner=True, joined=GLOBAL_ID, secondary_owned=True,
+    )  # fmt: skip
     found = observe_elasticache(session, config)
     assert diff(elasticache_only(config), found).empty
     assert all(r.owned for r in found)
@@ -198,28 +218,13 @@ def test_create_on_the_primary_group_then_add_the_secondary(
 
 
 def test_an_existing_datastore_is_adopted_and_never_destroyed(
-    make_config: Callable[..., Config],
+    account: Account,
 ) -> None:
-    config = elasticache_config(make_config)
-    session = AwsSession()
-    east, west = stubbed(session, "elasticache", P), stubbed(session, "elasticache", S)
-    east.add_response(
-        "describe_global_replication_groups",
-        datastore(GLOBAL_ID, [("auction-use1", P, "PRIMARY"), ("auction-usw2", S, "SECONDARY")]),
-        DESCRIBE,
-    )
-    east.add_response(
-        "describe_replication_groups",
-        group("auction-use1", ARN1),
-        {"ReplicationGroupId": "auction-use1"},
-    )
-    east.add_response("list_tags_for_resource", {"TagList": []}, {"ResourceName": ARN1})
-    west.add_response(
-        "describe_replication_groups",
-        group("auction-usw2", ARN2, GLOBAL_ID),
-        {"ReplicationGroupId": "auction-usw2"},
-    )
-    west.add_response("list_tags_for_resource", {"TagList": []}, {"ResourceName": ARN2})
+    config, session, east, west = account
+    expect_observed(
+        east, west, [("auction-use1", P, "PRIMARY"), ("auction-usw2", S, "SECONDARY")],
+        owner=False, joined=GLOBAL_ID, secondary_owned=False,
+    )  # fmt: skip
     found = observe_elasticache(session, config)
     assert diff(elasticache_only(config), found).empty  # adopted as it is
     assert not any(r.owned for r in found)
@@ -227,15 +232,10 @@ def test_an_existing_datastore_is_adopted_and_never_destroyed(
 
 
 def test_a_missing_primary_group_is_a_clear_precondition(
-    make_config: Callable[..., Config],
+    account: Account,
 ) -> None:
-    config = elasticache_config(make_config)
-    session = AwsSession()
-    east, west = stubbed(session, "elasticache", P), stubbed(session, "elasticache", S)
-    east.add_response(
-        "describe_global_replication_groups", {"GlobalReplicationGroups": []}, DESCRIBE
-    )
-    not_found(west, "auction-usw2")
+    config, session, east, west = account
+    expect_nothing(east, west)
     plan = diff(elasticache_only(config), observe_elasticache(session, config))
     not_found(east, "auction-use1")
     result = apply_plan(session, config, plan, sleep=lambda _: None)
@@ -246,32 +246,13 @@ def test_a_missing_primary_group_is_a_clear_precondition(
 
 
 def test_a_standalone_secondary_group_is_refused_not_replaced(
-    make_config: Callable[..., Config],
+    account: Account,
 ) -> None:
-    config = elasticache_config(make_config)
-    session = AwsSession()
-    east, west = stubbed(session, "elasticache", P), stubbed(session, "elasticache", S)
-    east.add_response(
-        "describe_global_replication_groups",
-        datastore(GLOBAL_ID, [("auction-use1", P, "PRIMARY")]),
-        DESCRIBE,
-    )
-    east.add_response(
-        "describe_replication_groups",
-        group("auction-use1", ARN1),
-        {"ReplicationGroupId": "auction-use1"},
-    )
-    east.add_response(
-        "list_tags_for_resource",
-        {"TagList": [{"Key": OWNER_TAG, "Value": "auction-test"}]},
-        {"ResourceName": ARN1},
-    )
-    west.add_response(
-        "describe_replication_groups",
-        group("auction-usw2", ARN2),
-        {"ReplicationGroupId": "auction-usw2"},
-    )
-    west.add_response("list_tags_for_resource", {"TagList": []}, {"ResourceName": ARN2})
+    config, session, east, west = account
+    expect_observed(
+        east, west, [("auction-use1", P, "PRIMARY")],
+        owner=True, joined=None, secondary_owned=False,
+    )  # fmt: skip
     plan = diff(elasticache_only(config), observe_elasticache(session, config))
     assert [(c.action, c.kind) for c in plan.changes] == [
         ("update", "elasticache-replication-group")

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
+from botocore.stub import Stubber
 
 from rideout.aws import AwsSession
 from rideout.aws.writer import ElastiCacheWriter
@@ -41,6 +42,25 @@ def after() -> dict[str, Any]:
 
 
 DESCRIBE = {"ShowMemberInfo": True}
+
+
+def expect_move_start(stub: Stubber) -> None:
+    """What every move reads first: the datastore (found from the target's region), and
+    the target's role in it (not primary yet)."""
+    for _ in range(2):
+        stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
+
+
+def moving(make_config: Callable[..., Config]) -> tuple[Config, AwsSession, Stubber]:
+    """A config with a Global Datastore, a session whose ElastiCache client in the
+    target region is stubbed, and the reads every move starts with expected."""
+    config = make_config(aws=AWS)
+    session = AwsSession()
+    stub = stubbed(session, "elasticache", S)
+    expect_move_start(stub)
+    return config, session, stub
+
+
 FAILOVER = {
     "GlobalReplicationGroupId": GLOBAL_ID,
     "PrimaryRegion": S,
@@ -51,11 +71,7 @@ FAILOVER = {
 async def test_a_planned_move_fails_the_datastore_over_and_waits_for_it(
     make_config: Callable[..., Config],
 ) -> None:
-    config = make_config(aws=AWS)
-    session = AwsSession()
-    stub = stubbed(session, "elasticache", S)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)  # role?
+    config, session, stub = moving(make_config)
     stub.add_response("failover_global_replication_group", {"GlobalReplicationGroup": {}}, FAILOVER)
     stub.add_response("describe_global_replication_groups", before(), DESCRIBE)  # not yet
     stub.add_response("describe_global_replication_groups", after(), DESCRIBE)
@@ -70,11 +86,7 @@ async def test_a_planned_move_fails_the_datastore_over_and_waits_for_it(
 async def test_the_primary_region_down_detaches_the_secondary(
     make_config: Callable[..., Config],
 ) -> None:
-    config = make_config(aws=AWS)
-    session = AwsSession()
-    stub = stubbed(session, "elasticache", S)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
+    config, session, stub = moving(make_config)
     stub.add_client_error(
         "failover_global_replication_group",
         service_error_code="InvalidGlobalReplicationGroupState",
@@ -104,11 +116,7 @@ async def test_the_primary_region_down_detaches_the_secondary(
 async def test_a_refused_planned_move_is_a_replication_error(
     make_config: Callable[..., Config],
 ) -> None:
-    config = make_config(aws=AWS)
-    session = AwsSession()
-    stub = stubbed(session, "elasticache", S)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
+    config, session, stub = moving(make_config)
     stub.add_client_error(
         "failover_global_replication_group", service_error_code="AccessDenied",
         expected_params=FAILOVER,
@@ -144,11 +152,7 @@ class _AwsEffect:
 async def test_the_controller_moves_through_the_provider_then_fences(
     make_config: Callable[..., Config],
 ) -> None:
-    config = make_config(aws=AWS)
-    session = AwsSession()
-    stub = stubbed(session, "elasticache", S)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
-    stub.add_response("describe_global_replication_groups", before(), DESCRIBE)
+    config, session, stub = moving(make_config)
     stub.add_response("failover_global_replication_group", {"GlobalReplicationGroup": {}}, FAILOVER)
     stub.add_response("describe_global_replication_groups", after(), DESCRIBE)
     async with running_redis_pair(config) as _:

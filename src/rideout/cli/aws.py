@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -144,6 +145,20 @@ def aws_plan(config_path: ConfigOption = None, as_json: JsonOption = False) -> N
     raise typer.Exit(EXIT_OK if plan.empty else EXIT_CHANGES)
 
 
+def _change(config_path: Path | None, as_json: bool, yes: bool, what: str) -> None:
+    """Plan (`what`: apply, or destroy's plan of deletions), show, confirm, apply."""
+    from rideout.aws import destroy_plan, make_plan
+
+    config = load(config_path)
+    session = _session()
+    planner = destroy_plan if what == "destroy" else make_plan
+    plan: Plan = _run(lambda: planner(session, config))
+    if not as_json:
+        _print_plan(plan, f"rideout aws {what} ({config.aws.deployment})")
+    _confirm(plan, yes, what)
+    _apply(config, session, plan, as_json)
+
+
 @aws_app.command(
     "apply",
     help="Make AWS match the configuration (idempotent: a second apply changes nothing). "
@@ -152,15 +167,7 @@ def aws_plan(config_path: ConfigOption = None, as_json: JsonOption = False) -> N
 def aws_apply(
     config_path: ConfigOption = None, as_json: JsonOption = False, yes: YesOption = False
 ) -> None:
-    from rideout.aws import make_plan
-
-    config = load(config_path)
-    session = _session()
-    plan: Plan = _run(lambda: make_plan(session, config))
-    if not as_json:
-        _print_plan(plan, f"rideout aws apply ({config.aws.deployment})")
-    _confirm(plan, yes, "apply")
-    _apply(config, session, plan, as_json)
+    _change(config_path, as_json, yes, "apply")
 
 
 @aws_app.command(
@@ -171,12 +178,4 @@ def aws_apply(
 def aws_destroy(
     config_path: ConfigOption = None, as_json: JsonOption = False, yes: YesOption = False
 ) -> None:
-    from rideout.aws import destroy_plan
-
-    config = load(config_path)
-    session = _session()
-    plan: Plan = _run(lambda: destroy_plan(session, config))
-    if not as_json:
-        _print_plan(plan, f"rideout aws destroy ({config.aws.deployment})")
-    _confirm(plan, yes, "destroy")
-    _apply(config, session, plan, as_json)
+    _change(config_path, as_json, yes, "destroy")
