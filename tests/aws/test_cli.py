@@ -103,3 +103,25 @@ def test_help_documents_the_exit_codes() -> None:
         result = runner.invoke(app, ["aws", command, "--help"])
         assert result.exit_code == 0
         assert "Exit codes" in result.stdout
+
+
+def test_an_unknown_region_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without an endpoint override, a region botocore does not know is refused before
+    any request (it would otherwise look like a network failure)."""
+    from rideout.aws import AwsError, AwsSession
+
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with pytest.raises(AwsError, match="'us-east-9' is not an AWS region botocore knows"):
+        AwsSession().cloudwatch("us-east-9")
+    assert AwsSession().cloudwatch("us-west-2") is not None
+
+
+def test_the_control_plane_provider_is_checked(tmp_path: Path) -> None:
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(parse_config(config_data(tmp_path / ".rideout"))))
+    bogus = runner.invoke(app, ["control-plane", "--provider", "gcp", "-c", str(path)])
+    assert bogus.exit_code == EXIT_CONFIG
+    assert "--provider must be redis or aws" in bogus.stderr
+    aws = runner.invoke(app, ["control-plane", "--provider", "aws", "-c", str(path)])
+    assert aws.exit_code == EXIT_CONFIG
+    assert "needs aws.global_datastore" in aws.stderr

@@ -10,6 +10,7 @@ connect and read time and retries throttling and transient errors a few times
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -75,9 +76,28 @@ class AwsSession:
         )
         self._clients: dict[tuple[str, str], Any] = {}
 
+    def _known(self, service: str, region: str) -> bool:
+        """Whether botocore knows `region` for `service` in any partition."""
+        return any(
+            region in self._session.get_available_regions(service, partition)
+            for partition in self._session.get_available_partitions()
+        )
+
     def _client(self, service: str, region: str) -> Any:
         key = (service, region)
         if key not in self._clients:
+            # A misspelt region would otherwise surface as an unreachable endpoint.
+            # (With AWS_ENDPOINT_URL, such as moto's, any region name is accepted.)
+            if (
+                service != "route53"
+                and not os.environ.get("AWS_ENDPOINT_URL")
+                and not self._known(service, region)
+            ):
+                raise AwsError(
+                    f"{region!r} is not an AWS region botocore knows for {service} (check "
+                    "aws_region and alarm_region in [aws]; a region newer than this "
+                    "botocore needs a newer boto3)"
+                )
             with boundary(f"{service} in {region}"):
                 self._clients[key] = self._session.client(
                     service,  # type: ignore[call-overload]  # one of three literals

@@ -767,9 +767,11 @@ def control_plane(
         fail(f"--provider must be redis or aws, got {provider!r}", 2)
     mover = None
     if provider == "aws":
-        from rideout.aws import AwsError
-        from rideout.aws.writer import ElastiCacheWriter
-
+        try:
+            from rideout.aws import AwsError
+            from rideout.aws.writer import ElastiCacheWriter
+        except ImportError as exc:  # boto3 is the aws extra
+            fail(f"{exc}: install the aws extra (pip install 'rideout[aws]')", 2)
         try:
             mover = ElastiCacheWriter(config)
         except AwsError as exc:
