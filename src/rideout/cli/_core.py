@@ -713,8 +713,12 @@ def canary(
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
     publishers = []
     if config.aws.publish_metrics:
-        from rideout.aws.metrics import CloudWatchPublisher
-
+        try:
+            from rideout.aws.metrics import CloudWatchPublisher
+        except ImportError as exc:  # boto3 is the aws extra
+            fail(
+                f"aws.publish_metrics: {exc}: install the aws extra (pip install 'rideout[aws]')", 2
+            )
         publishers.append(CloudWatchPublisher(config))
     try:
         probe = Canary(config, region, publishers=publishers)
