@@ -110,3 +110,42 @@ async def test_the_canary_gives_each_round_to_its_publishers(
     assert len(rounds) == 2
     assert [sorted(r.zone for r in rs) for rs in rounds] == [["use1-az1", "use1-az2"]] * 2
     await asyncio.sleep(0)
+
+
+async def test_a_real_canary_publishes_real_probes_to_cloudwatch(
+    moto_endpoint: str, make_config: Callable[..., Config]
+) -> None:
+    """Real app servers and Redis, the real canary probing them, and its rounds in
+    moto's CloudWatch (the control plane is not running: its push fails, logged)."""
+    from tests.realtime.conftest import running_deployment
+
+    # A probe timeout a loaded machine meets (the fast profile's 0.4 s is not always),
+    # and the rounds on a fake clock, so the test does not wait for periods.
+    config = make_config(
+        aws={"publish_metrics": True}, timing={"canary_interval": 10.0, "canary_timeout": 8.0}
+    )
+    time = FakeClock(NOW)
+    async with running_deployment(config):
+        publisher = CloudWatchPublisher(config)
+        canary = Canary(config, "us-east-1", publishers=[publisher], clock=time, sleep=time.asleep)
+        await canary.run(rounds=2)
+        await until(lambda: publisher.stats()["sent"] == 6, 60, message="6 datapoints sent")
+        await publisher.aclose()
+    cw = boto3.client("cloudwatch", region_name="us-west-2")
+    metrics = cw.list_metrics(Namespace="App", MetricName="WebSocketHealth")["Metrics"]
+    dims = {tuple(sorted(d["Value"] for d in m["Dimensions"])) for m in metrics}
+    assert dims == {("us-east-1",), ("us-east-1", "use1-az1"), ("us-east-1", "use1-az2")}
+    stats = cw.get_metric_statistics(
+        Namespace="App",
+        MetricName="WebSocketHealth",
+        Dimensions=[{"Name": "ApiId", "Value": "us-east-1"}],
+        StartTime=dt.datetime.fromtimestamp(NOW - 60, dt.UTC),
+        EndTime=dt.datetime.fromtimestamp(NOW + 120, dt.UTC),
+        Period=60,
+        Statistics=["Minimum", "SampleCount"],
+    )["Datapoints"]
+    # 2 rounds: 2 regional datapoints and 4 zonal ones. moto counts all 6 here, since it
+    # matches every datapoint that *has* the asked dimensions; CloudWatch matches the
+    # exact set, and would count the 2 regional ones the alarm watches.
+    assert sum(p["SampleCount"] for p in stats) == 6
+    assert min(p["Minimum"] for p in stats) == 1.0  # both zones answered pong
