@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 
 import jwt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from rich.console import Console
 from rich.table import Table
 
@@ -45,10 +46,10 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     args = parser.parse_args()
 
-    key = SigningKey.generate()
+    private = Ed25519PrivateKey.generate()  # one key for both sides
+    key = SigningKey(private)
     issuer = TokenIssuer(key, ISSUER, AUDIENCE, 3600)
     verifier = TokenVerifier(JWKSet(key.jwks()), ISSUER, AUDIENCE)
-    private = key._private_key  # the same key object for the baseline
     public = private.public_key()
     token = issuer.issue("visitor-123456")
 
