@@ -498,3 +498,81 @@ def test_the_evacuate_aws_section_round_trips_and_refuses() -> None:
     ]:
         with pytest.raises(ConfigError, match=rf"evacuate_aws\.{key}"):
             parse_config({"evacuate_aws": bad})
+
+
+# --------------------------------------------------------------------------- [aws]
+
+AWS_SECTION = {
+    "deployment": "auction-prod",
+    "hosted_zone_id": "Z0123456789ABCDEFGHIJ",
+    "tags": {"team": "auctions"},
+    "global_datastore": "auction",
+    "regions": {
+        "us-east-1": {"addresses": ["203.0.113.10"], "replication_group": "auction-use1"},
+        "us-west-2": {
+            "aws_region": "us-west-2",
+            "addresses": ["198.51.100.20"],
+            "replication_group": "auction-usw2",
+            "alarm_name": "west-canary",
+        },
+    },
+}
+
+
+def test_aws_section_defaults_and_round_trip(tmp_path: Path) -> None:
+    assert parse_config({}).aws.hosted_zone_id == ""  # nothing managed by default
+    config = parse_config({"aws": AWS_SECTION})
+    aws = config.aws
+    assert aws.tags == (("team", "auctions"),)
+    assert aws.region("us-east-1").aws_region == "us-east-1"
+    assert aws.alarm_name("us-east-1") == "auction-prod-us-east-1-websocket-health"
+    assert aws.alarm_name("us-west-2") == "west-canary"
+    assert aws.insufficient_data_health == "Unhealthy"
+    assert parse_config(tomllib.loads(dump_toml(config))) == config
+    env = {"RIDEOUT_AWS__PUBLISH_METRICS": "true", "RIDEOUT_AWS__DEPLOYMENT": "other"}
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(config))
+    loaded = load_config(path, env=env)
+    assert loaded.aws.publish_metrics
+    assert loaded.aws.deployment == "other"
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ({"period": 45}, "aws.period: must be 10, 30 or a multiple of 60"),
+        ({"record_type": "CNAME"}, "aws.record_type: must be 'A' or 'alias'"),
+        ({"insufficient_data_health": "Maybe"}, "aws.insufficient_data_health"),
+        ({"deployment": "Not A Name"}, "aws.deployment: expected a name"),
+        ({"hosted_zone_id": "zone one"}, "is not a Route 53 hosted zone id"),
+        ({"alarm_region": "mars"}, "aws.alarm_region: 'mars' is not an AWS region name"),
+        ({"tags": {"aws:owner": "x"}}, "tag keys aws:* and rideout:* are reserved"),
+        ({"regions": {"eu-west-9": {}}}, "aws.regions.eu-west-9: no such region"),
+        ({"regions": {"us-east-1": {"addresses": ["nope"]}}}, "'nope' is not an IPv4 address"),
+        (
+            {"regions": {"us-east-1": {"colour": "red"}}},
+            "aws.regions.us-east-1.colour: unknown key",
+        ),
+        (
+            {"regions": {"us-east-1": {"addresses": []}}},
+            "aws.regions.us-east-1.addresses: record_type 'A' needs the region's addresses",
+        ),
+        (
+            {"record_type": "alias"},
+            "record_type 'alias' needs alias_dns_name and alias_hosted_zone_id",
+        ),
+    ],
+)
+def test_bad_aws_settings_are_refused(override: dict[str, Any], message: str) -> None:
+    section = {**AWS_SECTION, **override}
+    if "regions" in override:
+        section["regions"] = {**AWS_SECTION["regions"], **override["regions"]}  # type: ignore[dict-item]
+    with pytest.raises(ConfigError, match=message.replace("*", r"\*").replace("(", r"\(")):
+        parse_config({"aws": section})
+
+
+def test_a_global_datastore_needs_every_regions_group() -> None:
+    section = {**AWS_SECTION, "regions": {"us-east-1": {"addresses": ["203.0.113.1"]}}}
+    section["hosted_zone_id"] = ""
+    with pytest.raises(ConfigError, match="global_datastore needs each region's replication group"):
+        parse_config({"aws": section})

@@ -13,6 +13,7 @@ import rideout
 from rideout._process import ProcessError
 from rideout.auth import CredentialError, JWKSError
 from rideout.auth.admin import AdminTokenError
+from rideout.aws.errors import AwsError
 from rideout.client.errors import ClientError
 from rideout.cluster.errors import ClusterError
 from rideout.config import ConfigError
@@ -56,6 +57,7 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.drill": DrillError,
     "rideout.waitingroom": RoomError,
     "rideout.evacuate": EvacuationError,
+    "rideout.aws": AwsError,
 }
 
 

@@ -32,6 +32,8 @@ __all__ = [
     "FAILOVER_PROFILES",
     "PROFILES",
     "AuthConfig",
+    "AwsConfig",
+    "AwsRegionConfig",
     "Config",
     "ConfigError",
     "ControlPlaneConfig",
@@ -58,6 +60,8 @@ Role = Literal["primary", "secondary"]
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_AWS_REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$")
+_AWS_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9-]{0,39}$")
 
 
 class ConfigError(InvalidArgument):
@@ -345,6 +349,51 @@ class EvacuateAwsConfig:
     eks_token_file: str = ""  # a file holding a bearer token ("": made from AWS credentials)
 
 
+@dataclass(frozen=True, slots=True)
+class AwsRegionConfig:
+    """How one rideout region maps onto AWS (``[aws.regions.<region>]``)."""
+
+    name: str  # the rideout region
+    aws_region: str  # the AWS region it runs in (default: the same name)
+    # The app domain's record for this region: A records with these addresses, or
+    # (record_type = "alias") an alias to a load balancer's or API's DNS name.
+    addresses: tuple[str, ...] = ()
+    alias_dns_name: str = ""
+    alias_hosted_zone_id: str = ""
+    alarm_name: str = ""  # the region's canary alarm (default: see AwsConfig.alarm_name)
+    replication_group: str = ""  # the region's ElastiCache replication group id
+    cache_subnet_group: str = ""  # where apply creates the secondary's replication group
+
+
+@dataclass(frozen=True, slots=True)
+class AwsConfig:
+    """`rideout aws plan|apply|destroy`, the canary's PutMetricData, ``--provider aws``."""
+
+    deployment: str = "rideout"  # tagged rideout:deployment=<this> on what rideout creates
+    hosted_zone_id: str = ""  # the app domain's Route 53 hosted zone; empty: not managed
+    record_type: str = "A"  # A | alias
+    # Where the canary alarms live and the canaries publish: default the secondary's AWS
+    # region, so failing over never depends on the region that failed.
+    alarm_region: str = ""
+    period: int = 60  # seconds per CloudWatch datapoint: 10, 30 or a multiple of 60
+    insufficient_data_health: str = "Unhealthy"  # Healthy | Unhealthy | LastKnownStatus
+    publish_metrics: bool = False  # the canary also calls PutMetricData (besides ingest)
+    global_datastore: str = ""  # ElastiCache Global Datastore id suffix; empty: not managed
+    tags: tuple[tuple[str, str], ...] = ()  # added to everything rideout creates
+    regions: tuple[AwsRegionConfig, ...] = ()
+
+    def region(self, name: str) -> AwsRegionConfig:
+        """The AWS settings of rideout region `name` (defaults when it has none)."""
+        for region in self.regions:
+            if region.name == name:
+                return region
+        return AwsRegionConfig(name=name, aws_region=name)
+
+    def alarm_name(self, region: str) -> str:
+        """The canary alarm of rideout region `region`."""
+        return self.region(region).alarm_name or f"{self.deployment}-{region}-websocket-health"
+
+
 def _default_regions() -> tuple[RegionConfig, ...]:
     return (
         RegionConfig(
@@ -380,6 +429,7 @@ class Config:
     waitingroom: WaitingRoomConfig = field(default_factory=WaitingRoomConfig)
     evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
     evacuate_aws: EvacuateAwsConfig = field(default_factory=EvacuateAwsConfig)
+    aws: AwsConfig = field(default_factory=AwsConfig)
 
     @property
     def keys_dir(self) -> Path:
@@ -457,6 +507,10 @@ class _Reader:
     def has(self, name: str) -> bool:
         return name in self._table
 
+    def names(self) -> list[str]:
+        """The keys not consumed yet (for tables keyed by name)."""
+        return list(self._table)
+
     def raw(self, name: str) -> Any:
         return self._table.pop(name)
 
@@ -466,6 +520,15 @@ class _Reader:
         value = self._table.pop(name)
         if not isinstance(value, str) or not value:
             raise ConfigError(self.key(name), f"expected a non-empty string, got {_kind(value)}")
+        return value
+
+    def optional_text(self, name: str) -> str:
+        """A string that may be empty (empty: not set)."""
+        if name not in self._table:
+            return ""
+        value = self._table.pop(name)
+        if not isinstance(value, str):
+            raise ConfigError(self.key(name), f"expected a string, got {_kind(value)}")
         return value
 
     def integer(
@@ -657,6 +720,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         waitingroom=_parse_waitingroom(root.table("waitingroom")),
         evacuate=_parse_evacuate(root.table("evacuate"), profile),
         evacuate_aws=_parse_evacuate_aws(root.table("evacuate_aws")),
+        aws=_parse_aws(root.table("aws")),
     )
     root.done()
     _validate(config)
@@ -823,6 +887,121 @@ def _parse_evacuate_aws(t: _Reader) -> EvacuateAwsConfig:
     return aws
 
 
+def _parse_aws(t: _Reader) -> AwsConfig:
+    d = AwsConfig()
+    regions_table = t.table("regions")
+    tags_table = t.table("tags")
+    aws = AwsConfig(
+        deployment=t.text("deployment", d.deployment),
+        hosted_zone_id=t.optional_text("hosted_zone_id"),
+        record_type=t.text("record_type", d.record_type),
+        alarm_region=t.optional_text("alarm_region"),
+        period=t.integer("period", d.period, maximum=86400),
+        insufficient_data_health=t.text("insufficient_data_health", d.insufficient_data_health),
+        publish_metrics=t.flag("publish_metrics", d.publish_metrics),
+        global_datastore=t.optional_text("global_datastore"),
+        tags=tuple((k, tags_table.text(k, "")) for k in tags_table.names()),
+        regions=tuple(
+            _parse_aws_region(regions_table.table(name), name) for name in regions_table.names()
+        ),
+    )
+    t.done()
+    if not _NAME.match(aws.deployment):
+        raise ConfigError(
+            t.key("deployment"), f"expected a name like 'auction-prod', got {aws.deployment!r}"
+        )
+    if aws.hosted_zone_id and not re.fullmatch(
+        r"(/hostedzone/)?[A-Z0-9]{1,32}", aws.hosted_zone_id
+    ):
+        raise ConfigError(
+            t.key("hosted_zone_id"), f"{aws.hosted_zone_id!r} is not a Route 53 hosted zone id"
+        )
+    if aws.record_type not in ("A", "alias"):
+        raise ConfigError(t.key("record_type"), f"must be 'A' or 'alias', got {aws.record_type!r}")
+    if aws.alarm_region and not _AWS_REGION.match(aws.alarm_region):
+        raise ConfigError(t.key("alarm_region"), f"{aws.alarm_region!r} is not an AWS region name")
+    if aws.period not in (10, 30) and aws.period % 60:
+        raise ConfigError(
+            t.key("period"), f"must be 10, 30 or a multiple of 60 (CloudWatch), got {aws.period}"
+        )
+    if aws.insufficient_data_health not in ("Healthy", "Unhealthy", "LastKnownStatus"):
+        raise ConfigError(
+            t.key("insufficient_data_health"),
+            f"must be 'Healthy', 'Unhealthy' or 'LastKnownStatus', got {aws.insufficient_data_health!r}",
+        )
+    if aws.global_datastore and not _AWS_ID.match(aws.global_datastore):
+        raise ConfigError(
+            t.key("global_datastore"), f"{aws.global_datastore!r} is not an ElastiCache id"
+        )
+    for key, _ in aws.tags:
+        if key.startswith(("aws:", "rideout:")):
+            raise ConfigError(f"{t.key('tags')}.{key}", "tag keys aws:* and rideout:* are reserved")
+    return aws
+
+
+def _parse_aws_region(t: _Reader, name: str) -> AwsRegionConfig:
+    region = AwsRegionConfig(
+        name=name,
+        aws_region=t.text("aws_region", name),
+        addresses=t.strings("addresses", ()),
+        **{
+            key: t.optional_text(key)
+            for key in (
+                "alias_dns_name",
+                "alias_hosted_zone_id",
+                "alarm_name",
+                "replication_group",
+                "cache_subnet_group",
+            )
+        },
+    )
+    t.done()
+    if not _AWS_REGION.match(region.aws_region):
+        raise ConfigError(t.key("aws_region"), f"{region.aws_region!r} is not an AWS region name")
+    for address in region.addresses:
+        try:
+            ipaddress.IPv4Address(address)
+        except ValueError:
+            raise ConfigError(t.key("addresses"), f"{address!r} is not an IPv4 address") from None
+    for key in ("replication_group", "cache_subnet_group"):
+        value = getattr(region, key)
+        if value and not _AWS_ID.match(value):
+            raise ConfigError(t.key(key), f"{value!r} is not an ElastiCache id")
+    return region
+
+
+def _validate_aws(config: Config) -> None:
+    aws = config.aws
+    known = {r.name for r in config.regions}
+    for region in aws.regions:
+        if region.name not in known:
+            raise ConfigError(
+                f"aws.regions.{region.name}", f"no such region (known: {', '.join(sorted(known))})"
+            )
+    if aws.hosted_zone_id:
+        for r in config.regions:
+            mapped = aws.region(r.name)
+            key = f"aws.regions.{r.name}"
+            if aws.record_type == "A" and not mapped.addresses:
+                raise ConfigError(
+                    f"{key}.addresses", "record_type 'A' needs the region's addresses"
+                )
+            if aws.record_type == "alias" and not (
+                mapped.alias_dns_name and mapped.alias_hosted_zone_id
+            ):
+                raise ConfigError(
+                    f"{key}.alias_dns_name",
+                    "record_type 'alias' needs alias_dns_name and alias_hosted_zone_id",
+                )
+    if aws.global_datastore:
+        for r in config.regions:
+            if not aws.region(r.name).replication_group:
+                raise ConfigError(
+                    f"aws.regions.{r.name}.replication_group",
+                    "global_datastore needs each region's replication group id",
+                )
+
+
 def _parse_timing(t: _Reader, base: Timing) -> Timing:
     timing = Timing(**_scalars(t, base))
     if timing.heartbeat_timeout <= timing.heartbeat_interval:
@@ -916,6 +1095,7 @@ def _validate(config: Config) -> None:
         for j, zone in enumerate(region.zones):
             claim_name(zone.name, f"regions[{i}].zones[{j}].name")
             claim(zone.address, config.app_port, f"regions[{i}].zones[{j}].address")
+    _validate_aws(config)
 
 
 # --------------------------------------------------------------------------- output
@@ -937,6 +1117,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "waitingroom": _section(config.waitingroom),
         "evacuate": _section(config.evacuate),
         "evacuate_aws": _section(config.evacuate_aws),
+        "aws": _aws_section(config.aws),
         "regions": [
             {
                 "name": r.name,
@@ -947,6 +1128,20 @@ def config_to_dict(config: Config) -> dict[str, Any]:
             for r in config.regions
         ],
     }
+
+
+def _aws_section(aws: AwsConfig) -> dict[str, Any]:
+    data = {f.name: getattr(aws, f.name) for f in fields(aws) if f.name not in ("tags", "regions")}
+    data["tags"] = dict(aws.tags)
+    data["regions"] = {
+        r.name: {
+            f.name: list(v) if isinstance(v := getattr(r, f.name), tuple) else v
+            for f in fields(r)
+            if f.name != "name"
+        }
+        for r in aws.regions
+    }
+    return data
 
 
 def _section(value: Any) -> dict[str, Any]:
@@ -982,6 +1177,13 @@ def dump_toml(config: Config) -> str:
     for section in (*sections, "evacuate", "evacuate_aws"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
+    aws = data["aws"]
+    lines.append("\n[aws]")
+    lines.extend(f"{k} = {_toml_value(v)}" for k, v in aws.items() if k not in ("tags", "regions"))
+    lines.append(f"tags = {_toml_value(aws['tags'])}")
+    for name, region in aws["regions"].items():
+        lines.append(f"\n[aws.regions.{name}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in region.items())
     for region in data["regions"]:
         lines.append("\n[[regions]]")
         lines.append(f"name = {_toml_value(region['name'])}")

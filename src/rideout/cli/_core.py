@@ -741,7 +741,8 @@ def canary(
 ) -> None:
     """Probe a region's zones every canary interval and push the results to the control plane.
 
-    `rideout up` starts one per region, beside the region's servers.
+    `rideout up` starts one per region, beside the region's servers. With
+    aws.publish_metrics the datapoints also go to CloudWatch (PutMetricData).
     """
     import logging
 
@@ -749,8 +750,17 @@ def canary(
 
     config = load(config_path)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    publishers = []
+    if config.aws.publish_metrics:
+        try:
+            from rideout.aws.metrics import CloudWatchPublisher
+        except ImportError as exc:  # boto3 is the aws extra
+            fail(
+                f"aws.publish_metrics: {exc}: install the aws extra (pip install 'rideout[aws]')", 2
+            )
+        publishers.append(CloudWatchPublisher(config))
     try:
-        probe = Canary(config, region)
+        probe = Canary(config, region, publishers=publishers)
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
     with contextlib.suppress(KeyboardInterrupt):
@@ -778,6 +788,14 @@ def control_plane(
             "to DATA_DIR/run/dns-view.json for `rideout dns` to serve (`rideout up` does).",
         ),
     ] = True,
+    provider: Annotated[
+        str,
+        typer.Option(
+            help="How the failover controller moves the writer: redis (REPLICAOF and "
+            "FAILOVER on self-managed Redis, as `rideout up` runs) or aws (ElastiCache "
+            "Global Datastore: FailoverGlobalReplicationGroup, needs aws.global_datastore).",
+        ),
+    ] = "redis",
 ) -> None:
     """Run the control plane in the foreground (`rideout up` starts it)."""
     from rideout._serve import ServerLimits
@@ -788,7 +806,22 @@ def control_plane(
     from rideout.dns.feed import ViewFile
 
     config = load(config_path)
-    runtime = ControlPlane(config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW))
+    if provider not in ("redis", "aws"):
+        fail(f"--provider must be redis or aws, got {provider!r}", 2)
+    mover = None
+    if provider == "aws":
+        try:
+            from rideout.aws import AwsError
+            from rideout.aws.writer import ElastiCacheWriter
+        except ImportError as exc:  # boto3 is the aws extra
+            fail(f"{exc}: install the aws extra (pip install 'rideout[aws]')", 2)
+        try:
+            mover = ElastiCacheWriter(config)
+        except AwsError as exc:
+            fail(str(exc), 2)
+    runtime = ControlPlane(
+        config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW), mover=mover
+    )
     if config.mode == "local":
         # The supervisor of `rideout up` owns the processes: chaos, the inventory and the
         # processes' metrics are its.

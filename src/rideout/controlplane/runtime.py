@@ -49,7 +49,7 @@ from rideout.dns.records import (
     resolve,
 )
 from rideout.dns.server import DnsMetrics, DnsServer
-from rideout.failover.controller import ControllerState, FailoverController
+from rideout.failover.controller import ControllerState, FailoverController, WriterMover
 from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
@@ -81,6 +81,7 @@ class ControlPlane:
         *,
         clock: Callable[[], float] = time.time,
         dns_feed: ViewPublisher | None = None,
+        mover: WriterMover | None = None,
     ) -> None:
         self.config = config
         self.dns_feed = dns_feed
@@ -109,7 +110,7 @@ class ControlPlane:
         restored = self._load()
         self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.controller = FailoverController(
-            config, state=restored, clock=clock, on_change=lambda _: self.save()
+            config, state=restored, clock=clock, on_change=lambda _: self.save(), mover=mover
         )
         self.drain = FailbackDrain(config, clock=clock)
         self.zone = DnsZoneConfig.from_config(config)

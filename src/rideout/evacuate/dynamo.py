@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from rideout import _validate
 from rideout.errors import InvalidArgument
 from rideout.evacuate.aws._boundary import AwsSettings, calling
-from rideout.evacuate.aws.errors import AwsError
+from rideout.evacuate.aws.errors import AwsProviderError
 from rideout.evacuate.errors import LedgerError
 from rideout.evacuate.model import Record, merge_records
 
@@ -97,7 +97,7 @@ class DynamoLedger:
         try:
             with calling("dynamodb", operation):
                 yield
-        except AwsError as exc:
+        except AwsProviderError as exc:
             if exc.code == _CONDITION_FAILED:
                 raise _ConditionFailed(str(exc)) from exc
             raise LedgerError(f"the ledger table {self.table}: {exc}") from exc

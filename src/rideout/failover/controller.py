@@ -21,7 +21,11 @@ Fencing: app servers learn the epoch from the control plane (``/v1/writer``) and
 with every bid; a stale writer still holds the old epoch, so the bid script refuses
 their writes until the stale writer is demoted.
 
-The decision (:func:`decide`) is pure; :class:`FailoverController` executes it.
+The decision (:func:`decide`) is pure; :class:`FailoverController` executes it. How the
+writer moves is Redis's own replication commands by default; a :class:`WriterMover`
+(``--provider aws``: ElastiCache Global Datastore, :mod:`rideout.aws.writer`) replaces
+that step and the replica bookkeeping of the reconcile step when a managed service owns
+replication. The epoch fence is the controller's in both cases.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import redis.asyncio as aioredis
 
@@ -56,6 +60,7 @@ __all__ = [
     "Decision",
     "FailoverController",
     "FailoverEvent",
+    "WriterMover",
     "damping_policy",
     "decide",
 ]
@@ -109,6 +114,19 @@ def decide(
     if not writer_ok:
         return Decision("none", None, f"both regions are unhealthy: the writer stays in {writer}")
     return Decision("none", None, f"{writer} is healthy")
+
+
+class WriterMover(Protocol):
+    """Moves the writer when a managed service owns replication (the controller's port).
+
+    :meth:`move` makes `new`'s Redis the writer and returns how (for the event log);
+    it raises :class:`~rideout.store.replication.ReplicationError` when it cannot.
+    `old_reachable` says whether the old writer's Redis answers (a planned move) or
+    not (a regional failure). The controller then raises the epoch on `new`'s Redis, as
+    it does after its own moves; it issues no ``REPLICAOF`` or ``FAILOVER`` itself.
+    """
+
+    async def move(self, old: str, new: str, *, old_reachable: bool) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,9 +197,11 @@ class FailoverController:
         state: ControllerState | None = None,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[ControllerState], None] | None = None,
+        mover: WriterMover | None = None,
     ) -> None:
         self.config = config
         self.state = state
+        self.mover = mover
         self._clock = clock
         self._on_change = on_change
         credentials = credentials_for(config, RedisRole.CONTROLLER)
@@ -318,6 +338,33 @@ class FailoverController:
             raise ReplicationError(
                 f"cannot move the writer to {new}: its Redis is unreachable ({new_view.error})"
             )
+        if self.mover is not None:
+            how: str | None = await self.mover.move(old, new, old_reachable=old_view.reachable)
+        else:
+            how = await self._move_by_redis(decision, old_view, new_view)
+        if how is None:  # waiting for the target to catch up
+            return
+        self._waiting_since = None
+        epoch = await bump_epoch(self._clients[new], self.state.epoch)
+        self.state.writer, self.state.epoch = new, epoch
+        if self.damping is not None:
+            self.state.damping = self.state.damping.record_move(self.damping, self._clock())
+        if decision.move == "fail-over":
+            self.state.failovers += 1
+        else:
+            self.state.failbacks += 1
+        self._event(
+            decision.move, f"writer {old} -> {new} by {how}; epoch {epoch}; {decision.reason}"
+        )
+        await self._observe()
+
+    async def _move_by_redis(
+        self, decision: Decision, old_view: ReplicationStatus, new_view: ReplicationStatus
+    ) -> str | None:
+        """Move the writer with Redis's commands: how it moved, or None while waiting."""
+        assert self.state is not None
+        assert decision.target is not None
+        old, new = self.state.writer, decision.target
         target = self.config.region(new).redis
         source = self.config.region(old).redis
         # Both sides must agree the target follows the writer: the writer's view of its
@@ -346,7 +393,7 @@ class FailoverController:
                         "wait",
                         f"moving the writer to {new} once its Redis has caught up with {old}",
                     )
-                return
+                return None
             timeout = max(2.0, 10 * self.config.timing.canary_interval)
             await switch_over(
                 self._clients[old], self._clients[new], target.address, target.port, timeout
@@ -358,19 +405,19 @@ class FailoverController:
             await promote(self._clients[new])
             why = "unreachable" if not old_view.reachable else f"no handover within {patience:g} s"
             how = f"REPLICAOF NO ONE ({old} {why})"
-        self._waiting_since = None
-        epoch = await bump_epoch(self._clients[new], self.state.epoch)
-        self.state.writer, self.state.epoch = new, epoch
-        if self.damping is not None:
-            self.state.damping = self.state.damping.record_move(self.damping, self._clock())
-        if decision.move == "fail-over":
-            self.state.failovers += 1
-        else:
-            self.state.failbacks += 1
-        self._event(
-            decision.move, f"writer {old} -> {new} by {how}; epoch {epoch}; {decision.reason}"
-        )
-        await self._observe()
+        return how
+
+    async def _fence(self, writer: str, w_view: ReplicationStatus) -> None:
+        """Make sure the writer's Redis holds the current epoch."""
+        assert self.state is not None
+        if w_view.reachable:
+            w_client = self._clients[writer]
+            epoch = await read_epoch(w_client)
+            if epoch is None or epoch < self.state.epoch:
+                await bump_epoch(w_client, self.state.epoch - 1)
+                self._event(
+                    "epoch", f"{writer}'s Redis had epoch {epoch}: set to {self.state.epoch}"
+                )
 
     async def _reconcile(self) -> None:
         """Make the writer's Redis a master and every other Redis its replica."""
@@ -379,16 +426,14 @@ class FailoverController:
         w_view = self.redis[writer]
         w_client = self._clients[writer]
         w_redis = self.config.region(writer).redis
+        if self.mover is not None:
+            # The managed service keeps the replicas (and refuses REPLICAOF): only fence.
+            await self._fence(writer, w_view)
+            return
         if w_view.reachable and w_view.role == "replica":
             await promote(w_client)
             self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
-        if w_view.reachable:
-            epoch = await read_epoch(w_client)
-            if epoch is None or epoch < self.state.epoch:
-                await bump_epoch(w_client, self.state.epoch - 1)
-                self._event(
-                    "epoch", f"{writer}'s Redis had epoch {epoch}: set to {self.state.epoch}"
-                )
+        await self._fence(writer, w_view)
         for name, view in self.redis.items():
             if name == writer or not view.reachable:
                 continue

@@ -9,6 +9,10 @@ healthy and 0 for unhealthy, as metric ``App/WebSocketHealth`` with dimensions
 ingest endpoint, signed with the region's canary key (an HMAC over the exact body, a
 timestamp and a nonce: :mod:`rideout.auth.request_signing`). When the region dies the
 datapoints stop; the alarm counts the silence as breaching.
+
+Each round also goes to every :class:`DatapointPublisher` the canary was given (on AWS:
+CloudWatch's PutMetricData, :mod:`rideout.aws.metrics`); a publisher queues and sends on
+its own time, so a slow or failing one never delays the next probe.
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import json
 import logging
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import httpx
 from websockets.asyncio.client import connect
@@ -40,7 +45,15 @@ from rideout.health.names import (
 )
 from rideout.protocol import PONG
 
-__all__ = ["METRIC_NAME", "NAMESPACE", "Canary", "ProbeResult", "metric_data", "probe"]
+__all__ = [
+    "METRIC_NAME",
+    "NAMESPACE",
+    "Canary",
+    "DatapointPublisher",
+    "ProbeResult",
+    "metric_data",
+    "probe",
+]
 
 log = logging.getLogger("rideout.canary")
 
@@ -55,6 +68,16 @@ class ProbeResult:
     latency: float
     error: str | None
     timestamp: float
+
+
+class DatapointPublisher(Protocol):
+    """Somewhere else a round of datapoints goes (the canary's port for CloudWatch).
+
+    :meth:`publish` must return at once (queue, send in the background) and never raise:
+    the probe schedule is the canary's first duty.
+    """
+
+    def publish(self, results: Sequence[ProbeResult]) -> None: ...
 
 
 async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
@@ -114,9 +137,11 @@ class Canary:
         probe_zone: Callable[[str, str, float], Awaitable[tuple[bool, str | None]]] = probe,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        publishers: Sequence[DatapointPublisher] = (),
     ) -> None:
         self.config = config
         self.region = config.region(region)
+        self.publishers = tuple(publishers)
         self._probe = probe_zone
         self._clock = clock
         self._sleep = sleep
@@ -203,6 +228,8 @@ class Canary:
                         state = "healthy" if r.healthy else f"UNHEALTHY ({r.error})"
                         log.info("%s %s: %s", r.region, r.zone, state)
                         previous[r.zone] = r.healthy
+                for publisher in self.publishers:
+                    publisher.publish(results)
                 await self.push(http, results)
                 done += 1
                 scheduled += interval

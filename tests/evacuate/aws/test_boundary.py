@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError
 
-from rideout.evacuate.aws import AwsError, AwsNotFound, AwsRefused, AwsSettings
+from rideout.evacuate.aws import AwsNotFound, AwsProviderError, AwsRefused, AwsSettings
 from rideout.evacuate.aws._boundary import calling
 from rideout.evacuate.errors import ProviderError
 
@@ -25,12 +25,12 @@ def client_error(code: str, message: str = "it failed") -> ClientError:
         ),
         (client_error("ResourceConflictException"), AwsRefused, "ResourceConflictException"),
         (client_error("AccessDeniedException"), AwsRefused, "AccessDeniedException"),
-        (client_error("ThrottlingException"), AwsError, "ThrottlingException"),
+        (client_error("ThrottlingException"), AwsProviderError, "ThrottlingException"),
         (ParamValidationError(report="Invalid length"), AwsRefused, ""),
-        (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), AwsError, ""),
+        (EndpointConnectionError(endpoint_url="http://127.0.0.1:9"), AwsProviderError, ""),
     ],
 )
-def test_errors_are_mapped(raised: Exception, expected: type[AwsError], code: str) -> None:
+def test_errors_are_mapped(raised: Exception, expected: type[AwsProviderError], code: str) -> None:
     with pytest.raises(expected) as caught, calling("ecs", "UpdateService"):
         raise raised
     assert type(caught.value) is expected

@@ -7,14 +7,14 @@ from __future__ import annotations
 
 from rideout.evacuate.aws._boundary import AwsSettings
 from rideout.evacuate.aws.connect import open_aws, settings_from
-from rideout.evacuate.aws.errors import AwsError, AwsNotFound, AwsRefused, KubernetesError
+from rideout.evacuate.aws.errors import AwsNotFound, AwsProviderError, AwsRefused, KubernetesError
 from rideout.evacuate.aws.provider import DEFAULT_KINDS, AwsProvider
 
 __all__ = [
     "DEFAULT_KINDS",
-    "AwsError",
     "AwsNotFound",
     "AwsProvider",
+    "AwsProviderError",
     "AwsRefused",
     "AwsSettings",
     "KubernetesError",

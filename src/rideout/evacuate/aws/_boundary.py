@@ -1,7 +1,7 @@
 """Where boto3 meets rideout: client construction and the exception mapping.
 
 Every call to AWS goes through :func:`calling`, so a botocore exception reaches a caller
-as an :class:`~rideout.evacuate.aws.errors.AwsError` naming the operation and AWS's own
+as an :class:`~rideout.evacuate.aws.errors.AwsProviderError` naming the operation and AWS's own
 error code (httpx-style mapping at the boundary). Throttling is retried by botocore's
 *standard* retry mode with a bounded number of attempts, configured here once.
 """
@@ -18,7 +18,7 @@ from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 
 from rideout import _validate
-from rideout.evacuate.aws.errors import AwsError, AwsNotFound, AwsRefused
+from rideout.evacuate.aws.errors import AwsNotFound, AwsProviderError, AwsRefused
 
 if TYPE_CHECKING:
     from mypy_boto3_arc_zonal_shift import ARCZonalShiftClient
@@ -136,13 +136,13 @@ def error_code(error: ClientError) -> str:
 
 @contextlib.contextmanager
 def calling(service: str, operation: str) -> Iterator[None]:
-    """Map botocore's exceptions raised inside to :class:`AwsError` subclasses."""
+    """Map botocore's exceptions raised inside to :class:`AwsProviderError` subclasses."""
     try:
         yield
     except ClientError as exc:
         code = error_code(exc)
         message = str(exc.response.get("Error", {}).get("Message", "")) or str(exc)
-        cls: type[AwsError] = AwsError
+        cls: type[AwsProviderError] = AwsProviderError
         if code in _NOT_FOUND or "not found" in message.lower():
             cls = AwsNotFound
         elif code in _REFUSED:
@@ -151,4 +151,4 @@ def calling(service: str, operation: str) -> Iterator[None]:
     except ParamValidationError as exc:
         raise AwsRefused(f"{service} {operation}: invalid request: {exc}", code="") from exc
     except BotoCoreError as exc:
-        raise AwsError(f"{service} {operation}: {exc}", code="") from exc
+        raise AwsProviderError(f"{service} {operation}: {exc}", code="") from exc

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from rideout.evacuate.errors import ProviderError
 
-__all__ = ["AwsError", "AwsNotFound", "AwsRefused", "KubernetesError"]
+__all__ = ["AwsNotFound", "AwsProviderError", "AwsRefused", "KubernetesError"]
 
 
-class AwsError(ProviderError):
+class AwsProviderError(ProviderError):
     """An AWS call failed; the message names the service, the operation and AWS's error
     code (also in :attr:`code`, "" when the failure was not an AWS answer, such as a
     connection error)."""
@@ -17,11 +17,11 @@ class AwsError(ProviderError):
         self.code = code
 
 
-class AwsNotFound(AwsError):
+class AwsNotFound(AwsProviderError):
     """AWS answered that the resource (or zone, or subnet) does not exist."""
 
 
-class AwsRefused(AwsError):
+class AwsRefused(AwsProviderError):
     """AWS understood the request and refused it: a conflict, a failed condition, a
     validation error or missing permission. Retrying the same request will not help."""
 

@@ -79,7 +79,7 @@ class LambdaFunctions:
 
     def _settle(self, resource: str) -> None:
         """Wait until the function's last update has finished (a WaiterError, for a
-        failed or endless update, becomes an AwsError at the boundary)."""
+        failed or endless update, becomes an AwsProviderError at the boundary)."""
         with calling("lambda", "GetFunction (waiting for the update)"):
             self._client.get_waiter("function_updated_v2").wait(
                 FunctionName=resource,
