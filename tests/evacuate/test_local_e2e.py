@@ -103,6 +103,14 @@ async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path])
             assert cli(workdir, "evacuate", "list", "--json")[1] == []
             counts = {id(b): b.accepted for b in bidders}
             await until(lambda: all(b.accepted > counts[id(b)] for b in bidders), 60)
+
+            # A practice shift runs its course and leaves nothing behind.
+            practice = rideout("evacuate", "practice", "--zone-id", "use1-az2", "--duration", "2",
+                               "-c", "rideout.toml", cwd=workdir, timeout=60)  # fmt: skip
+            assert practice.returncode == 0, practice.stdout + practice.stderr
+            assert "practice succeeded" in practice.stdout
+            assert cli(workdir, "evacuate", "list", "--json")[1] == []
+            assert await resolve(config) == [AZ1, AZ2]
         finally:
             await stop_bidders(bidders, tasks)
         await assert_no_acked_bid_lost(config, token, bidders, AZ1)
