@@ -4,7 +4,6 @@ zonal autoshift answering a zone outage without a regional failover."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -20,12 +19,11 @@ from tests.conftest import until
 from tests.evacuate.helpers import (
     AZ1,
     AZ2,
-    CLIENTS,
-    Bidder,
     answers,
     assert_no_acked_bid_lost,
     cli,
     resolve,
+    start_bidders,
     stop_bidders,
     wide_status,
 )
@@ -51,14 +49,8 @@ async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path])
     with started(workdir) as up:
         up.wait_ready()
         assert await resolve(config) == [AZ1, AZ2]
-        bidders = [Bidder(config, issuer.issue(f"user{i}"), f"evac-{i}") for i in range(CLIENTS)]
-        tasks = []
+        bidders, tasks = await start_bidders(config, issuer, "evac")
         try:
-            for b in bidders:
-                b.client.start()
-                tasks.append(asyncio.create_task(b.run()))
-            await until(lambda: all(b.accepted >= 3 for b in bidders), 60, message="bidding")
-
             # A dry run plans the change and makes none.
             code, plan = cli(workdir, "evacuate", "--zone-id", "use1-az1", "--dry-run", "--json")
             assert code == 0
@@ -130,14 +122,8 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
     with started(workdir) as up:
         up.wait_ready()
         await until(lambda: _alarms_ok(config), 30, interval=0.1)
-        bidders = [Bidder(config, issuer.issue(f"user{i}"), f"auto-{i}") for i in range(CLIENTS)]
-        tasks = []
+        bidders, tasks = await start_bidders(config, issuer, "auto")
         try:
-            for b in bidders:
-                b.client.start()
-                tasks.append(asyncio.create_task(b.run()))
-            await until(lambda: all(b.accepted >= 3 for b in bidders), 60, message="bidding")
-
             # DNS answers in configuration order and clients take the first address: the
             # zone they are on is use1-az1.
             assert all(b.address == AZ1 for b in bidders)
