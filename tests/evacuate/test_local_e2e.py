@@ -4,6 +4,7 @@ zonal autoshift answering a zone outage without a regional failover."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -76,14 +77,25 @@ async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path])
             assert "no subnet" in refused["refused"]
             assert await resolve(config) == [AZ2]
 
-            status = json.loads(
-                rideout("status", "--json", "-c", "rideout.toml", cwd=workdir).stdout
-            )
+            # `rideout status` probes the control plane within 1.5 s: on a loaded machine a
+            # view may lack its summary (and so the evacuations); wait for a full one.
+            status: dict[str, Any] = {}
+
+            def full_status() -> bool:
+                shown = rideout("status", "--json", "-c", "rideout.toml", cwd=workdir).stdout
+                status.update(json.loads(shown))
+                return bool(status["control_plane"].get("summary", {}).get("up"))
+
+            await until(lambda: asyncio.to_thread(full_status), 30, interval=0.5)
             zones = {z["name"]: z for r in status["regions"] for z in r["zones"]}
             assert zones["use1-az1"]["evacuation"]["reason"] == "manual"
             assert zones["use1-az2"]["evacuation"] is None
             assert status["dns"]["answer"]["region"] == "us-east-1"
-            assert "evacuated (manual" in wide_status(workdir)
+            await until(
+                lambda: asyncio.to_thread(lambda: "evacuated (manual" in wide_status(workdir)),
+                30,
+                interval=0.5,
+            )
             code, ledger = cli(workdir, "evacuate", "list", "--json")
             assert [(r["zone_id"], r["resource"], r["removed"]) for r in ledger] == [
                 ("use1-az1", "us-east-1", ["use1-az1"])
@@ -99,8 +111,12 @@ async def test_evacuate_a_zone_and_recover_it(make_workdir: Callable[..., Path])
             # A practice shift runs its course and leaves nothing behind.
             practice = rideout("evacuate", "practice", "--zone-id", "use1-az2", "--duration", "2",
                                "-c", "rideout.toml", cwd=workdir, timeout=60)  # fmt: skip
-            assert practice.returncode == 0, practice.stdout + practice.stderr
-            assert "practice succeeded" in practice.stdout
+            # The region's alarm (the outcome alarm) may fire on a loaded machine: the
+            # practice is then interrupted, as it should be; either way nothing is left.
+            outcome = practice.stdout + practice.stderr
+            assert (practice.returncode, "practice succeeded" in outcome) == (0, True) or (
+                practice.returncode == 1 and "practice interrupted" in outcome
+            ), outcome
             assert cli(workdir, "evacuate", "list", "--json")[1] == []
             assert await resolve(config) == [AZ1, AZ2]
         finally:
