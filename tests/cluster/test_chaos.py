@@ -160,6 +160,15 @@ async def test_bad_commands_are_refused(cluster: LocalCluster) -> None:
         await chaos(cluster, "explode", "us-east-1")
     reply = await cluster.command(b"not json")
     assert reply["ok"] is False
+    # A zone: only with kill, freeze, throttle and restore, and one of the region's.
+    no_zone = await cluster.command(b'{"op": "kill", "region": "us-east-1", "zone": "usw2-az1"}')
+    assert no_zone["ok"] is False
+    assert "no zone 'usw2-az1' in region 'us-east-1'" in no_zone["error"]
+    redis = await cluster.command(
+        b'{"op": "kill-redis", "region": "us-east-1", "zone": "use1-az1"}'
+    )
+    assert redis["ok"] is False
+    assert "not with kill-redis" in redis["error"]
 
 
 def test_no_supervisor(tmp_path: Any) -> None:

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import dns.asyncquery
 import dns.message
 import httpx
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from rideout.auth.admin import load_or_create_admin_token
-from rideout.config import Config
+from rideout.config import Config, parse_config
 from rideout.controlplane.app import create_app
 from rideout.controlplane.runtime import ControlPlane
 from rideout.controlplane.zones import ZoneRefused, ZoneState
+from rideout.errors import InvalidArgument
 from rideout.health.canary import ProbeResult, metric_data
 from tests.conftest import FakeClock, serving
 
@@ -146,3 +150,38 @@ async def test_evacuation_moves_dns_survives_a_restart_and_silences_the_zones_ca
         assert (await http.post("/v1/zones/use1-az1/recover", headers=admin)).status_code == 200
         assert (await http.post("/v1/zones/mars/recover", headers=admin)).status_code == 404
         assert (await http.post("/v1/zones/use1-az1/recover")).status_code == 401
+
+
+zone_names = st.sampled_from(["use1-az1", "use1-az2", "usw2-az1", "usw2-az2", "mars-az1"])
+operations = st.lists(
+    st.tuples(
+        st.sampled_from(["evacuate", "recover"]),
+        zone_names,
+        st.one_of(st.none(), st.text(max_size=5), st.integers()),
+        st.one_of(st.none(), st.floats(allow_nan=True), st.integers(-5, 5), st.text(max_size=3)),
+        st.sampled_from(["manual", "autoshift", "practice", "whim"]),
+    ),
+    max_size=30,
+)
+
+
+@given(operations)
+def test_no_sequence_of_requests_evacuates_a_whole_region(ops: list[tuple[Any, ...]]) -> None:
+    """Whatever is asked, in whatever order: a region keeps a serving zone, a refused or
+    malformed request changes nothing, and the saved state restores as it was."""
+    state = ZoneState(parse_config({}))
+    for op, zone, operator, expires_in, reason in ops:
+        before = dict(state.evacuations)
+        try:
+            if op == "evacuate":
+                state.evacuate(zone, operator=operator, reason=reason, expires_in=expires_in)
+            else:
+                state.recover(zone)
+        except (ZoneRefused, InvalidArgument):
+            assert state.evacuations == before
+        for region in ("us-east-1", "us-west-2"):
+            zones = [z for z, r in state.regions.items() if r == region]
+            assert any(z not in state.evacuated for z in zones)
+    again = ZoneState(parse_config({}))
+    again.restore(state.to_dict())
+    assert again.evacuations == state.evacuations

@@ -122,3 +122,18 @@ async def assert_no_acked_bid_lost(
     for b in bidders:
         state = await room_state(config, token, b.room, address)
         assert (state["bids"], state["bid"]) == (b.accepted, b.highest), b.room
+
+
+async def start_bidders(
+    config: Config, issuer: Any, prefix: str
+) -> tuple[list[Bidder], list[asyncio.Task[None]]]:
+    """CLIENTS bidders, started, each with three bids acknowledged."""
+    from tests.conftest import until
+
+    bidders = [Bidder(config, issuer.issue(f"user{i}"), f"{prefix}-{i}") for i in range(CLIENTS)]
+    tasks = []
+    for b in bidders:
+        b.client.start()
+        tasks.append(asyncio.create_task(b.run()))
+    await until(lambda: all(b.accepted >= 3 for b in bidders), 60, message="bidding")
+    return bidders, tasks

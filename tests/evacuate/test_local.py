@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from rideout.config import Config
+from rideout.cli import app
+from rideout.config import Config, dump_toml
 from rideout.controlplane.app import create_app
 from rideout.evacuate.engine import EXIT_OK, EXIT_REFUSED, Engine, Options
 from rideout.evacuate.errors import ProviderError
@@ -57,3 +60,45 @@ async def test_evacuate_and_recover_a_zone_through_the_control_plane(
     # The control plane gone: a clear provider error, nothing recorded.
     with pytest.raises(ProviderError, match="does not answer"):
         provider.placements(KIND)
+
+
+async def test_the_cli_tables_and_summaries(
+    make_config: Callable[..., Config], tmp_path: Path
+) -> None:
+    """`rideout evacuate` / `recover` as an operator reads them (the end-to-end test
+    checks the JSON): plan table, progress, summary, refusal, exit codes."""
+    config = make_config()
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(config))
+    cp = config.control_plane
+    runner = CliRunner()
+
+    async def run(*args: str) -> tuple[int, str]:
+        result = await asyncio.to_thread(
+            runner.invoke, app, [*args, "-c", str(path)], env={"COLUMNS": "200"}
+        )
+        return result.exit_code, result.output
+
+    async with serving(create_app(config), cp.address, cp.port):
+        code, out = await run("evacuate", "--zone-id", "use1-az1", "--dry-run")
+        assert code == 0
+        assert "dry run: nothing changed" in out
+        assert "us-east-1" in out
+        assert "use1-az1, use1-az2" in out  # now
+        code, out = await run("evacuate", "--zone-id", "use1-az1", "--operator", "carol")
+        assert code == 0
+        assert "evacuate use1-az1: 1 changed, 0 skipped, 0 failed" in out
+        assert "removing use1-az1" in out
+        code, out = await run("evacuate", "--zone-id", "use1-az2")
+        assert code == 2
+        assert "refused" in out
+        assert "would leave no subnet" in out
+        code, out = await run("evacuate", "list")
+        assert "carol" in out
+        code, out = await run("recover", "--dry-run")
+        assert code == 0
+        assert "merge back" in out
+        code, out = await run("recover")
+        assert code == 0
+        assert "recover every zone in the ledger: 1 changed" in out
+        assert SqliteLedger.in_data_dir(config.data_dir).records() == []

@@ -76,6 +76,25 @@ def _zones(body: dict[str, Any]) -> set[str]:
     return {z["zone"] for z in body.get("zones", []) if z.get("evacuated")}
 
 
+class _ZonePlane(_Plane):
+    """The control plane's summary, polled, with a timeline of the zones too."""
+
+    def __init__(self, config: Config) -> None:
+        super().__init__(config)
+        self.zone_timeline: list[dict[str, Any]] = []
+
+    async def poll(self) -> dict[str, Any] | None:
+        body = await super().poll()
+        if body is not None:
+            failover = body.get("failover", {})
+            self.zone_timeline.append({
+                "t": time.time(), "evacuated": sorted(_zones(body)),
+                "dns": body.get("dns", {}).get("addresses"), "writer": failover.get("writer"),
+                "failovers": failover.get("failovers"),
+            })  # fmt: skip
+        return body
+
+
 class _ZonePass:
     def __init__(self, config: Config, options: ZoneDrillOptions, progress: Progress) -> None:
         self.config = config
@@ -96,38 +115,15 @@ class _ZonePass:
         self.mend_timeout = config.evacuate.autoshift_recover_after * 3 + self.detect_timeout
         legacy = DrillOptions(clients=options.clients, replication=config.failover.replication)
         self.plan = _plan(config, legacy, True, "zone-outage", time.time())
-        self.plane = _Plane(config)
+        self.plane = _ZonePlane(config)
         self.fleet = ClientFleet(self.plan.specs, processes=self.plan.processes)
-        self.timeline: list[dict[str, Any]] = []
-
-    async def _poll(self) -> dict[str, Any] | None:
-        body = await self.plane.poll()
-        if body is not None:
-            failover = body.get("failover", {})
-            self.timeline.append({
-                "t": time.time(), "evacuated": sorted(_zones(body)),
-                "dns": body.get("dns", {}).get("addresses"), "writer": failover.get("writer"),
-                "failovers": failover.get("failovers"),
-            })  # fmt: skip
-        return body
-
-    async def _until(
-        self, check: Callable[[dict[str, Any]], bool], timeout: float, what: str
-    ) -> float:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            body = await self._poll()
-            if body is not None and check(body):
-                return time.time()
-            await asyncio.sleep(0.1)
-        raise DrillError(f"{what} did not happen within {timeout:g} s")
 
     async def run(self) -> dict[str, Any]:
         result: dict[str, Any] = {"zone": self.zone, "region": self.region, "fault": self.options.fault,
                                   **self.plan.header()}  # fmt: skip
         try:
             self.say("waiting for a healthy deployment with no zone evacuated")
-            await self._until(lambda b: self.plane.healthy(b) and not _zones(b),
+            await self.plane.until(lambda b: self.plane.healthy(b) and not _zones(b),
                               self.detect_timeout * 3, "a healthy deployment")  # fmt: skip
             self.fleet.start()
             await self._ready()
@@ -141,17 +137,17 @@ class _ZonePass:
             await asyncio.sleep(min(2.0, self.options.settle))
         finally:
             await self.fleet.stop()
-            await self._poll()
+            await self.plane.poll()
             await self.plane.aclose()
         records = self.fleet.snapshot()
         entries = await _read_streams(self.config, self.region, list(self.plan.rooms))
         result["bids"] = account_bids(of_kind(records, AckRecord), entries).as_dict()
-        rows = [r for r in self.timeline if r.get("failovers") is not None]
+        rows = [r for r in self.plane.zone_timeline if r.get("failovers") is not None]
         result["failovers"] = (
             int(rows[-1]["failovers"]) - int(rows[0]["failovers"]) if rows else None
         )
         result["writer_stayed"] = all(r["writer"] == self.region for r in rows)
-        result["timeline"] = self.timeline
+        result["timeline"] = self.plane.zone_timeline
         result["acks"] = [r.t for r in of_kind(records, AckRecord)]
         return result
 
@@ -171,7 +167,7 @@ class _ZonePass:
         self.say(f"{fault} zone {self.zone}")
         fault_at = time.time()
         message = await asyncio.to_thread(send_command, run_dir, fault, self.region, zone=self.zone)
-        evacuated_at = await self._until(lambda b: self.zone in _zones(b), self.detect_timeout,
+        evacuated_at = await self.plane.until(lambda b: self.zone in _zones(b), self.detect_timeout,
                                          f"autoshift of {self.zone}")  # fmt: skip
         deadline = time.monotonic() + self.recovery_timeout
         while time.monotonic() < deadline:
@@ -181,7 +177,7 @@ class _ZonePass:
             self.say(f"{len(done)}/{len(hit)} disconnected clients restored")
             if hit and done >= hit and time.time() > evacuated_at + self.config.timing.dns_ttl:
                 break
-            await self._poll()
+            await self.plane.poll()
             await asyncio.sleep(0.2)
         await asyncio.sleep(self.options.settle)
         records = self.fleet.snapshot()
@@ -202,7 +198,7 @@ class _ZonePass:
         self.say(f"restore zone {self.zone}")
         mend_at = time.time()
         await asyncio.to_thread(send_command, self.config.run_dir, "restore", self.region)
-        back = await self._until(lambda b: self.zone not in _zones(b), self.mend_timeout,
+        back = await self.plane.until(lambda b: self.zone not in _zones(b), self.mend_timeout,
                                  f"recovery of {self.zone}")  # fmt: skip
         return {"at": mend_at, "time_to_recovery": back - mend_at}
 

@@ -3,7 +3,9 @@ engine that carries plans out, and providers (the local deployment; AWS in
 ``rideout.evacuate.aws``).
 
 The package exports the contract (:mod:`rideout.evacuate.model`) and its errors; the
-engine, ledger and providers are imported from their modules.
+engine, ledger and providers are imported from their modules. ``rideout evacuate
+--provider aws`` calls ``rideout.evacuate.aws.open_aws(config, operator=...)``, which
+returns the AWS provider and its ledger.
 """
 
 from __future__ import annotations

@@ -224,10 +224,15 @@ class Engine:
 
     # ------------------------------------------------------------------ evacuation
 
-    def plan_evacuation(self, zone_id: str, options: Options | None = None) -> Plan:
-        """What evacuating ``zone_id`` would do, without doing it."""
+    def plan_evacuation(
+        self, zone_id: str, options: Options | None = None, recorded: Sequence[Record] | None = None
+    ) -> Plan:
+        """What evacuating ``zone_id`` would do, without doing it (``recorded``: the
+        ledger's rows for the zone, if the caller has read them)."""
         options = options or Options()
         zone_id = _validate.text("zone_id", zone_id)
+        if recorded is None:
+            recorded = self.ledger.records(zone_id=zone_id)
         subnets = self.provider.subnets_in_zone(zone_id)
         placements: list[Placement] = []
         for kind in self._kinds(options):
@@ -239,7 +244,7 @@ class Engine:
             zone_id=zone_id,
             zone_of=self.provider.zones_of(used),
             min_healthy_zones=options.min_healthy_zones,
-            recorded=self.ledger.records(zone_id=zone_id),
+            recorded=recorded,
         )
 
     def evacuate(self, zone_id: str, options: Options | None = None) -> Outcome:

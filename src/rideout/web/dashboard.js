@@ -118,6 +118,10 @@ function render(view) {
     strip(name, view.canary[name] || [], view.now);
   }
   for (const event of failover.events) addEvent(event);
+  const autoshift = view.autoshift || {};
+  for (const e of autoshift.events || []) {
+    addEvent({ at: e.at, kind: `autoshift ${e.action}`, message: `${e.zone} (${e.why}): ${e.result}` });
+  }
 }
 
 async function main() {
