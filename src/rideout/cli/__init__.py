@@ -7,11 +7,12 @@ One module per command group; each registers its commands on :data:`app` when im
 from __future__ import annotations
 
 from rideout.cli import drill as _drill
+from rideout.cli import secrets as _secrets
 from rideout.cli._core import app
 
 __all__ = ["app", "main"]
 
-del _drill  # imported for its commands
+del _drill, _secrets  # imported for their commands
 
 
 def main() -> None:

@@ -630,7 +630,7 @@ async def _record_revocation(config: Config, revocation: Revocation) -> tuple[st
     except StoreError as exc:
         raise _NoWriter(f"cannot record the revocation: {exc}") from exc
     clients = {
-        r.name: state_client(r.redis.address, r.redis.port, credentials=controller)
+        r.name: state_client(r.redis.address, r.redis.port, credentials=controller, tls=r.redis.tls)
         for r in config.regions
     }
     try:
@@ -672,26 +672,64 @@ def serve(
     region: Annotated[str, typer.Option(help="The region this server belongs to.")],
     zone: Annotated[str, typer.Option(help="The zone; its address is where the server listens.")],
     config_path: ConfigOption = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            metavar="HOST:PORT",
+            help="Where to listen (default: the zone's address and app_port).",
+        ),
+    ] = None,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout",
+            min=0.0,
+            help="On SIGTERM: seconds to wait for clients to leave (closed with "
+            "1012, new ones refused with 503) before exiting 0.",
+        ),
+    ] = 10.0,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            metavar="text|json",
+            help="text (default) or one JSON object a line; default $RIDEOUT_LOG_FORMAT.",
+        ),
+    ] = None,
 ) -> None:
-    """Run one zone's app server in the foreground (`rideout up` starts one per zone)."""
+    """Run one zone's app server in the foreground (`rideout up` starts one per zone).
+
+    GET /live and /ready tell an orchestrator whether to restart it and whether to send it
+    traffic. In external mode SIGTERM drains (see --drain-timeout), then exits 0.
+    Exit 2: bad config or missing secrets.
+    """
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
-    from rideout.realtime.app import create_app
+    from rideout.cli._external import parse_listen, require_secrets, setup_logging
+    from rideout.realtime.app import create_app, drain_for_exit
     from rideout.realtime.zone import hold_mode_signals
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = load(config_path)
+    fmt = setup_logging(log_format) if log_format or os.environ.get("RIDEOUT_LOG_FORMAT") else None
+    require_secrets(config, "serve")
     try:
         app_ = create_app(config, region, zone, signals=True)
+        host, port = parse_listen(listen, (config.zone(region, zone).address, config.app_port))
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
     run(
         app_,
-        config.zone(region, zone).address,
-        config.app_port,
+        host,
+        port,
         ws_max_size=config.realtime.max_message_size,
         reuse_port=config.realtime.workers > 1,
         limits=ServerLimits.from_config(config),
+        # Local mode keeps `rideout up`'s quick stop (it stops every zone at once).
+        drain=(lambda: drain_for_exit(app_.state.zone)) if config.mode == "external" else None,
+        drain_timeout=drain_timeout,
+        own_logging=fmt is not None,
     )
 
 
@@ -699,23 +737,57 @@ def serve(
 def canary(
     region: Annotated[str, typer.Option(help="The region whose zones this canary probes.")],
     config_path: ConfigOption = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            metavar="HOST:PORT",
+            help="Also serve /live, /ready and /metrics here (external mode: do).",
+        ),
+    ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            metavar="text|json",
+            help="text (default) or one JSON object a line; default $RIDEOUT_LOG_FORMAT.",
+        ),
+    ] = None,
 ) -> None:
-    """Probe a region's zones every canary interval and push the results to the control plane.
+    """Probe a region's zones every canary interval and push the results to the control plane
+    (to each of `[control_plane] urls`).
 
-    `rideout up` starts one per region, beside the region's servers.
+    `rideout up` starts one per region, beside the region's servers. SIGTERM stops it (exit
+    0). Exit 2: bad config or missing secrets.
     """
-    import logging
-
+    from rideout.cli._external import parse_listen, require_secrets, setup_logging
     from rideout.health.canary import Canary
 
     config = load(config_path)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    setup_logging(log_format)
+    require_secrets(
+        config, "canary", [region] if region in [r.name for r in config.regions] else []
+    )
     try:
         probe = Canary(config, region)
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_until_terminated(probe.run()))
+    if listen is None:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_until_terminated(probe.run()))
+        return
+    from rideout._serve import ServerLimits
+    from rideout._serve import serve as run
+    from rideout.health.canary_service import create_canary_app
+
+    host, port = parse_listen(listen, ("127.0.0.1", 0))
+    limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
+    run(create_canary_app(probe), host, port, limits=limits, drain=_nothing,
+        own_logging=True)  # fmt: skip
+
+
+async def _nothing() -> None:
+    """A drain with nothing to drain: SIGTERM then stops the process with exit 0."""
 
 
 async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
@@ -739,17 +811,63 @@ def control_plane(
             "to DATA_DIR/run/dns-view.json for `rideout dns` to serve (`rideout up` does).",
         ),
     ] = True,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            metavar="HOST:PORT",
+            help="Where the HTTP API listens (default: control_plane.address:port).",
+        ),
+    ] = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(help="This instance's name in the lease (default: HOSTNAME:PID)."),
+    ] = None,
+    dns_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--dns-listen",
+            metavar="HOST:PORT",
+            help="Where DNS is served (default: control_plane.address:dns_port).",
+        ),
+    ] = None,
+    log_format: Annotated[
+        str | None,
+        typer.Option(
+            "--log-format",
+            metavar="text|json",
+            help="text (default) or one JSON object a line; default $RIDEOUT_LOG_FORMAT.",
+        ),
+    ] = None,
 ) -> None:
-    """Run the control plane in the foreground (`rideout up` starts it)."""
+    """Run the control plane in the foreground (`rideout up` starts it).
+
+    External mode with `[control_plane] state_redis_url`: any number of instances, one
+    acting (holding the lease), the others standing by; GET /ready is 200 only on the
+    one acting. SIGTERM saves the state, gives the lease up, and exits 0. Exit 2: bad
+    config or missing secrets.
+    """
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
+    from rideout.cli._external import parse_listen, require_secrets, setup_logging
     from rideout.cluster.runstate import DNS_VIEW
     from rideout.controlplane.app import create_app
     from rideout.controlplane.runtime import ControlPlane
     from rideout.dns.feed import ViewFile
 
     config = load(config_path)
-    runtime = ControlPlane(config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW))
+    fmt = setup_logging(log_format) if log_format or os.environ.get("RIDEOUT_LOG_FORMAT") else None
+    require_secrets(config, "control-plane")
+    cp = config.control_plane
+    host, port = parse_listen(listen, (cp.address, cp.port))
+    dns_address = parse_listen(dns_listen, (cp.address, cp.dns_port))
+    try:
+        runtime = ControlPlane(
+            config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW),
+            instance=instance, dns_address=dns_address,
+        )  # fmt: skip
+    except RideoutError as exc:
+        fail(str(exc), 2)
     if config.mode == "local":
         # The supervisor of `rideout up` owns the processes: chaos, the inventory and the
         # processes' metrics are its.
@@ -767,7 +885,8 @@ def control_plane(
     else:
         app_ = create_app(config, runtime=runtime)
     limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
-    run(app_, config.control_plane.address, config.control_plane.port, limits=limits)
+    drain = _nothing if config.mode == "external" else None
+    run(app_, host, port, limits=limits, drain=drain, own_logging=fmt is not None)
 
 
 @app.command("dns")

@@ -11,7 +11,11 @@ After a failback it drains the old writer's zones gradually
 primary too, at a rate it can take.
 
 Restarts: alarm, health check and controller state (with its failback damping) are saved to
-``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
+``DATA_DIR/controlplane/state.json`` on every change and restored at start. With
+``[control_plane] state_redis_url`` (external mode) they are saved in that Redis instead,
+under a lease (:mod:`~rideout.controlplane.lease`): only the instance holding it
+evaluates, acts and saves; the others stand by, reload the saved state every round
+(so their ``/v1/writer`` and DNS views stay current) and take over when it lapses. Datapoints
 are in memory only, so a restarted control plane does not evaluate the periods before
 it was listening (nor, per region, before that region's first datapoint since the start,
 up to a grace period after the first datapoint of any region): the silence of its own
@@ -37,6 +41,13 @@ from rideout import routes
 from rideout.config import Config
 from rideout.controlplane.drain import FailbackDrain
 from rideout.controlplane.errors import IngestError, IngestForbidden
+from rideout.controlplane.lease import (
+    LeaseError,
+    RedisLease,
+    default_instance,
+    describe_holder,
+    state_redis_client,
+)
 from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
     Answer,
@@ -76,8 +87,21 @@ class ControlPlane:
         *,
         clock: Callable[[], float] = time.time,
         dns_feed: ViewPublisher | None = None,
+        lease: RedisLease | None = None,
+        instance: str | None = None,
+        dns_address: tuple[str, int] | None = None,
     ) -> None:
+        """`lease` (default: one in ``[control_plane] state_redis_url``, when set, named
+        `instance`) makes this one of several instances; see the module docstring.
+        `dns_address` is where DNS is served (default: ``address:dns_port``)."""
         self.config = config
+        cp = config.control_plane
+        if lease is None and cp.state_redis_url:
+            lease = RedisLease(
+                state_redis_client(config), instance or default_instance(), cp.lease_ttl
+            )
+        self.lease = lease
+        self._dirty = False
         self.dns_feed = dns_feed
         self._published: DnsView | None = None
         self._clock = clock
@@ -99,20 +123,17 @@ class ControlPlane:
             for name, alarm in self.alarms.items()
         }
         self.state_file = state_path(config)
-        restored = self._load()
+        restored = self._load() if lease is None else None
         self.controller = FailoverController(
-            config, state=restored, clock=clock, on_change=lambda _: self.save()
-        )
+            config, state=restored, clock=clock, on_change=lambda _: self.save(),
+            guard=lease.may_act if lease is not None else None,
+        )  # fmt: skip
         self.drain = FailbackDrain(config, clock=clock)
         self.zone = DnsZoneConfig.from_config(config)
         self.registry = CollectorRegistry()
         self.dns_metrics = DnsMetrics(self.registry)
-        self.dns = DnsServer(
-            self.resolve,
-            config.control_plane.address,
-            config.control_plane.dns_port,
-            metrics=self.dns_metrics,
-        )
+        dns_host, dns_port = dns_address or (cp.address, cp.dns_port)
+        self.dns = DnsServer(self.resolve, dns_host, dns_port, metrics=self.dns_metrics)
         self._serial = 1
         self._answer: Answer | None = None
         self.started_at = clock()
@@ -133,6 +154,13 @@ class ControlPlane:
                 "cannot read %s (%s): starting without remembered state", self.state_file, exc
             )
             return None
+        state = self._restore(data, str(self.state_file))
+        if state is not None:
+            log.info("restored state from %s (writer %s)", self.state_file, state.writer)
+        return state
+
+    def _restore(self, data: Any, where: str) -> ControllerState | None:
+        """Take alarms and health checks from saved `data`; its controller state."""
         try:
             for name, saved in data.get("alarms", {}).items():
                 if name in self.alarms:
@@ -144,29 +172,90 @@ class ControlPlane:
                     )
             controller = data.get("controller")
             state = ControllerState.from_dict(controller) if controller else None
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning(
-                "%s is damaged (%s): starting without remembered state", self.state_file, exc
-            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s is damaged (%s): starting without remembered state", where, exc)
             return None
         if state is not None and state.writer not in self.alarms:
             return None
-        log.info(
-            "restored state from %s (writer %s)", self.state_file, state.writer if state else "?"
-        )
         return state
 
-    def save(self) -> None:
-        """Write the state atomically (a reader never sees half a file)."""
-        data = {
+    def _snapshot(self) -> dict[str, Any]:
+        return {
             "alarms": {name: a.to_dict() for name, a in self.alarms.items()},
             "checks": {name: c.to_dict() for name, c in self.checks.items()},
             "controller": self.controller.state.to_dict() if self.controller.state else None,
         }
+
+    def save(self) -> None:
+        """Write the state atomically (a reader never sees half a file); with a lease,
+        mark it for the next :meth:`flush` instead."""
+        if self.lease is not None:
+            self._dirty = True
+            return
+        data = self._snapshot()
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         os.replace(tmp, self.state_file)
+
+    async def flush(self) -> None:
+        """With a lease: write the state to its Redis if it changed (only the holder's
+        write lands; a standby's is refused by the lease script)."""
+        if self.lease is None or not self._dirty:
+            return
+        try:
+            if await self.lease.save_state(json.dumps(self._snapshot())):
+                self._dirty = False
+            else:
+                log.warning("state not saved: %s", describe_holder(self.lease.view))
+        except LeaseError as exc:
+            log.warning("%s (tried again next round)", exc)
+
+    async def reload(self) -> bool:
+        """With a lease: take the state the holder saved last; whether there was one."""
+        if self.lease is None:
+            return False
+        try:
+            text = await self.lease.load_state()
+        except LeaseError as exc:
+            log.warning("%s", exc)
+            return False
+        if text is None:
+            return False
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            log.warning("the saved state is damaged (%s): ignored", exc)
+            return False
+        state = self._restore(data, "the saved state")
+        if state is not None:
+            self.controller.state = state
+        return True
+
+    @property
+    def running(self) -> bool:
+        """Whether the control loop runs (started, not ended)."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def active(self) -> bool:
+        """Whether this instance acts: no lease (the only one), or it holds the lease."""
+        return self.lease is None or self.lease.view.mine
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, body) for ``/ready``: running its loop and acting, or why not."""
+        body: dict[str, Any] = {"rounds": self.rounds}
+        if self.lease is not None:
+            body["lease"] = self.lease.view.to_dict()
+        if not self.running:
+            return False, {
+                **body,
+                "status": "stopped",
+                "message": "the control loop is not running",
+            }
+        if self.lease is not None and not self.lease.view.mine:
+            return False, {**body, "status": "standby", "message": describe_holder(self.lease.view)}
+        return True, {**body, "status": "active"}
 
     # ------------------------------------------------------------------ ingest
 
@@ -229,10 +318,26 @@ class ControlPlane:
     def healthy(self) -> dict[str, bool]:
         return {name: check.healthy for name, check in self.checks.items()}
 
+    async def _lease_round(self) -> bool:
+        """Renew or take the lease; a standby reloads the saved state. Whether to act."""
+        assert self.lease is not None
+        was = self.lease.view.mine
+        view = await self.lease.tick()
+        if view.mine and not was:
+            await self.reload()  # the last holder's state, before acting on it
+        elif not view.mine:
+            await self.reload()
+            self._refresh_answer()
+            self._update_metrics()
+        return view.mine
+
     async def evaluate(self) -> None:
-        """One round: alarms, health checks, the controller, the DNS answer."""
+        """One round: alarms, health checks, the controller, the DNS answer (with a
+        lease, only while holding it; a standby follows the saved state)."""
         now = self._clock()
         self.store.prune(now)
+        if self.lease is not None and not await self._lease_round():
+            return
         changed = False
         for name, alarm in self.alarms.items():
             if not self._may_evaluate(name, now):
@@ -261,6 +366,7 @@ class ControlPlane:
         self._after_moves(moves)
         if changed:
             self.save()
+        await self.flush()
         self._update_metrics()
 
     def _move_counts(self) -> tuple[int, int]:
@@ -315,6 +421,8 @@ class ControlPlane:
     # ------------------------------------------------------------------ running
 
     async def start(self) -> None:
+        if self.lease is not None:
+            await self._lease_round()
         if self.dns_feed is None:
             await self.dns.start()
         else:
@@ -328,6 +436,13 @@ class ControlPlane:
         await self.drain.stop()
         await self.dns.stop()
         await self.controller.close()
+        if self.lease is not None:
+            if self.lease.view.mine:
+                self._dirty = True
+                await self.flush()
+            await self.lease.release()
+            await self.lease.client.aclose()
+            return
         with contextlib.suppress(OSError):
             self.save()
 
@@ -373,6 +488,7 @@ class ControlPlane:
                 "serial": self._serial,
             },
             "failover": {**self.controller.status(), "drain": self.drain.status()},
+            **({"lease": self.lease.view.to_dict()} if self.lease is not None else {}),
         }
 
     def canary_history(self, seconds: float = 60.0) -> dict[str, list[tuple[float, float]]]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -37,6 +37,7 @@ import redis.asyncio as aioredis
 
 from rideout.config import Config, FailoverConfig
 from rideout.failover.damping import DampingPolicy, DampingState
+from rideout.failover.mover import ReplicationMover, WriterMover
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import (
@@ -48,7 +49,6 @@ from rideout.store.replication import (
     promote,
     read_epoch,
     replication_status,
-    switch_over,
 )
 
 __all__ = [
@@ -179,16 +179,26 @@ class FailoverController:
         state: ControllerState | None = None,
         clock: Callable[[], float] = time.time,
         on_change: Callable[[ControllerState], None] | None = None,
+        mover: WriterMover | None = None,
+        guard: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
+        """`mover` moves the writer (default: :class:`ReplicationMover` on the regions'
+        Redis). `guard`, when given, is asked before every act that changes a Redis
+        (the control plane's lease): None to go ahead, else why not (the act is
+        skipped, and the tick records that as an error event)."""
         self.config = config
         self.state = state
         self._clock = clock
         self._on_change = on_change
+        self._guard = guard
         credentials = credentials_for(config, RedisRole.CONTROLLER)
         self._clients: dict[str, aioredis.Redis] = {
-            r.name: probe_client(r.redis.address, r.redis.port, credentials=credentials)
+            r.name: probe_client(
+                r.redis.address, r.redis.port, credentials=credentials, tls=r.redis.tls
+            )
             for r in config.regions
         }
+        self.mover: WriterMover = mover or ReplicationMover(config, self._clients)
         self.redis: dict[str, ReplicationStatus] = {}
         self.last_decision: Decision | None = None
         self._waiting_since: float | None = None
@@ -270,6 +280,13 @@ class FailoverController:
         if self._on_change is not None:
             self._on_change(self.state)
 
+    async def _may_act(self) -> None:
+        """Ask the guard; ReplicationError (so the tick records it) when it says no."""
+        if self._guard is not None:
+            refused = await self._guard()
+            if refused is not None:
+                raise ReplicationError(f"not acting: {refused}")
+
     async def _observe(self) -> None:
         for name, client in self._clients.items():
             self.redis[name] = await replication_status(client)
@@ -318,7 +335,6 @@ class FailoverController:
             raise ReplicationError(
                 f"cannot move the writer to {new}: its Redis is unreachable ({new_view.error})"
             )
-        target = self.config.region(new).redis
         source = self.config.region(old).redis
         # Both sides must agree the target follows the writer: the writer's view of its
         # replica lags the replica's own, and FAILOVER TO refuses a replica not online.
@@ -348,14 +364,14 @@ class FailoverController:
                     )
                 return
             timeout = max(2.0, 10 * self.config.timing.canary_interval)
-            await switch_over(
-                self._clients[old], self._clients[new], target.address, target.port, timeout
-            )
+            await self._may_act()
+            await self.mover.hand_over(old, new, timeout=timeout)
             how = "coordinated FAILOVER (writes paused until the replica caught up)"
         else:
             # The writer is gone (or would not let go in time): promote; whatever it had
             # not replicated is lost (async mode) and counted when it is demoted.
-            await promote(self._clients[new])
+            await self._may_act()
+            await self.mover.promote(new)
             why = "unreachable" if not old_view.reachable else f"no handover within {patience:g} s"
             how = f"REPLICAOF NO ONE ({old} {why})"
         self._waiting_since = None
@@ -380,11 +396,13 @@ class FailoverController:
         w_client = self._clients[writer]
         w_redis = self.config.region(writer).redis
         if w_view.reachable and w_view.role == "replica":
+            await self._may_act()
             await promote(w_client)
             self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
         if w_view.reachable:
             epoch = await read_epoch(w_client)
             if epoch is None or epoch < self.state.epoch:
+                await self._may_act()
                 await bump_epoch(w_client, self.state.epoch - 1)
                 self._event(
                     "epoch", f"{writer}'s Redis had epoch {epoch}: set to {self.state.epoch}"
@@ -393,6 +411,7 @@ class FailoverController:
             if name == writer or not view.reachable:
                 continue
             if view.role == "master":
+                await self._may_act()
                 lost = (
                     await count_unreplicated(self._clients[name], w_client)
                     if w_view.reachable
@@ -406,6 +425,7 @@ class FailoverController:
                     f"{lost} writes it held that never reached {writer} were discarded",
                 )
             elif view.master != f"{w_redis.address}:{w_redis.port}":
+                await self._may_act()
                 await follow(self._clients[name], w_redis.address, w_redis.port)
                 self._event(
                     "follow", f"{name}'s Redis followed {view.master}: now follows {writer}"

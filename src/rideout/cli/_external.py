@@ -1,0 +1,104 @@
+"""What `serve`, `canary` and `control-plane` share when each runs on a host of its own:
+the ``--listen`` and ``--log-format`` options, and the secrets check of external mode."""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rideout._logging import LOG_FORMATS, LogFormat, configure_logging, log_format
+from rideout.auth.admin import ADMIN_TOKEN_FILENAME
+from rideout.auth.canary_keys import canary_key_path
+from rideout.auth.keys import KEY_FILENAME
+from rideout.cli._core import fail
+from rideout.config import Config
+
+__all__ = [
+    "DrainOption",
+    "ListenOption",
+    "LogFormatOption",
+    "parse_listen",
+    "require_secrets",
+    "setup_logging",
+]
+
+ListenOption = Annotated[
+    str | None,
+    typer.Option(
+        "--listen", metavar="HOST:PORT",
+        help="Where this process listens (default: its configured address and port). "
+        "Behind a load balancer or in a container, 0.0.0.0:PORT.",
+    ),
+]  # fmt: skip
+LogFormatOption = Annotated[
+    str | None,
+    typer.Option(
+        "--log-format", metavar="text|json",
+        help="Log lines as text (default) or one JSON object per line; default from "
+        "$RIDEOUT_LOG_FORMAT.",
+    ),
+]  # fmt: skip
+DrainOption = Annotated[
+    float,
+    typer.Option(
+        "--drain-timeout", min=0.0,
+        help="On SIGTERM, seconds to wait for clients to leave (closed with 1012) before "
+        "exiting 0.",
+    ),
+]  # fmt: skip
+
+
+def parse_listen(value: str | None, default: tuple[str, int]) -> tuple[str, int]:
+    """``HOST:PORT`` (HOST an IP address) as a pair; `default` when not given."""
+    if value is None:
+        return default
+    host, sep, port = value.rpartition(":")
+    try:
+        ipaddress.ip_address(host)
+        number = int(port)
+        if not sep or not 0 < number < 65536:
+            raise ValueError
+    except ValueError:
+        fail(f"--listen {value!r}: expected IP:PORT, such as 0.0.0.0:8000", 2)
+    return host, number
+
+
+def setup_logging(flag: str | None) -> LogFormat:
+    """Configure logging as `flag` (or the environment) asks; the format chosen."""
+    try:
+        fmt = log_format(flag)
+    except ValueError:
+        fail(f"--log-format must be one of {', '.join(LOG_FORMATS)}", 2)
+    configure_logging(fmt)
+    return fmt
+
+
+def require_secrets(config: Config, part: str, regions: list[str] | None = None) -> None:
+    """External mode: the secrets `part` reads must already be in the keys directory.
+
+    Each host mounts the same directory (`rideout secrets init` fills it once); a file
+    made on one host alone would differ from every other host's, so none is created
+    here. Exit 2 naming what is missing.
+    """
+    if config.mode != "external":
+        return
+    directory = config.keys_dir
+    needed: list[Path] = []
+    if part in ("serve", "canary"):
+        needed.append(directory / KEY_FILENAME)
+    if part in ("serve", "control-plane"):
+        needed.append(directory / ADMIN_TOKEN_FILENAME)
+    if part in ("canary", "control-plane"):
+        names = regions if regions is not None else [r.name for r in config.regions]
+        needed.extend(canary_key_path(directory, name) for name in names)
+    missing = [str(p) for p in needed if not p.is_file()]
+    if missing:
+        fail(
+            f"external mode: {', '.join(missing)} missing; run `rideout secrets init "
+            f"--dir {directory}` once and mount that directory on every host "
+            "(keys_dir / RIDEOUT_KEYS_DIR)",
+            2,
+        )
