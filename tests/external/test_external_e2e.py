@@ -28,13 +28,13 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from rideout.auth import SigningKey, TokenIssuer
-from rideout.client.resolve import CachingResolver, NameserverResolver, Resolved, ResolutionError
+from rideout.client.resolve import CachingResolver, NameserverResolver, ResolutionError, Resolved
 from rideout.client.ws import AuctionClient, ClientSettings
 from rideout.config import load_config, region_env_name
 from rideout.drill.analysis import account_bids, parse_stream_entry
 from rideout.drill.records import AckRecord
 from rideout.store.acl import RedisRole
-from rideout.store.keys import room_stream
+from rideout.store.keys import CONTROL_PLANE_LEASE, CONTROL_PLANE_STATE, room_stream
 from tests.conftest import free_port, until
 from tests.external.conftest import CHECKER, Part, TlsRedis, make_pki, write_password_files
 
@@ -195,7 +195,8 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
 
     # The shared secrets, made once (a platform mounts the directory on every host).
     secrets_init = part("secrets", "secrets", "init")
-    assert secrets_init.proc is not None and secrets_init.proc.wait(60) == 0, secrets_init.text()
+    assert secrets_init.proc is not None
+    assert secrets_init.proc.wait(60) == 0, secrets_init.text()
 
     a_url, b_url = f"http://{CP_A}:{ports['cp']}", f"http://{CP_B}:{ports['cp']}"
     cp_a = part("cp-a", "control-plane", "--instance", "cp-a",
@@ -234,8 +235,10 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
 
     async def healthy_both() -> bool:
         view = await summary(a_url)
-        return view is not None and all(view["health_checks"].values()) and (
-            view["dns"]["region"] == "us-east-1"
+        return (
+            view is not None
+            and all(view["health_checks"].values())
+            and (view["dns"]["region"] == "us-east-1")
         )
 
     await until(healthy_both, WITHIN, interval=0.2, message="both regions healthy")
@@ -243,7 +246,8 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     # /metrics on every part.
     for url in (a_url, b_url, *zone_urls.values(), *canary_urls):
         metrics = await get(url + "/metrics")
-        assert metrics.status_code == 200 and "rideout_" in metrics.text, url
+        assert metrics.status_code == 200, url
+        assert "rideout_" in metrics.text, url
 
     # ------------------------------------------------------------------ bidding clients
     key = SigningKey.load_or_create(config.keys_dir)
@@ -291,7 +295,8 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         await until(lambda: status_is(b_url + "/ready", 200), WITHIN, interval=0.2,
                     message=f"cp-b takes over:\n{cp_b.text()[-3000:]}")  # fmt: skip
         taken = (await get(b_url + "/v1/summary")).json()
-        assert taken["lease"]["holder"] == "cp-b" and taken["lease"]["role"] == "active"
+        assert taken["lease"]["holder"] == "cp-b"
+        assert taken["lease"]["role"] == "active"
         assert taken["failover"]["writer"] == "us-west-2"  # cp-a's saved state, carried over
         assert taken["failover"]["failovers"] == 1
 
@@ -330,6 +335,9 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     assert {a.region for a in acks} == {"us-east-1", "us-west-2"}
 
     # ------------------------------------------------------------------ SIGTERM
+    # The control plane first (it saves, gives the lease up, exits 0), so that the zone
+    # stopped next is not failed away from.
+    assert await asyncio.to_thread(cp_b.stop, 15) == 0, cp_b.text()[-2000:]
     url = f"ws://{EAST_ZONE}:{ports['app']}/ws"
     async with connect(url, additional_headers={"Authorization": f"Bearer {issuer.issue('x')}"},
                        open_timeout=10) as ws:  # fmt: skip
@@ -338,10 +346,18 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         east_zone.proc.terminate()
         with pytest.raises(ConnectionClosed) as closed:
             await asyncio.wait_for(ws.recv(), 10)
-        assert closed.value.rcvd is not None and closed.value.rcvd.code == 1012
+        assert closed.value.rcvd is not None
+        assert closed.value.rcvd.code == 1012
     assert await asyncio.to_thread(east_zone.proc.wait, 15) == 0, east_zone.text()[-2000:]
-    for p in (zones["us-west-2"], *canaries, cp_b):
+    for p in (zones["us-west-2"], *canaries):
         assert await asyncio.to_thread(p.stop, 15) == 0, f"{p.name}:\n{p.text()[-2000:]}"
+    released = checker(state)
+    try:
+        assert await released.get(CONTROL_PLANE_LEASE) is None  # given up
+        saved = json.loads(await released.get(CONTROL_PLANE_STATE))
+        assert saved["controller"]["writer"] == "us-east-1"
+    finally:
+        await released.aclose()
 
     # JSON logs: every line of the parts' output is one object; the standby said so.
     for p in (cp_b, zones["us-west-2"], *canaries):
