@@ -17,6 +17,8 @@ import asyncio
 import itertools
 import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -242,6 +244,13 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         )
 
     await until(healthy_both, WITHIN, interval=0.2, message="both regions healthy")
+    shown = await asyncio.to_thread(status, work, env, "--json")
+    assert shown.returncode == 0, shown.stderr
+    view = json.loads(shown.stdout)
+    assert [cp["up"] for cp in view["control_planes"]] == [True, False]
+    assert view["control_planes"][1]["body"]["message"].startswith("standby: lease held by cp-a")
+    assert [r["redis"]["role"] for r in view["regions"]] == ["master", "replica"]
+    assert all(z["ready"]["up"] for r in view["regions"] for z in r["zones"])
 
     # /metrics on every part.
     for url in (a_url, b_url, *zone_urls.values(), *canary_urls):
@@ -299,6 +308,10 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         assert taken["lease"]["role"] == "active"
         assert taken["failover"]["writer"] == "us-west-2"  # cp-a's saved state, carried over
         assert taken["failover"]["failovers"] == 1
+        shown = await asyncio.to_thread(status, work, env)
+        assert shown.returncode == 0, shown.stderr
+        assert "lease: cp-b (fence 2)" in shown.stdout
+        assert "writer us-west-2, epoch 2" in shown.stdout
 
         # ------------------------------------------------------------------ failback
         zones["us-east-1"].start()  # the region comes back
@@ -368,6 +381,14 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     messages = [json.loads(line)["message"] for line in cp_b.text().splitlines() if line.strip()]
     assert any("took the lease" in m for m in messages), messages
     assert any("fail-back" in m for m in messages), messages
+
+
+def status(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`rideout status` as an operator runs it, from the network alone."""
+    return subprocess.run(
+        [sys.executable, "-m", "rideout", "status", *args], cwd=work, env={**env, "COLUMNS": "200"},
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
 
 
 async def _writer_is(base: str, region: str) -> bool:

@@ -389,8 +389,17 @@ def status(
     config_path: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")] = False,
 ) -> None:
-    """Show what runs where and whether it is healthy (exit 1 if nothing is running)."""
+    """Show what runs where and whether it is healthy (exit 1 if nothing is running).
+
+    External mode: every control plane (acting or standing by, and who holds the lease),
+    the writer, each region's Redis and each zone's readiness, from the network (exit 1
+    if no control plane acts).
+    """
     config = load(config_path)
+    if config.mode == "external":
+        from rideout.cli._external import external_status
+
+        external_status(config, as_json)
     view = asyncio.run(collect_status(config))
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
@@ -883,7 +892,9 @@ def control_plane(
             inventory=LocalInventory(config),
         )
     else:
-        app_ = create_app(config, runtime=runtime)
+        from rideout.controlplane.inventory import ExternalInventory
+
+        app_ = create_app(config, runtime=runtime, inventory=ExternalInventory(config))
     limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
     drain = _nothing if config.mode == "external" else None
     run(app_, host, port, limits=limits, drain=drain, own_logging=fmt is not None)

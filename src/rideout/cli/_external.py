@@ -3,23 +3,28 @@ the ``--listen`` and ``--log-format`` options, and the secrets check of external
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
+import json
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
 import typer
+from rich.table import Table
 
 from rideout._logging import LOG_FORMATS, LogFormat, configure_logging, log_format
 from rideout.auth.admin import ADMIN_TOKEN_FILENAME
 from rideout.auth.canary_keys import canary_key_path
 from rideout.auth.keys import KEY_FILENAME
-from rideout.cli._core import fail
+from rideout.cli._core import console, fail
 from rideout.config import Config
 
 __all__ = [
     "DrainOption",
     "ListenOption",
     "LogFormatOption",
+    "external_status",
     "parse_listen",
     "require_secrets",
     "setup_logging",
@@ -102,3 +107,52 @@ def require_secrets(config: Config, part: str, regions: list[str] | None = None)
             "(keys_dir / RIDEOUT_KEYS_DIR)",
             2,
         )
+
+
+def _answer(probe: dict[str, Any]) -> str:
+    body = probe.get("body")
+    if isinstance(body, dict):
+        return str(body.get("message") or body.get("status") or probe.get("status_code"))
+    return str(probe.get("error", "no answer"))
+
+
+def external_status(config: Config, as_json: bool) -> NoReturn:
+    """`rideout status` in external mode: print the network's view, exit 0 if a control
+    plane acts, else 1."""
+    from rideout.controlplane.inventory import ExternalInventory
+
+    view = asyncio.run(ExternalInventory(config).collect())
+    acting = any(cp["up"] for cp in view["control_planes"])
+    if as_json:
+        sys.stdout.write(json.dumps(view, indent=2) + "\n")
+        raise typer.Exit(0 if acting else 1)
+    table = Table(title=f"rideout (external) {config.app_domain}")
+    for column in ("component", "region / zone", "address", "state"):
+        table.add_column(column)
+    for cp in view["control_planes"]:
+        state = "acting" if cp["up"] else _answer(cp)
+        table.add_row("control plane", "global", cp["url"], state)
+    for region in view["regions"]:
+        redis = region["redis"]
+        if redis.get("reachable"):
+            state = f"{redis['role']}, epoch {redis.get('epoch')}"
+            if redis["role"] == "replica":
+                state += f" (link {redis.get('link')})"
+        else:
+            state = f"unreachable: {redis.get('error')}"
+        table.add_row("redis", f"{region['name']} ({region['role']})", redis["address"], state)
+        for zone in region["zones"]:
+            ready = zone["ready"]
+            table.add_row("app server", f"{region['name']} / {zone['name']}", zone["url"],
+                          "ready" if ready["up"] else _answer(ready))  # fmt: skip
+    console.print(table)
+    summary = view["summary"]
+    if summary is not None:
+        failover, lease = summary["failover"], summary.get("lease") or {}
+        console.print(
+            f"writer {failover['writer']}, epoch {failover['epoch']}; "
+            f"{failover['failovers']} failovers, {failover['failbacks']} failbacks; "
+            f"lease: {lease.get('holder', 'none (single control plane)')}"
+            + (f" (fence {lease['fence']})" if lease.get("fence") is not None else "")
+        )
+    raise typer.Exit(0 if acting else 1)
