@@ -25,6 +25,7 @@ from rideout import __version__
 from rideout._process import pid_alive
 from rideout.auth import KeyFileError
 from rideout.auth.admin import AdminTokenError
+from rideout.cli._options import DrainOption, ListenOption, LogFormatOption
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import ClusterError, LocalCluster
@@ -681,31 +682,9 @@ def serve(
     region: Annotated[str, typer.Option(help="The region this server belongs to.")],
     zone: Annotated[str, typer.Option(help="The zone; its address is where the server listens.")],
     config_path: ConfigOption = None,
-    listen: Annotated[
-        str | None,
-        typer.Option(
-            "--listen",
-            metavar="HOST:PORT",
-            help="Where to listen (default: the zone's address and app_port).",
-        ),
-    ] = None,
-    drain_timeout: Annotated[
-        float,
-        typer.Option(
-            "--drain-timeout",
-            min=0.0,
-            help="On SIGTERM: seconds to wait for clients to leave (closed with "
-            "1012, new ones refused with 503) before exiting 0.",
-        ),
-    ] = 10.0,
-    log_format: Annotated[
-        str | None,
-        typer.Option(
-            "--log-format",
-            metavar="text|json",
-            help="text (default) or one JSON object a line; default $RIDEOUT_LOG_FORMAT.",
-        ),
-    ] = None,
+    listen: ListenOption = None,
+    drain_timeout: DrainOption = 10.0,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Run one zone's app server in the foreground (`rideout up` starts one per zone).
 
@@ -754,14 +733,7 @@ def canary(
             help="Also serve /live, /ready and /metrics here (external mode: do).",
         ),
     ] = None,
-    log_format: Annotated[
-        str | None,
-        typer.Option(
-            "--log-format",
-            metavar="text|json",
-            help="text (default) or one JSON object a line; default $RIDEOUT_LOG_FORMAT.",
-        ),
-    ] = None,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Probe a region's zones every canary interval and push the results to the control plane
     (to each of `[control_plane] urls`).
@@ -820,14 +792,7 @@ def control_plane(
             "to DATA_DIR/run/dns-view.json for `rideout dns` to serve (`rideout up` does).",
         ),
     ] = True,
-    listen: Annotated[
-        str | None,
-        typer.Option(
-            "--listen",
-            metavar="HOST:PORT",
-            help="Where the HTTP API listens (default: control_plane.address:port).",
-        ),
-    ] = None,
+    listen: ListenOption = None,
     instance: Annotated[
         str | None,
         typer.Option(help="This instance's name in the lease (default: HOSTNAME:PID)."),
@@ -840,14 +805,7 @@ def control_plane(
             help="Where DNS is served (default: control_plane.address:dns_port).",
         ),
     ] = None,
-    log_format: Annotated[
-        str | None,
-        typer.Option(
-            "--log-format",
-            metavar="text|json",
-            help="text (default) or one JSON object a line; default $RIDEOUT_LOG_FORMAT.",
-        ),
-    ] = None,
+    log_format: LogFormatOption = None,
 ) -> None:
     """Run the control plane in the foreground (`rideout up` starts it).
 

@@ -8,7 +8,7 @@ import ipaddress
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import Any, NoReturn
 
 import typer
 from rich.table import Table
@@ -21,39 +21,11 @@ from rideout.cli._core import console, fail
 from rideout.config import Config
 
 __all__ = [
-    "DrainOption",
-    "ListenOption",
-    "LogFormatOption",
     "external_status",
     "parse_listen",
     "require_secrets",
     "setup_logging",
 ]
-
-ListenOption = Annotated[
-    str | None,
-    typer.Option(
-        "--listen", metavar="HOST:PORT",
-        help="Where this process listens (default: its configured address and port). "
-        "Behind a load balancer or in a container, 0.0.0.0:PORT.",
-    ),
-]  # fmt: skip
-LogFormatOption = Annotated[
-    str | None,
-    typer.Option(
-        "--log-format", metavar="text|json",
-        help="Log lines as text (default) or one JSON object per line; default from "
-        "$RIDEOUT_LOG_FORMAT.",
-    ),
-]  # fmt: skip
-DrainOption = Annotated[
-    float,
-    typer.Option(
-        "--drain-timeout", min=0.0,
-        help="On SIGTERM, seconds to wait for clients to leave (closed with 1012) before "
-        "exiting 0.",
-    ),
-]  # fmt: skip
 
 
 def parse_listen(value: str | None, default: tuple[str, int]) -> tuple[str, int]:
