@@ -20,7 +20,12 @@ from rideout.config import (
     parse_config,
     region_env_name,
 )
-from rideout.store.acl import CredentialsUnavailable, RedisRole, credentials_for
+from rideout.store.acl import (
+    CredentialsUnavailable,
+    RedisRole,
+    credentials_for,
+    load_or_create_users,
+)
 from rideout.store.client import probe_client
 
 
@@ -153,7 +158,9 @@ def test_every_region_name_has_its_variable(name: str) -> None:
 
 
 def _with_passwords(tmp_path: Path, **redis: str) -> Config:
-    return parse_config(external(redis={"ca_file": "/ca.pem", **redis}))
+    return parse_config(
+        external(redis={"ca_file": "/ca.pem", **redis}, keys_dir=str(tmp_path / "keys"))
+    )
 
 
 def test_credentials_come_from_the_roles_file_else_the_shared_one(tmp_path: Path) -> None:
@@ -174,9 +181,17 @@ def test_credentials_come_from_the_roles_file_else_the_shared_one(tmp_path: Path
         credentials_for(config, RedisRole.REPLICATION)
 
 
+def test_without_password_files_the_secrets_directory_has_them(tmp_path: Path) -> None:
+    config = parse_config(external(keys_dir=str(tmp_path)))
+    load_or_create_users(tmp_path)
+    found = credentials_for(config, RedisRole.APP)
+    assert found.username == "rideout-app"
+    assert found.source == str(tmp_path / "redis" / "app.password")
+
+
 def test_missing_credentials_and_tls_files_say_which(tmp_path: Path) -> None:
     config = _with_passwords(tmp_path)
-    with pytest.raises(CredentialsUnavailable, match=r"redis\.password_file: not set"):
+    with pytest.raises(CredentialsUnavailable, match=r"set \[redis\] monitor_password_file"):
         credentials_for(config, RedisRole.MONITOR)
     config = _with_passwords(tmp_path, monitor_password_file=str(tmp_path / "absent"))
     with pytest.raises(CredentialsUnavailable, match="monitor_password_file"):

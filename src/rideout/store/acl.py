@@ -281,8 +281,9 @@ def credentials_for(config: Config, role: RedisRole) -> RedisCredentials:
     """The credentials `role` reaches the deployment's Redis with.
 
     Local mode: the keys directory's password files (`rideout up` makes them). External
-    mode: ``[redis] ROLE_user`` and the password in ``ROLE_password_file`` (else
-    ``password_file``): a secret the platform mounts.
+    mode: ``[redis] ROLE_user`` with the password in ``ROLE_password_file``, else in
+    ``password_file``, else in ``KEYS_DIR/redis/ROLE.password`` (the mounted secrets
+    directory, laid out as local mode lays it out).
     """
     if config.mode != "external":
         return load_credentials(config.keys_dir, role)
@@ -294,14 +295,18 @@ def credentials_for(config: Config, role: RedisRole) -> RedisCredentials:
     access = config.redis
     user: str = getattr(access, f"{role.value}_user")
     own: str = getattr(access, f"{role.value}_password_file")
+    if not own and not access.password_file:
+        path = _password_file(config.keys_dir, role)
+        if not path.exists():
+            raise CredentialsUnavailable(
+                f"no Redis password for {user}: set [redis] {role.value}_password_file "
+                f"(RIDEOUT_REDIS__{role.value.upper()}_PASSWORD_FILE) or password_file, or "
+                f"put it in {path}"
+            )
+        found = load_credentials(config.keys_dir, role)
+        return RedisCredentials(user, found.password, found.source)
     key = f"redis.{role.value}_password_file" if own else "redis.password_file"
     file = own or access.password_file
-    if not file:
-        raise CredentialsUnavailable(
-            f"config: {key}: not set; external mode reads {user}'s Redis password from a "
-            f"file (RIDEOUT_REDIS__{role.value.upper()}_PASSWORD_FILE, or "
-            "RIDEOUT_REDIS__PASSWORD_FILE for every role)"
-        )
     try:
         password = Path(file).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError) as exc:
