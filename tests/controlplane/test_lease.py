@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 import redis.asyncio as aioredis
+from prometheus_client import generate_latest
 from redis.exceptions import NoPermissionError
 
 from rideout.config import Config, parse_config
@@ -163,6 +164,12 @@ async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
             await one.stop()  # saves, gives the lease up
             await until(lambda: two.readiness()[0], 15, message="two takes over")
             assert two.summary()["lease"]["holder"] == "two"
+            await until(
+                lambda: "rideout_control_plane_lease_fence 2.0"
+                in generate_latest(two.registry).decode(),
+                10, message="the round that took the lease updates the metrics",
+            )  # fmt: skip
+            assert "rideout_control_plane_lease_held 1.0" in generate_latest(two.registry).decode()
             assert two.controller.state is not None
             assert two.controller.state.events[0].kind == "start"  # one's, carried over
         finally:

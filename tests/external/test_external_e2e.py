@@ -287,22 +287,27 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
                                           ack.region or "?"))  # fmt: skip
                 await asyncio.sleep(0.05)
 
+    took: dict[str, float] = {}  # seconds, for docs/performance.md (run with -s)
     bidders = [asyncio.create_task(bidder(n)) for n in range(CLIENTS)]
     try:
         await until(lambda: len(acks) >= 10, WITHIN, message="bids acknowledged in us-east-1")
 
         # ------------------------------------------------------------------ failover
         zones["us-east-1"].kill()  # the primary region's app tier is gone
-        await until(lambda: _writer_is(a_url, "us-west-2"), WITHIN, interval=0.2,
-                    message=f"failover to us-west-2:\n{cp_a.text()[-3000:]}")  # fmt: skip
+        took["failover"] = await until(
+            lambda: _writer_is(a_url, "us-west-2"), WITHIN, interval=0.2,
+            message=f"failover to us-west-2:\n{cp_a.text()[-3000:]}",
+        )  # fmt: skip
         west_acks = len([a for a in acks if a.region == "us-west-2"])
         await until(lambda: len([a for a in acks if a.region == "us-west-2"]) >= west_acks + 10,
                     WITHIN, message="bids acknowledged in us-west-2")  # fmt: skip
 
         # ------------------------------------------------------------------ the active dies
         cp_a.kill()
-        await until(lambda: status_is(b_url + "/ready", 200), WITHIN, interval=0.2,
-                    message=f"cp-b takes over:\n{cp_b.text()[-3000:]}")  # fmt: skip
+        took["takeover"] = await until(
+            lambda: status_is(b_url + "/ready", 200), WITHIN, interval=0.2,
+            message=f"cp-b takes over:\n{cp_b.text()[-3000:]}",
+        )  # fmt: skip
         taken = (await get(b_url + "/v1/summary")).json()
         assert taken["lease"]["holder"] == "cp-b"
         assert taken["lease"]["role"] == "active"
@@ -315,8 +320,10 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
 
         # ------------------------------------------------------------------ failback
         zones["us-east-1"].start()  # the region comes back
-        await until(lambda: _writer_is(b_url, "us-east-1"), WITHIN, interval=0.2,
-                    message=f"failback to us-east-1:\n{cp_b.text()[-3000:]}")  # fmt: skip
+        took["failback"] = await until(
+            lambda: _writer_is(b_url, "us-east-1"), WITHIN, interval=0.2,
+            message=f"failback to us-east-1:\n{cp_b.text()[-3000:]}",
+        )  # fmt: skip
         back = len([a for a in acks if a.region == "us-east-1"])
         await until(lambda: len([a for a in acks if a.region == "us-east-1"]) >= back + 10,
                     WITHIN, message="bids acknowledged in us-east-1 again")  # fmt: skip
@@ -342,6 +349,7 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     finally:
         await writer.aclose()
     accounting = account_bids(acks, entries)
+    print(f"\nexternal e2e: {took}, acked {accounting.acked}, lost {len(accounting.lost)}")
     assert accounting.acked == len({(a.room, a.bidder, a.amount) for a in acks}) > 30
     assert accounting.lost == [], accounting.as_dict()
     assert accounting.duplicates == [], accounting.as_dict()

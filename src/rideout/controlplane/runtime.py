@@ -576,6 +576,16 @@ class ControlPlane:
             "1 while the control plane drains the old writer's zones after a failback.",
             registry=r,
         )
+        self._lease_held = Gauge(
+            "rideout_control_plane_lease_held",
+            "1 while this instance holds the lease and acts (always 1 without a lease).",
+            registry=r,
+        )
+        self._lease_fence = Gauge(
+            "rideout_control_plane_lease_fence",
+            "The fencing number of the lease as last seen (0: no lease, or unknown).",
+            registry=r,
+        )
 
     def _update_metrics(self) -> None:
         for name, alarm in self.alarms.items():
@@ -599,6 +609,8 @@ class ControlPlane:
         self._damping_penalty.set(damping.get("penalty", 0.0))
         self._failback_hold.set(damping.get("hold_seconds", 0.0))
         self._drain_active.set(1 if self.drain.running else 0)
+        self._lease_held.set(1 if self.active else 0)
+        self._lease_fence.set(self.lease.view.fence or 0 if self.lease is not None else 0)
 
 
 def _check_region(data: list[Any], region: str) -> None:
