@@ -493,8 +493,10 @@ def token_issue(
     first use). Connect with ws://ZONE:PORT/ws?token=TOKEN.
     """
     from rideout.auth import SigningKey, TokenIssuer
+    from rideout.cli._external import require_secrets
 
     config = load(config_path)
+    require_secrets(config, "token")  # external mode: the deployment's key, never a new one
     try:
         key = SigningKey.load_or_create(config.keys_dir)
     except KeyFileError as exc:

@@ -64,7 +64,7 @@ def require_secrets(config: Config, part: str, regions: list[str] | None = None)
         return
     directory = config.keys_dir
     needed: list[Path] = []
-    if part in ("serve", "canary"):
+    if part in ("serve", "canary", "token"):
         needed.append(directory / KEY_FILENAME)
     if part in ("serve", "control-plane"):
         needed.append(directory / ADMIN_TOKEN_FILENAME)
