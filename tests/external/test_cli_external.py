@@ -11,7 +11,6 @@ import pytest
 
 from rideout.cli._external import parse_listen
 
-
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("RIDEOUT_")}
 
 
