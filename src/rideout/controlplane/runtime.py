@@ -326,7 +326,8 @@ class ControlPlane:
         if view.mine and not was:
             await self.reload()  # the last holder's state, before acting on it
         elif not view.mine:
-            await self.reload()
+            if view.error is None:  # an unreachable store is said once, by the lease
+                await self.reload()
             self._refresh_answer()
             self._update_metrics()
         return view.mine
