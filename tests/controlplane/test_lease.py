@@ -3,6 +3,8 @@ the controller user; and two control planes sharing one lease."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -172,6 +174,30 @@ async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
             assert "rideout_control_plane_lease_held 1.0" in generate_latest(two.registry).decode()
             assert two.controller.state is not None
             assert two.controller.state.events[0].kind == "start"  # one's, carried over
+        finally:
+            await one.stop()
+            await two.stop()
+
+
+async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -> None:
+    """Rounds 4 s apart, a lease of 1.5 s: renewed in between, the standby never gets it."""
+    config = _external(tmp_path)
+    config = dataclasses.replace(
+        config, timing=dataclasses.replace(config.timing, canary_interval=4.0, canary_timeout=1.0)
+    )
+    async with running_redis_pair(config):
+        one = ControlPlane(config, dns_feed=_Views(), instance="one")
+        two = ControlPlane(config, dns_feed=_Views(), instance="two")
+        try:
+            await one.start()
+            await two.start()
+            assert one.readiness()[0]
+            assert not two.readiness()[0]
+            await asyncio.sleep(5.0)  # longer than a round and three leases: time is the test
+            assert one.lease is not None
+            assert one.lease.view.mine
+            assert one.lease.view.fence == 1  # never lost, never taken again
+            assert not two.readiness()[0]
         finally:
             await one.stop()
             await two.stop()

@@ -139,6 +139,7 @@ class ControlPlane:
         self.started_at = clock()
         self._first_seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
+        self._renewing: asyncio.Task[None] | None = None
         self.rounds = 0  # evaluation rounds the loop has run
         self._metrics()
 
@@ -429,8 +430,23 @@ class ControlPlane:
         else:
             self._refresh_answer()  # the restored decision, before the first round
         self._task = asyncio.create_task(self._run(), name="rideout-control-plane")
+        if self.lease is not None:
+            self._renewing = asyncio.create_task(self._keep_lease(), name="rideout-lease")
+
+    async def _keep_lease(self) -> None:
+        """Renew a held lease every third of its TTL, however long a round is (the seed
+        profile's rounds are a minute apart, longer than a lease lasts)."""
+        assert self.lease is not None
+        while True:
+            check_cancelled()
+            await asyncio.sleep(self.lease.ttl / 3)
+            if self.lease.view.mine:
+                await self.lease.tick()
 
     async def stop(self) -> None:
+        if self._renewing is not None:
+            await cancel_and_wait(self._renewing)
+            self._renewing = None
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
