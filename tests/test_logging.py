@@ -60,9 +60,9 @@ def test_configure_sends_every_logger_through_the_format(
     saved = root.handlers[:], root.level
     try:
         configure_logging("json")
-        logging.getLogger("uvicorn.error").info("started")
+        logging.getLogger("rideout.test.json").info("started")
         data = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-        assert (data["logger"], data["message"]) == ("uvicorn.error", "started")
+        assert (data["logger"], data["message"]) == ("rideout.test.json", "started")
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
