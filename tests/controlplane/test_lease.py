@@ -4,6 +4,7 @@ the controller user; and two control planes sharing one lease."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -142,10 +143,10 @@ def _external(tmp_path: Path) -> Config:
     return config
 
 
-async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
-    tmp_path: Path,
-) -> None:
-    config = _external(tmp_path)
+@contextlib.asynccontextmanager
+async def two_planes(config: Config) -> AsyncIterator[tuple[ControlPlane, ControlPlane]]:
+    """The regions' Redis, and two control planes started in turn ("one" first: it
+    takes the lease), both stopped however the test ends."""
     async with running_redis_pair(config):
         one = ControlPlane(config, dns_feed=_Views(), instance="one")
         two = ControlPlane(config, dns_feed=_Views(), instance="two")
@@ -153,30 +154,37 @@ async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
             await one.start()
             await two.start()
             assert one.readiness()[0]
-            ready, body = two.readiness()
-            assert not ready
-            assert body["message"].startswith("standby: lease held by one")
-            assert two.summary()["lease"]["role"] == "standby"
-            # The holder bootstraps the writer and saves it; the standby follows.
-            await until(lambda: two.controller.state is not None, 15, message="standby reloads")
-            assert two.controller.writer == "us-east-1"
-            started = [e.kind for e in two.controller.state.events]  # type: ignore[union-attr]
-            assert started[0] == "start"
-
-            await one.stop()  # saves, gives the lease up
-            await until(lambda: two.readiness()[0], 15, message="two takes over")
-            assert two.summary()["lease"]["holder"] == "two"
-            await until(
-                lambda: "rideout_control_plane_lease_fence 2.0"
-                in generate_latest(two.registry).decode(),
-                10, message="the round that took the lease updates the metrics",
-            )  # fmt: skip
-            assert "rideout_control_plane_lease_held 1.0" in generate_latest(two.registry).decode()
-            assert two.controller.state is not None
-            assert two.controller.state.events[0].kind == "start"  # one's, carried over
+            assert not two.readiness()[0]
+            yield one, two
         finally:
             await one.stop()
             await two.stop()
+
+
+async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
+    tmp_path: Path,
+) -> None:
+    async with two_planes(_external(tmp_path)) as (one, two):
+        _, body = two.readiness()
+        assert body["message"].startswith("standby: lease held by one")
+        assert two.summary()["lease"]["role"] == "standby"
+        # The holder bootstraps the writer and saves it; the standby follows.
+        await until(lambda: two.controller.state is not None, 15, message="standby reloads")
+        assert two.controller.writer == "us-east-1"
+        started = [e.kind for e in two.controller.state.events]  # type: ignore[union-attr]
+        assert started[0] == "start"
+
+        await one.stop()  # saves, gives the lease up
+        await until(lambda: two.readiness()[0], 15, message="two takes over")
+        assert two.summary()["lease"]["holder"] == "two"
+        await until(
+            lambda: "rideout_control_plane_lease_fence 2.0"
+            in generate_latest(two.registry).decode(),
+            10, message="the round that took the lease updates the metrics",
+        )  # fmt: skip
+        assert "rideout_control_plane_lease_held 1.0" in generate_latest(two.registry).decode()
+        assert two.controller.state is not None
+        assert two.controller.state.events[0].kind == "start"  # one's, carried over
 
 
 async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -> None:
@@ -185,19 +193,9 @@ async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -
     config = dataclasses.replace(
         config, timing=dataclasses.replace(config.timing, canary_interval=4.0, canary_timeout=1.0)
     )
-    async with running_redis_pair(config):
-        one = ControlPlane(config, dns_feed=_Views(), instance="one")
-        two = ControlPlane(config, dns_feed=_Views(), instance="two")
-        try:
-            await one.start()
-            await two.start()
-            assert one.readiness()[0]
-            assert not two.readiness()[0]
-            await asyncio.sleep(5.0)  # longer than a round and three leases: time is the test
-            assert one.lease is not None
-            assert one.lease.view.mine
-            assert one.lease.view.fence == 1  # never lost, never taken again
-            assert not two.readiness()[0]
-        finally:
-            await one.stop()
-            await two.stop()
+    async with two_planes(config) as (one, two):
+        await asyncio.sleep(5.0)  # longer than a round and three leases: time is the test
+        assert one.lease is not None
+        assert one.lease.view.mine
+        assert one.lease.view.fence == 1  # never lost, never taken again
+        assert not two.readiness()[0]
