@@ -20,6 +20,8 @@ PATHS = {
     "RESOLVE": "/resolve",
     "HEALTH": "/health",
     "METRICS": "/metrics",
+    "LIVE": "/live",
+    "READY": "/ready",
     "ADMIN_MODE": "/admin/mode",
     # the waiting room: AWS's public paths, then rideout's private API
     "ROOM_ASSIGN_QUEUE_NUM": "/assign_queue_num",
@@ -66,3 +68,14 @@ def test_urls_from_the_config(make_config: Callable[..., Config]) -> None:
     zone = config.primary.zones[1].address
     assert routes.zone_url(config, zone) == f"http://{zone}:{config.app_port}"
     assert routes.zone_url(config, zone, routes.HEALTH) == f"http://{zone}:{config.app_port}/health"
+
+
+def test_control_plane_urls_from_the_config(make_config: Callable[..., Config]) -> None:
+    config = make_config(
+        mode="external", control_plane={"urls": ["http://10.0.0.5:9000/", "https://cp.example"]}
+    )
+    assert routes.control_plane_url(config, routes.WRITER) == "http://10.0.0.5:9000/v1/writer"
+    assert routes.control_plane_urls(config, routes.METRICS_INGEST) == (
+        "http://10.0.0.5:9000/v1/metrics",
+        "https://cp.example/v1/metrics",
+    )

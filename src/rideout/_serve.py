@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 import re
+import signal
 import socket
+from collections.abc import Awaitable, Callable
+from types import FrameType
 
 import uvicorn
 from starlette.types import ASGIApp
 
 from rideout._guard import GuardedConfig, ServerLimits, raise_fd_limit
 
-__all__ = ["GC_THRESHOLDS", "RedactTokens", "ServerLimits", "serve", "tune_gc", "uvicorn_config"]
+__all__ = [
+    "GC_THRESHOLDS",
+    "DrainingServer",
+    "RedactTokens",
+    "ServerLimits",
+    "serve",
+    "tune_gc",
+    "uvicorn_config",
+]
+
+log = logging.getLogger("rideout.serve")
 
 _TOKEN = re.compile(r"((?:^|[?&])token=)[^&\s\"']+")
 
@@ -54,6 +68,7 @@ def uvicorn_config(
     ws_max_size: int = 16 * 1024 * 1024,
     log_level: str = "info",
     limits: ServerLimits | None = None,
+    own_logging: bool = False,
 ) -> uvicorn.Config:
     """The settings every rideout server runs with (tests and benchmarks too).
 
@@ -64,8 +79,10 @@ def uvicorn_config(
     `ws_max_size` close the connection with 1009. Every app is ASGI 3 (said outright: a
     class instance's plain ``__call__`` would be taken for ASGI 2), and no proxy-headers
     middleware: the client address the per-address cap counts is the TCP peer's, and
-    each layer keeps a frame alive per WebSocket connection.
+    each layer keeps a frame alive per WebSocket connection. With `own_logging`,
+    uvicorn leaves logging as the caller configured it (JSON logs, say).
     """
+    extra = {"log_config": None} if own_logging else {}
     return GuardedConfig(
         app,
         limits=limits or ServerLimits(),
@@ -81,7 +98,53 @@ def uvicorn_config(
         log_level=log_level,
         timeout_graceful_shutdown=3,
         server_header=False,
+        **extra,
     )
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn, except that SIGTERM first runs `drain` (at most `drain_timeout`
+    seconds) while still serving, then shuts down as usual; a second signal, or SIGINT,
+    stops at once. For rolling deploys: clients are moved off before the process goes."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        drain: Callable[[], Awaitable[None]] | None = None,
+        drain_timeout: float = 10.0,
+    ) -> None:
+        super().__init__(config)
+        self._drain = drain
+        self._drain_timeout = drain_timeout
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._draining: asyncio.Task[None] | None = None
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig != signal.SIGTERM or self._drain is None or self._loop is None or self._draining:
+            super().handle_exit(sig, frame)
+            return
+        self._loop.call_soon_threadsafe(self._begin_drain)
+
+    def _begin_drain(self) -> None:
+        if self._draining is None:
+            self._draining = asyncio.ensure_future(self._drain_then_exit())
+
+    async def _drain_then_exit(self) -> None:
+        assert self._drain is not None
+        log.info("SIGTERM: draining (at most %g s), then exiting", self._drain_timeout)
+        try:
+            async with asyncio.timeout(self._drain_timeout):
+                await self._drain()
+            log.info("drained: exiting")
+        except TimeoutError:
+            log.warning("drain not done within %g s: exiting anyway", self._drain_timeout)
+        except Exception:  # the drain must never keep the process from exiting
+            log.exception("drain failed: exiting")
+        self.should_exit = True
 
 
 def serve(
@@ -94,21 +157,26 @@ def serve(
     log_level: str = "info",
     limits: ServerLimits | None = None,
     sock: socket.socket | None = None,
+    drain: Callable[[], Awaitable[None]] | None = None,
+    drain_timeout: float = 10.0,
+    own_logging: bool = False,
 ) -> None:
     """Serve `app` until SIGINT/SIGTERM, then shut down gracefully within a few seconds
     (settings: :func:`uvicorn_config`). With `reuse_port`, several processes serve one
     address and port (SO_REUSEPORT): the kernel spreads connections. Given `sock`, a
     socket already bound to ``host:port``, it serves on that one. The open-file
     limit is raised to its hard limit first, and the connection cap kept under it.
+    With `drain`, SIGTERM runs it first (see :class:`DrainingServer`).
     """
     raise_fd_limit()
     config = uvicorn_config(
-        app, host, port, ws_max_size=ws_max_size, log_level=log_level, limits=limits
-    )
+        app, host, port, ws_max_size=ws_max_size, log_level=log_level, limits=limits,
+        own_logging=own_logging,
+    )  # fmt: skip
     for name in ("uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).addFilter(RedactTokens())
     tune_gc()
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, drain, drain_timeout)
     if sock is not None:
         server.run(sockets=[sock])
         return

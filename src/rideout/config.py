@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from rideout._validate import secure_url
 from rideout.errors import InvalidArgument
@@ -41,19 +42,22 @@ __all__ = [
     "EvacuateConfig",
     "FailoverConfig",
     "RealtimeConfig",
+    "RedisAccessConfig",
     "RedisConfig",
+    "RedisTLS",
     "RegionConfig",
     "Timing",
     "WaitingRoomConfig",
     "ZoneConfig",
     "dump_toml",
     "load_config",
+    "region_env_name",
 ]
 
 DEFAULT_CONFIG_FILE = "rideout.toml"
 ENV_PREFIX = "RIDEOUT_"
 # Environment variables that are not configuration keys but belong to rideout.
-ENV_NOT_KEYS = frozenset({"RIDEOUT_CONFIG"})
+ENV_NOT_KEYS = frozenset({"RIDEOUT_CONFIG", "RIDEOUT_LOG_FORMAT"})
 
 Mode = Literal["local", "external"]
 Role = Literal["primary", "secondary"]
@@ -135,11 +139,54 @@ class ZoneConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RedisTLS:
+    """How a client reaches a ``rediss://`` server: whom to trust, what to present.
+
+    Empty ``ca_file``: the system's trust store (managed Redis with a public CA).
+    ``cert_file`` and ``key_file`` together: mutual TLS.
+    """
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    check_hostname: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class RedisConfig:
-    """Where a region's Redis listens (spawned locally in ``local`` mode)."""
+    """Where a region's Redis listens (spawned locally in ``local`` mode).
+
+    In ``external`` mode ``url`` (``redis://HOST:PORT`` or ``rediss://HOST:PORT``) may
+    name it instead of an IP address; ``address`` is then the URL's host, and ``tls``
+    is set for ``rediss://``.
+    """
 
     address: str
     port: int
+    url: str = ""
+    tls: RedisTLS | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RedisAccessConfig:
+    """External mode: the ACL users rideout's parts reach Redis as, and TLS defaults.
+
+    Each role's password comes from its ``*_password_file`` (a mounted secret), else
+    from ``password_file``. The TLS files apply to every ``rediss://`` URL that does not
+    set its own. Local mode ignores this section: `rideout up` makes its own users.
+    """
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    check_hostname: bool = True
+    password_file: str = ""
+    app_user: str = "rideout-app"
+    app_password_file: str = ""
+    controller_user: str = "rideout-controller"
+    controller_password_file: str = ""
+    monitor_user: str = "rideout-monitor"
+    monitor_password_file: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +212,15 @@ class ControlPlaneConfig:
     login_code_ttl: float = 300.0  # seconds a dashboard login link can be used (once)
     session_ttl: float = 28800.0  # seconds an operator's dashboard session lasts
     ingest_max_skew: float = 30.0  # seconds a canary's signed timestamp may be off
+    # External mode. The URLs canaries push to (each of them) and app servers read the
+    # writer epoch from (the first that answers); empty: http://address:port.
+    urls: tuple[str, ...] = ()
+    # The Redis that holds the control plane's lease and state (alarms, health checks,
+    # the controller); required with more than one control plane, or to survive a host.
+    state_redis_url: str = ""
+    # How long a lease lasts unless renewed; the holder renews it every third of this,
+    # and stops acting once less than a third of it is left.
+    lease_ttl: float = 6.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -430,11 +486,20 @@ class Config:
     evacuate: EvacuateConfig = field(default_factory=EvacuateConfig)
     evacuate_aws: EvacuateAwsConfig = field(default_factory=EvacuateAwsConfig)
     aws: AwsConfig = field(default_factory=AwsConfig)
+    redis: RedisAccessConfig = field(default_factory=RedisAccessConfig)
+    # Where the deployment's secrets are read from (default: DATA_DIR/keys); in external
+    # mode, a directory every host mounts (see docs/external.md).
+    secrets_dir: Path | None = None
 
     @property
     def keys_dir(self) -> Path:
         """The signing key and the admin token, shared by every region's servers."""
-        return self.data_dir / "keys"
+        return self.secrets_dir if self.secrets_dir is not None else self.data_dir / "keys"
+
+    def control_plane_urls(self) -> tuple[str, ...]:
+        """The control plane's base URLs: ``[control_plane] urls``, else its address."""
+        cp = self.control_plane
+        return cp.urls or (f"http://{cp.address}:{cp.port}",)
 
     def origins(self) -> tuple[str, ...]:
         """Browser origins allowed to connect (see AuthConfig.allowed_origins)."""
@@ -443,8 +508,7 @@ class Config:
         port = self.app_port
         own = [f"http://{self.app_domain}:{port}"]
         own += [f"http://{z.address}:{port}" for r in self.regions for z in r.zones]
-        cp = self.control_plane
-        own.append(f"http://{cp.address}:{cp.port}")
+        own += [url.rstrip("/") for url in self.control_plane_urls()]
         return tuple(own)
 
     @property
@@ -514,10 +578,12 @@ class _Reader:
     def raw(self, name: str) -> Any:
         return self._table.pop(name)
 
-    def text(self, name: str, default: str) -> str:
+    def text(self, name: str, default: str, *, empty_ok: bool = False) -> str:
         if name not in self._table:
             return default
         value = self._table.pop(name)
+        if isinstance(value, str) and empty_ok:
+            return value
         if not isinstance(value, str) or not value:
             raise ConfigError(self.key(name), f"expected a non-empty string, got {_kind(value)}")
         return value
@@ -628,6 +694,69 @@ def _choices(options: Mapping[str, object] | tuple[str, ...]) -> str:
     return ", ".join(repr(o) for o in options)
 
 
+# RIDEOUT_REDIS_<REGION>_<FIELD>: one region's Redis, as a container platform sets it.
+_REGION_REDIS_ENV = re.compile(
+    r"RIDEOUT_REDIS_([A-Z0-9][A-Z0-9_]*?)_(URL|CA_FILE|CERT_FILE|KEY_FILE)"
+)
+_REGION_REDIS_FIELDS = {"URL": "url", "CA_FILE": "ca_file", "CERT_FILE": "cert_file",
+                        "KEY_FILE": "key_file"}  # fmt: skip
+
+
+def region_env_name(region: str, what: str = "URL") -> str:
+    """The variable that sets `region`'s Redis `what` (``RIDEOUT_REDIS_US_EAST_1_URL``)."""
+    return f"RIDEOUT_REDIS_{region.upper().replace('-', '_')}_{what}"
+
+
+def _region_env(env: Mapping[str, str]) -> dict[str, dict[str, tuple[str, str]]]:
+    """RIDEOUT_REDIS_<REGION>_<FIELD> variables: {REGION: {field: (value, variable)}}."""
+    found: dict[str, dict[str, tuple[str, str]]] = {}
+    for name, value in env.items():
+        match = _REGION_REDIS_ENV.fullmatch(name)
+        if match:
+            found.setdefault(match[1], {})[_REGION_REDIS_FIELDS[match[2]]] = (value, name)
+    return found
+
+
+def _apply_region_env(
+    data: dict[str, Any], env: Mapping[str, str], origins: dict[str, str]
+) -> dict[str, Any]:
+    """Set the regions' Redis from RIDEOUT_REDIS_<REGION>_* (on the file's regions, or
+    the default ones), noting each variable in `origins`."""
+    found = _region_env(env)
+    if not found:
+        return data
+    regions = data.get("regions")
+    if not isinstance(regions, list):
+        regions = config_to_dict(Config())["regions"]
+    by_key = {
+        str(r.get("name", "")).upper().replace("-", "_"): r
+        for r in regions
+        if isinstance(r, Mapping)
+    }
+    out = []
+    for key, fields_ in found.items():
+        if key not in by_key:
+            variable = next(iter(fields_.values()))[1]
+            known = ", ".join(sorted(by_key))
+            raise ConfigError(variable, f"no region named like {key!r} (known: {known})")
+    for i, region in enumerate(regions):
+        region = dict(region) if isinstance(region, Mapping) else region
+        if isinstance(region, dict):
+            key = str(region.get("name", "")).upper().replace("-", "_")
+            if key in found:
+                for f, (_, variable) in found[key].items():
+                    origins[f"regions[{i}].redis.{f}"] = variable
+                redis = region.get("redis")
+                redis = dict(redis) if isinstance(redis, Mapping) else {}
+                if "url" in found[key]:
+                    redis.pop("address", None)
+                    redis.pop("port", None)
+                redis.update({f: v for f, (v, _) in found[key].items()})
+                region["redis"] = redis
+        out.append(region)
+    return {**data, "regions": out}
+
+
 def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, str]]:
     """Turn RIDEOUT_* variables into a nested dict of strings, and remember their origin."""
     data: dict[str, Any] = {}
@@ -635,6 +764,8 @@ def _env_overrides(env: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, st
     for name, value in env.items():
         if not name.startswith(ENV_PREFIX) or name in ENV_NOT_KEYS:
             continue
+        if _REGION_REDIS_ENV.fullmatch(name):
+            continue  # see _apply_region_env
         parts = name[len(ENV_PREFIX) :].lower().split("__")
         if len(parts) > 2 or not all(parts):
             raise ConfigError(name, "expected RIDEOUT_<KEY> or RIDEOUT_<SECTION>__<KEY>")
@@ -686,7 +817,8 @@ def load_config(
     elif explicit:
         raise ConfigError(str(file), "no such config file")
     overrides, origins = _env_overrides(env)
-    return parse_config(_merge(raw, overrides), origins=origins)
+    merged = _apply_region_env(_merge(raw, overrides), env, origins)
+    return parse_config(merged, origins=origins)
 
 
 def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None = None) -> Config:
@@ -711,8 +843,9 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         data_dir=Path(root.text("data_dir", str(defaults.data_dir))),
         app_port=root.integer("app_port", defaults.app_port, maximum=65535),
         profile=profile,
-        regions=_parse_regions(root) if root.has("regions") else defaults.regions,
-        control_plane=_parse_control_plane(root.table("control_plane")),
+        secrets_dir=Path(root.text("keys_dir", "")) if root.has("keys_dir") else None,
+        regions=defaults.regions,
+        control_plane=_parse_control_plane(root.table("control_plane"), mode),
         timing=_parse_timing(root.table("timing"), PROFILES[profile]),
         auth=_parse_auth(root.table("auth"), mode),
         realtime=_parse_realtime(root.table("realtime")),
@@ -721,15 +854,30 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         evacuate=_parse_evacuate(root.table("evacuate"), profile),
         evacuate_aws=_parse_evacuate_aws(root.table("evacuate_aws")),
         aws=_parse_aws(root.table("aws")),
+        redis=_parse_redis_access(root.table("redis")),
     )
+    if root.has("regions"):
+        config = dataclasses.replace(config, regions=_parse_regions(root, config))
     root.done()
     _validate(config)
     return config
 
 
-def _parse_control_plane(t: _Reader) -> ControlPlaneConfig:
+def _parse_control_plane(t: _Reader, mode: str) -> ControlPlaneConfig:
     d = ControlPlaneConfig()
+    urls = t.strings("urls", d.urls)
+    for url in urls:
+        if not re.fullmatch(r"https?://[^/\s]+/?", url):
+            raise ConfigError(t.key("urls"), f"{url!r} is not a URL like 'https://cp.example:9000'")
+    state_url = t.text("state_redis_url", "", empty_ok=True)
+    if state_url:
+        _redis_url(t, "state_redis_url", state_url)
+        if mode != "external":
+            raise ConfigError(t.key("state_redis_url"), "is for external mode only")
     cp = ControlPlaneConfig(
+        urls=tuple(u.rstrip("/") for u in urls),
+        state_redis_url=state_url,
+        lease_ttl=t.seconds("lease_ttl", d.lease_ttl),
         address=_address(t, "address", d.address),
         port=t.integer("port", d.port, maximum=65535),
         dns_port=t.integer("dns_port", d.dns_port, maximum=65535),
@@ -741,6 +889,61 @@ def _parse_control_plane(t: _Reader) -> ControlPlaneConfig:
     )
     t.done()
     return cp
+
+
+def _parse_redis_access(t: _Reader) -> RedisAccessConfig:
+    access = RedisAccessConfig(**_scalars(t, RedisAccessConfig()))
+    if bool(access.cert_file) != bool(access.key_file):
+        raise ConfigError(t.key("cert_file"), "cert_file and key_file go together (mutual TLS)")
+    return access
+
+
+def _redis_url(t: _Reader, name: str, url: str) -> tuple[str, int, bool]:
+    """(host, port, tls) of a ``redis://`` or ``rediss://`` URL; ConfigError otherwise."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(t.key(name), f"{url!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("redis", "rediss") or not parts.hostname:
+        raise ConfigError(t.key(name), f"{url!r}: expected redis://HOST:PORT or rediss://HOST:PORT")
+    if parts.username or parts.password:
+        raise ConfigError(
+            t.key(name),
+            "no credentials in the URL (it shows in `config show` and logs): set "
+            "[redis] *_user and *_password_file",
+        )
+    if parts.path not in ("", "/", "/0") or parts.query:
+        raise ConfigError(t.key(name), f"{url!r}: rideout uses database 0 and no options")
+    return parts.hostname, port or 6379, parts.scheme == "rediss"
+
+
+def _parse_region_redis(r: _Reader, access: RedisAccessConfig, mode: str) -> RedisConfig:
+    if not r.has("url"):
+        redis = RedisConfig(
+            address=_address(r, "address", ""), port=r.integer("port", 6379, maximum=65535)
+        )
+        for name in ("ca_file", "cert_file", "key_file"):
+            if r.has(name):
+                raise ConfigError(r.key(name), "TLS needs a rediss:// url")
+        r.done()
+        return redis
+    if mode != "external":
+        raise ConfigError(r.key("url"), 'is for external mode (mode = "external") only')
+    url = r.text("url", "")
+    host, port, tls = _redis_url(r, "url", url)
+    names = ("ca_file", "cert_file", "key_file")
+    own = [name for name in names if r.has(name)]
+    files = {name: r.text(name, getattr(access, name), empty_ok=True) for name in names}
+    if not tls and any(files[name] for name in own):
+        raise ConfigError(r.key(own[0]), "TLS files are set but the URL is redis://: use rediss://")
+    if bool(files["cert_file"]) != bool(files["key_file"]):
+        raise ConfigError(r.key("cert_file"), "cert_file and key_file go together (mutual TLS)")
+    r.done()
+    return RedisConfig(
+        address=host, port=port, url=url,
+        tls=RedisTLS(check_hostname=access.check_hostname, **files) if tls else None,
+    )  # fmt: skip
 
 
 def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
@@ -758,7 +961,7 @@ def _scalars(t: _Reader, base: Any) -> dict[str, Any]:
         elif isinstance(default, float):
             values[f.name] = t.seconds(f.name, default, zero_ok=f.metadata.get("zero_ok", False))
         elif isinstance(default, str):
-            values[f.name] = t.text(f.name, default)
+            values[f.name] = t.text(f.name, default, empty_ok=default == "")
         else:
             values[f.name] = t.strings(f.name, default)
     t.done()
@@ -1022,13 +1225,13 @@ def _address(t: _Reader, name: str, default: str) -> str:
     return value
 
 
-def _parse_regions(root: _Reader) -> tuple[RegionConfig, ...]:
+def _parse_regions(root: _Reader, config: Config) -> tuple[RegionConfig, ...]:
     items = root.raw("regions")
     if not isinstance(items, list) or not items:
         raise ConfigError("regions", "expected a non-empty list of [[regions]] tables")
     regions = []
     for i, item in enumerate(items):
-        t = _Reader(item, f"regions[{i}]", {})
+        t = _Reader(item, f"regions[{i}]", root._origins)
         name = t.text("name", "")
         if not _NAME.match(name):
             raise ConfigError(t.key("name"), f"expected a name like 'us-east-1', got {name!r}")
@@ -1039,17 +1242,13 @@ def _parse_regions(root: _Reader) -> tuple[RegionConfig, ...]:
             raise ConfigError(
                 t.key("redis"), "missing: every region needs its Redis address and port"
             )
-        r = t.table("redis")
-        redis = RedisConfig(
-            address=_address(r, "address", ""), port=r.integer("port", 6379, maximum=65535)
-        )
-        r.done()
+        redis = _parse_region_redis(t.table("redis"), config.redis, config.mode)
         zone_items = t.raw("zones") if t.has("zones") else []
         if not isinstance(zone_items, list) or not zone_items:
             raise ConfigError(t.key("zones"), f"region {name!r} has no zones")
         zones = []
         for j, zone_item in enumerate(zone_items):
-            z = _Reader(zone_item, f"regions[{i}].zones[{j}]", {})
+            z = _Reader(zone_item, f"regions[{i}].zones[{j}]", root._origins)
             zone_name = z.text("name", "")
             if not _NAME.match(zone_name):
                 raise ConfigError(
@@ -1086,6 +1285,16 @@ def _validate(config: Config) -> None:
         endpoints[(address, port)] = key
 
     cp = config.control_plane
+    if (
+        config.mode == "external"
+        and not cp.urls
+        and ipaddress.ip_address(cp.address).is_unspecified
+    ):
+        raise ConfigError(
+            "control_plane.urls",
+            f"the control plane listens on {cp.address}: set the URLs canaries and app "
+            "servers reach it at",
+        )
     claim(cp.address, cp.port, "control_plane.address")
     claim(cp.address, cp.dns_port, "control_plane.dns_port")
     claim(cp.address, cp.dns_metrics_port, "control_plane.dns_metrics_port")
@@ -1118,11 +1327,13 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "evacuate": _section(config.evacuate),
         "evacuate_aws": _section(config.evacuate_aws),
         "aws": _aws_section(config.aws),
+        "redis": _section(config.redis),
+        **({"keys_dir": str(config.secrets_dir)} if config.secrets_dir is not None else {}),
         "regions": [
             {
                 "name": r.name,
                 "role": r.role,
-                "redis": {"address": r.redis.address, "port": r.redis.port},
+                "redis": _region_redis(r.redis),
                 "zones": [{"name": z.name, "address": z.address} for z in r.zones],
             }
             for r in config.regions
@@ -1142,6 +1353,16 @@ def _aws_section(aws: AwsConfig) -> dict[str, Any]:
         for r in aws.regions
     }
     return data
+
+
+def _region_redis(redis: RedisConfig) -> dict[str, Any]:
+    if not redis.url:
+        return {"address": redis.address, "port": redis.port}
+    out: dict[str, Any] = {"url": redis.url}
+    if redis.tls is not None:
+        out.update(ca_file=redis.tls.ca_file, cert_file=redis.tls.cert_file,
+                   key_file=redis.tls.key_file)  # fmt: skip
+    return out
 
 
 def _section(value: Any) -> dict[str, Any]:
@@ -1174,7 +1395,7 @@ def dump_toml(config: Config) -> str:
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
     sections = ("control_plane", "timing", "auth", "realtime", "failover", "waitingroom")
-    for section in (*sections, "evacuate", "evacuate_aws"):
+    for section in (*sections, "evacuate", "evacuate_aws", "redis"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     aws = data["aws"]

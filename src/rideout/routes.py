@@ -15,10 +15,12 @@ __all__ = [
     "CHAOS",
     "DASHBOARD",
     "HEALTH",
+    "LIVE",
     "LOGIN",
     "LOGIN_CODES",
     "METRICS",
     "METRICS_INGEST",
+    "READY",
     "RESOLVE",
     "ROOM_ASSIGN_QUEUE_NUM",
     "ROOM_ESTIMATED_WAIT",
@@ -48,6 +50,7 @@ __all__ = [
     "ZONE_EVACUATE",
     "ZONE_RECOVER",
     "control_plane_url",
+    "control_plane_urls",
     "dns_metrics_url",
     "room_issuer",
     "zone_url",
@@ -82,6 +85,10 @@ ZONE_RECOVER: Final = "/v1/zones/{zone_id}/recover"
 # Every server.
 HEALTH: Final = "/health"
 METRICS: Final = "/metrics"
+LIVE: Final = "/live"
+"""GET: 200 while the process runs its loop (an orchestrator restarts it otherwise)."""
+READY: Final = "/ready"
+"""GET: 200 while the process can do its job (send it traffic), else 503 and why."""
 
 # An app server.
 ADMIN_MODE: Final = "/admin/mode"
@@ -118,9 +125,14 @@ ROOM_PRIVATE_EVENT_CLOSE: Final = "/private/events/{event_id}/close"
 
 
 def control_plane_url(config: Config, path: str = "") -> str:
-    """The control plane's base URL, or the URL of ``path`` on it."""
-    cp = config.control_plane
-    return f"http://{cp.address}:{cp.port}{path}"
+    """The control plane's base URL, or the URL of ``path`` on it (the first of
+    ``[control_plane] urls`` when set)."""
+    return config.control_plane_urls()[0] + path
+
+
+def control_plane_urls(config: Config, path: str = "") -> tuple[str, ...]:
+    """Every control plane instance's URL of ``path`` (canaries push to each)."""
+    return tuple(url + path for url in config.control_plane_urls())
 
 
 def dns_metrics_url(config: Config, path: str = "") -> str:

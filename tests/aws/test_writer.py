@@ -165,7 +165,7 @@ async def test_the_controller_moves_through_the_provider_then_fences(
         try:
             await ensure_epoch(p)
             effect = _AwsEffect(ElastiCacheWriter(config, session, sleep=lambda _: None), s)
-            controller = FailoverController(config, mover=effect)
+            controller = FailoverController(config, managed=effect)
             await controller.tick({P: True, S: True})
             assert controller.writer == P
             assert effect.moves == []

@@ -172,4 +172,4 @@ def test_outside_local_mode_the_drain_is_skipped_and_says_why(
     drain = FailbackDrain(config)
     drain.start(S)
     assert not drain.running
-    assert "local mode only" in drain.notes[-1]["message"]
+    assert "each app server drains itself" in drain.notes[-1]["message"]

@@ -1,18 +1,16 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import Callable
 
 import pytest
-import pytest_asyncio
 import redis.asyncio as aioredis
 
 from rideout.config import Config
 from rideout.failover.controller import ControllerState, FailoverController, decide
 from rideout.store import keys
-from rideout.store.embedded import EmbeddedRedis
-from rideout.store.replication import ensure_epoch, replication_status
-from tests.conftest import ADMIN, FakeClock, running_redis_pair, until
+from rideout.store.replication import replication_status
+from tests.conftest import FakeClock, until
+from tests.failover.conftest import Pair
 
 P, S = "us-east-1", "us-west-2"
 
@@ -46,40 +44,6 @@ def test_state_round_trip() -> None:
 
     state.events.append(FailoverEvent(1.0, "fail-over", "m", S, 3))
     assert ControllerState.from_dict(state.to_dict()).to_dict() == state.to_dict()
-
-
-@dataclass
-class Pair:
-    config: Config
-    primary: EmbeddedRedis
-    p: aioredis.Redis
-    s: aioredis.Redis
-
-
-@pytest_asyncio.fixture
-async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
-    """A running primary/replica and a client to each (decoded responses)."""
-    config = make_config()
-    async with running_redis_pair(config) as (primary, _):
-        # The test's own moves (a detached replica, writes) need more than any rideout user.
-        p = aioredis.Redis(
-            host=config.primary.redis.address,
-            port=config.primary.redis.port,
-            decode_responses=True,
-            **ADMIN,
-        )
-        s = aioredis.Redis(
-            host=config.secondary.redis.address,
-            port=config.secondary.redis.port,
-            decode_responses=True,
-            **ADMIN,
-        )
-        try:
-            await ensure_epoch(p)
-            yield Pair(config, primary, p, s)
-        finally:
-            await p.aclose()
-            await s.aclose()
 
 
 async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(pair: Pair) -> None:

@@ -1,7 +1,7 @@
 """The controller's ElastiCache provider: the writer moves with the Global Datastore.
 
 ``rideout control-plane --provider aws`` gives the failover controller this
-:class:`~rideout.failover.controller.WriterMover`: a move calls
+:class:`~rideout.failover.mover.ManagedWriter`: a move calls
 ``FailoverGlobalReplicationGroup`` to make the target region's replication group the
 datastore's primary, then waits (bounded) until AWS reports it so; the controller then
 raises the epoch on the new writer, as after its own moves, which fences bids that were

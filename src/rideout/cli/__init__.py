@@ -11,11 +11,12 @@ from rideout.cli import aws as _aws
 from rideout.cli import drill as _drill
 from rideout.cli import evacuate as _evacuate
 from rideout.cli import room as _room
+from rideout.cli import secrets as _secrets
 from rideout.cli._core import app
 
 __all__ = ["app", "main"]
 
-del _aws, _drill, _evacuate, _room  # imported for their commands
+del _aws, _drill, _evacuate, _room, _secrets  # imported for their commands
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ from rideout import __version__
 from rideout._process import pid_alive
 from rideout.auth import KeyFileError
 from rideout.auth.admin import AdminTokenError
+from rideout.cli._options import DrainOption, ListenOption, LogFormatOption
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import ClusterError, LocalCluster
@@ -409,8 +410,17 @@ def status(
     config_path: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")] = False,
 ) -> None:
-    """Show what runs where and whether it is healthy (exit 1 if nothing is running)."""
+    """Show what runs where and whether it is healthy (exit 1 if nothing is running).
+
+    External mode: every control plane (acting or standing by, and who holds the lease),
+    the writer, each region's Redis and each zone's readiness, from the network (exit 1
+    if no control plane acts).
+    """
     config = load(config_path)
+    if config.mode == "external":
+        from rideout.cli._external import external_status
+
+        external_status(config, as_json)
     view = asyncio.run(collect_status(config))
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
@@ -514,8 +524,10 @@ def token_issue(
     first use). Connect with ws://ZONE:PORT/ws?token=TOKEN.
     """
     from rideout.auth import SigningKey, TokenIssuer
+    from rideout.cli._external import require_secrets
 
     config = load(config_path)
+    require_secrets(config, "token")  # external mode: the deployment's key, never a new one
     try:
         key = SigningKey.load_or_create(config.keys_dir)
     except KeyFileError as exc:
@@ -661,7 +673,7 @@ async def _record_revocation(config: Config, revocation: Revocation) -> tuple[st
     except StoreError as exc:
         raise _NoWriter(f"cannot record the revocation: {exc}") from exc
     clients = {
-        r.name: state_client(r.redis.address, r.redis.port, credentials=controller)
+        r.name: state_client(r.redis.address, r.redis.port, credentials=controller, tls=r.redis.tls)
         for r in config.regions
     }
     try:
@@ -703,17 +715,28 @@ def serve(
     region: Annotated[str, typer.Option(help="The region this server belongs to.")],
     zone: Annotated[str, typer.Option(help="The zone; its address is where the server listens.")],
     config_path: ConfigOption = None,
+    listen: ListenOption = None,
+    drain_timeout: DrainOption = 10.0,
+    log_format: LogFormatOption = None,
 ) -> None:
-    """Run one zone's app server in the foreground (`rideout up` starts one per zone)."""
+    """Run one zone's app server in the foreground (`rideout up` starts one per zone).
+
+    GET /live and /ready tell an orchestrator whether to restart it and whether to send it
+    traffic. In external mode SIGTERM drains (see --drain-timeout), then exits 0.
+    Exit 2: bad config or missing secrets.
+    """
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
-    from rideout.realtime.app import ZoneExtension, create_app
+    from rideout.cli._external import parse_listen, require_secrets, setup_logging
+    from rideout.realtime.app import ZoneExtension, create_app, drain_for_exit
     from rideout.realtime.zone import hold_mode_signals
     from rideout.waitingroom.authorizer import RoomAuthorizer
     from rideout.waitingroom.extension import WaitingRoom
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = load(config_path)
+    fmt = setup_logging(log_format) if log_format or os.environ.get("RIDEOUT_LOG_FORMAT") else None
+    require_secrets(config, "serve")
     extensions: list[ZoneExtension] = [WaitingRoom(config)] if config.waitingroom.enabled else []
     # /ws accepts the waiting room's access tokens for the events that guard the auction.
     authorities = [RoomAuthorizer.from_config(config)] if config.auth.room_events else []
@@ -722,15 +745,20 @@ def serve(
             config, region, zone, signals=True, extensions=[*extensions, *authorities],
             authorities=authorities,
         )  # fmt: skip
+        host, port = parse_listen(listen, (config.zone(region, zone).address, config.app_port))
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
     run(
         app_,
-        config.zone(region, zone).address,
-        config.app_port,
+        host,
+        port,
         ws_max_size=config.realtime.max_message_size,
         reuse_port=config.realtime.workers > 1,
         limits=ServerLimits.from_config(config),
+        # Local mode keeps `rideout up`'s quick stop (it stops every zone at once).
+        drain=(lambda: drain_for_exit(app_.state.zone)) if config.mode == "external" else None,
+        drain_timeout=drain_timeout,
+        own_logging=fmt is not None,
     )
 
 
@@ -738,18 +766,31 @@ def serve(
 def canary(
     region: Annotated[str, typer.Option(help="The region whose zones this canary probes.")],
     config_path: ConfigOption = None,
+    listen: Annotated[
+        str | None,
+        typer.Option(
+            "--listen",
+            metavar="HOST:PORT",
+            help="Also serve /live, /ready and /metrics here (external mode: do).",
+        ),
+    ] = None,
+    log_format: LogFormatOption = None,
 ) -> None:
-    """Probe a region's zones every canary interval and push the results to the control plane.
+    """Probe a region's zones every canary interval and push the results to the control plane
+    (to each of `[control_plane] urls`).
 
     `rideout up` starts one per region, beside the region's servers. With
-    aws.publish_metrics the datapoints also go to CloudWatch (PutMetricData).
+    aws.publish_metrics the datapoints also go to CloudWatch (PutMetricData). SIGTERM
+    stops it (exit 0). Exit 2: bad config or missing secrets.
     """
-    import logging
-
+    from rideout.cli._external import parse_listen, require_secrets, setup_logging
     from rideout.health.canary import Canary
 
     config = load(config_path)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    setup_logging(log_format)
+    require_secrets(
+        config, "canary", [region] if region in [r.name for r in config.regions] else []
+    )
     publishers = []
     if config.aws.publish_metrics:
         try:
@@ -763,8 +804,22 @@ def canary(
         probe = Canary(config, region, publishers=publishers)
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(_until_terminated(probe.run()))
+    if listen is None:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(_until_terminated(probe.run()))
+        return
+    from rideout._serve import ServerLimits
+    from rideout._serve import serve as run
+    from rideout.health.canary_service import create_canary_app
+
+    host, port = parse_listen(listen, ("127.0.0.1", 0))
+    limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
+    run(create_canary_app(probe), host, port, limits=limits, drain=_nothing,
+        own_logging=True)  # fmt: skip
+
+
+async def _nothing() -> None:
+    """A drain with nothing to drain: SIGTERM then stops the process with exit 0."""
 
 
 async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
@@ -796,10 +851,31 @@ def control_plane(
             "Global Datastore: FailoverGlobalReplicationGroup, needs aws.global_datastore).",
         ),
     ] = "redis",
+    listen: ListenOption = None,
+    instance: Annotated[
+        str | None,
+        typer.Option(help="This instance's name in the lease (default: HOSTNAME:PID)."),
+    ] = None,
+    dns_listen: Annotated[
+        str | None,
+        typer.Option(
+            "--dns-listen",
+            metavar="HOST:PORT",
+            help="Where DNS is served (default: control_plane.address:dns_port).",
+        ),
+    ] = None,
+    log_format: LogFormatOption = None,
 ) -> None:
-    """Run the control plane in the foreground (`rideout up` starts it)."""
+    """Run the control plane in the foreground (`rideout up` starts it).
+
+    External mode with `[control_plane] state_redis_url`: any number of instances, one
+    acting (holding the lease), the others standing by; GET /ready is 200 only on the
+    one acting. SIGTERM saves the state, gives the lease up, and exits 0. Exit 2: bad
+    config or missing secrets.
+    """
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
+    from rideout.cli._external import parse_listen, require_secrets, setup_logging
     from rideout.cluster.runstate import DNS_VIEW
     from rideout.controlplane.app import create_app
     from rideout.controlplane.runtime import ControlPlane
@@ -808,7 +884,7 @@ def control_plane(
     config = load(config_path)
     if provider not in ("redis", "aws"):
         fail(f"--provider must be redis or aws, got {provider!r}", 2)
-    mover = None
+    managed = None
     if provider == "aws":
         try:
             from rideout.aws import AwsError
@@ -816,12 +892,21 @@ def control_plane(
         except ImportError as exc:  # boto3 is the aws extra
             fail(f"{exc}: install the aws extra (pip install 'rideout[aws]')", 2)
         try:
-            mover = ElastiCacheWriter(config)
+            managed = ElastiCacheWriter(config)
         except AwsError as exc:
             fail(str(exc), 2)
-    runtime = ControlPlane(
-        config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW), mover=mover
-    )
+    fmt = setup_logging(log_format) if log_format or os.environ.get("RIDEOUT_LOG_FORMAT") else None
+    require_secrets(config, "control-plane")
+    cp = config.control_plane
+    host, port = parse_listen(listen, (cp.address, cp.port))
+    dns_address = parse_listen(dns_listen, (cp.address, cp.dns_port))
+    try:
+        runtime = ControlPlane(
+            config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW),
+            managed=managed, instance=instance, dns_address=dns_address,
+        )  # fmt: skip
+    except RideoutError as exc:
+        fail(str(exc), 2)
     if config.mode == "local":
         # The supervisor of `rideout up` owns the processes: chaos, the inventory and the
         # processes' metrics are its.
@@ -837,9 +922,12 @@ def control_plane(
             inventory=LocalInventory(config),
         )
     else:
-        app_ = create_app(config, runtime=runtime)
+        from rideout.controlplane.inventory import ExternalInventory
+
+        app_ = create_app(config, runtime=runtime, inventory=ExternalInventory(config))
     limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
-    run(app_, config.control_plane.address, config.control_plane.port, limits=limits)
+    drain = _nothing if config.mode == "external" else None
+    run(app_, host, port, limits=limits, drain=drain, own_logging=fmt is not None)
 
 
 @app.command("dns")

@@ -3,6 +3,8 @@
 | route | who may call it | what |
 |---|---|---|
 | ``GET /health`` | anyone | liveness |
+| ``GET /live`` | anyone | 200 while the control loop runs |
+| ``GET /ready`` | anyone | 200 while this instance acts (holds the lease, or runs alone); 503 with why (``standby: lease held by X until T``) |
 | ``GET /status`` | anyone | the inventory's view (locally ``rideout status --json``) plus alarms, DNS, writer; collected at most once per period however many ask |
 | ``GET /metrics`` | anyone | Prometheus |
 | ``POST /v1/metrics`` | a region's canary: HMAC-signed, ``application/json``, no browser | PutMetricData-shaped ingest; every datapoint must be about the signer's region |
@@ -202,7 +204,9 @@ class ControlPlaneApi:
         self.metrics = ApiMetrics(config)
         self.http = httpx.AsyncClient(timeout=0.5, trust_env=False)
         cp = config.control_plane
-        self._own_hosts = {f"{cp.address}:{cp.port}"}
+        self._own_hosts = {f"{cp.address}:{cp.port}"} | {
+            url.split("://", 1)[1] for url in config.control_plane_urls()
+        }
         self._own_origin = routes.control_plane_url(config)
         self.sessions = OperatorSessions(code_ttl=cp.login_code_ttl, session_ttl=cp.session_ttl)
         self.verifier = RequestVerifier(
@@ -230,6 +234,8 @@ class ControlPlaneApi:
         plane = self.plane
         return [
             Route(routes.HEALTH, self.health),
+            Route(routes.LIVE, self.live),
+            Route(routes.READY, self.ready),
             Route(routes.STATUS, self.status),
             Route(routes.METRICS, self.prometheus),
             Route(routes.METRICS_INGEST, self.put_metrics, methods=["POST"]),
@@ -294,6 +300,18 @@ class ControlPlaneApi:
     async def health(self, request: Request) -> Response:
         self._count("health")
         return JSONResponse({"status": "ok", "app_domain": self.config.app_domain})
+
+    async def live(self, request: Request) -> Response:
+        """200 while the control loop task runs (a stuck or dead loop: 503)."""
+        running = self.plane.running
+        return JSONResponse(
+            {"status": "live" if running else "stopped"}, status_code=200 if running else 503
+        )
+
+    async def ready(self, request: Request) -> Response:
+        """200 while this instance acts; a standby answers 503 saying who holds the lease."""
+        ok, body = self.plane.readiness()
+        return JSONResponse(body, status_code=200 if ok else 503, headers=_NO_STORE)
 
     async def _collect_status(self) -> dict[str, Any]:
         self.metrics.status_collections.inc()

@@ -91,8 +91,8 @@ class FailbackDrain:
         self.cancel()
         if self.config.mode != "local":
             self._note(
-                f"clients on {region} are not drained: the zones take admin switches in "
-                "local mode only",
+                f"clients on {region} are not drained from here: in external mode each "
+                "app server drains itself once it reads that the writer left its region",
             )
             return
         self._task = asyncio.create_task(

@@ -11,7 +11,11 @@ After a failback it drains the old writer's zones gradually
 primary too, at a rate it can take.
 
 Restarts: alarm, health check and controller state (with its failback damping) are saved to
-``DATA_DIR/controlplane/state.json`` on every change and restored at start. Datapoints
+``DATA_DIR/controlplane/state.json`` on every change and restored at start. With
+``[control_plane] state_redis_url`` (external mode) they are saved in that Redis instead,
+under a lease (:mod:`~rideout.controlplane.lease`): only the instance holding it
+evaluates, acts and saves; the others stand by, reload the saved state every round
+(so their ``/v1/writer`` and DNS views stay current) and take over when it lapses. Datapoints
 are in memory only, so a restarted control plane does not evaluate the periods before
 it was listening (nor, per region, before that region's first datapoint since the start,
 up to a grace period after the first datapoint of any region): the silence of its own
@@ -38,6 +42,13 @@ from rideout.config import Config
 from rideout.controlplane.autoshift import Autoshift
 from rideout.controlplane.drain import FailbackDrain
 from rideout.controlplane.errors import IngestError, IngestForbidden
+from rideout.controlplane.lease import (
+    LeaseError,
+    RedisLease,
+    default_instance,
+    describe_holder,
+    state_redis_client,
+)
 from rideout.controlplane.zones import ZoneState
 from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
@@ -49,7 +60,8 @@ from rideout.dns.records import (
     resolve,
 )
 from rideout.dns.server import DnsMetrics, DnsServer
-from rideout.failover.controller import ControllerState, FailoverController, WriterMover
+from rideout.failover.controller import ControllerState, FailoverController
+from rideout.failover.mover import ManagedWriter
 from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
@@ -81,9 +93,22 @@ class ControlPlane:
         *,
         clock: Callable[[], float] = time.time,
         dns_feed: ViewPublisher | None = None,
-        mover: WriterMover | None = None,
+        managed: ManagedWriter | None = None,
+        lease: RedisLease | None = None,
+        instance: str | None = None,
+        dns_address: tuple[str, int] | None = None,
     ) -> None:
+        """`lease` (default: one in ``[control_plane] state_redis_url``, when set, named
+        `instance`) makes this one of several instances; see the module docstring.
+        `dns_address` is where DNS is served (default: ``address:dns_port``)."""
         self.config = config
+        cp = config.control_plane
+        if lease is None and cp.state_redis_url:
+            lease = RedisLease(
+                state_redis_client(config), instance or default_instance(), cp.lease_ttl
+            )
+        self.lease = lease
+        self._dirty = False
         self.dns_feed = dns_feed
         self._published: DnsView | None = None
         self._clock = clock
@@ -107,19 +132,21 @@ class ControlPlane:
         self.state_file = state_path(config)
         self.zones = ZoneState(config, clock=clock)
         self._zone_drains: dict[str, FailbackDrain] = {}
-        restored = self._load()
+        restored = self._load() if lease is None else None
         self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.controller = FailoverController(
-            config, state=restored, clock=clock, on_change=lambda _: self.save(), mover=mover
-        )
+            config, state=restored, clock=clock, on_change=lambda _: self.save(),
+            managed=managed, guard=lease.may_act if lease is not None else None,
+        )  # fmt: skip
         self.drain = FailbackDrain(config, clock=clock)
         self.zone = DnsZoneConfig.from_config(config)
         self.registry = CollectorRegistry()
         self.dns_metrics = DnsMetrics(self.registry)
+        dns_host, dns_port = dns_address or (cp.address, cp.dns_port)
         self.dns = DnsServer(
             self.resolve,
-            config.control_plane.address,
-            config.control_plane.dns_port,
+            dns_host,
+            dns_port,
             metrics=self.dns_metrics,
             generation=self.dns_generation,
             warm=self.zone.questions(),
@@ -129,6 +156,7 @@ class ControlPlane:
         self.started_at = clock()
         self._first_seen: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
+        self._renewing: asyncio.Task[None] | None = None
         self.rounds = 0  # evaluation rounds the loop has run
         self._metrics()
 
@@ -144,6 +172,13 @@ class ControlPlane:
                 "cannot read %s (%s): starting without remembered state", self.state_file, exc
             )
             return None
+        state = self._restore(data, str(self.state_file))
+        if state is not None:
+            log.info("restored state from %s (writer %s)", self.state_file, state.writer)
+        return state
+
+    def _restore(self, data: Any, where: str) -> ControllerState | None:
+        """Take alarms and health checks from saved `data`; its controller state."""
         try:
             for name, saved in data.get("alarms", {}).items():
                 if name in self.alarms:
@@ -156,30 +191,91 @@ class ControlPlane:
             controller = data.get("controller")
             state = ControllerState.from_dict(controller) if controller else None
             self.zones.restore(data.get("zones", {}))
-        except (ValueError, KeyError, TypeError) as exc:
-            log.warning(
-                "%s is damaged (%s): starting without remembered state", self.state_file, exc
-            )
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            log.warning("%s is damaged (%s): starting without remembered state", where, exc)
             return None
         if state is not None and state.writer not in self.alarms:
             return None
-        log.info(
-            "restored state from %s (writer %s)", self.state_file, state.writer if state else "?"
-        )
         return state
 
-    def save(self) -> None:
-        """Write the state atomically (a reader never sees half a file)."""
-        data = {
+    def _snapshot(self) -> dict[str, Any]:
+        return {
             "alarms": {name: a.to_dict() for name, a in self.alarms.items()},
             "checks": {name: c.to_dict() for name, c in self.checks.items()},
             "controller": self.controller.state.to_dict() if self.controller.state else None,
             "zones": self.zones.to_dict(),
         }
+
+    def save(self) -> None:
+        """Write the state atomically (a reader never sees half a file); with a lease,
+        mark it for the next :meth:`flush` instead."""
+        if self.lease is not None:
+            self._dirty = True
+            return
+        data = self._snapshot()
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(data), encoding="utf-8")
         os.replace(tmp, self.state_file)
+
+    async def flush(self) -> None:
+        """With a lease: write the state to its Redis if it changed (only the holder's
+        write lands; a standby's is refused by the lease script)."""
+        if self.lease is None or not self._dirty:
+            return
+        try:
+            if await self.lease.save_state(json.dumps(self._snapshot())):
+                self._dirty = False
+            else:
+                log.warning("state not saved: %s", describe_holder(self.lease.view))
+        except LeaseError as exc:
+            log.warning("%s (tried again next round)", exc)
+
+    async def reload(self) -> bool:
+        """With a lease: take the state the holder saved last; whether there was one."""
+        if self.lease is None:
+            return False
+        try:
+            text = await self.lease.load_state()
+        except LeaseError as exc:
+            log.warning("%s", exc)
+            return False
+        if text is None:
+            return False
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            log.warning("the saved state is damaged (%s): ignored", exc)
+            return False
+        state = self._restore(data, "the saved state")
+        if state is not None:
+            self.controller.state = state
+        return True
+
+    @property
+    def running(self) -> bool:
+        """Whether the control loop runs (started, not ended)."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def active(self) -> bool:
+        """Whether this instance acts: no lease (the only one), or it holds the lease."""
+        return self.lease is None or self.lease.view.mine
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """(ready, body) for ``/ready``: running its loop and acting, or why not."""
+        body: dict[str, Any] = {"rounds": self.rounds}
+        if self.lease is not None:
+            body["lease"] = self.lease.view.to_dict()
+        if not self.running:
+            return False, {
+                **body,
+                "status": "stopped",
+                "message": "the control loop is not running",
+            }
+        if self.lease is not None and not self.lease.view.mine:
+            return False, {**body, "status": "standby", "message": describe_holder(self.lease.view)}
+        return True, {**body, "status": "active"}
 
     # ------------------------------------------------------------------ ingest
 
@@ -246,10 +342,27 @@ class ControlPlane:
     def healthy(self) -> dict[str, bool]:
         return {name: check.healthy for name, check in self.checks.items()}
 
+    async def _lease_round(self) -> bool:
+        """Renew or take the lease; a standby reloads the saved state. Whether to act."""
+        assert self.lease is not None
+        was = self.lease.view.mine
+        view = await self.lease.tick()
+        if view.mine and not was:
+            await self.reload()  # the last holder's state, before acting on it
+        elif not view.mine:
+            if view.error is None:  # an unreachable store is said once, by the lease
+                await self.reload()
+            self._refresh_answer()
+            self._update_metrics()
+        return view.mine
+
     async def evaluate(self) -> None:
-        """One round: alarms, health checks, the controller, the DNS answer."""
+        """One round: alarms, health checks, the controller, the DNS answer (with a
+        lease, only while holding it; a standby follows the saved state)."""
         now = self._clock()
         self.store.prune(now)
+        if self.lease is not None and not await self._lease_round():
+            return
         changed = False
         if self.autoshift is not None:
             # Before the alarms: a zone shifted now is out of its region's alarm already.
@@ -285,6 +398,7 @@ class ControlPlane:
         self._after_moves(moves)
         if changed:
             self.save()
+        await self.flush()
         self._update_metrics()
 
     def _excluded(self) -> dict[str, frozenset[str]] | None:
@@ -419,13 +533,30 @@ class ControlPlane:
     # ------------------------------------------------------------------ running
 
     async def start(self) -> None:
+        if self.lease is not None:
+            await self._lease_round()
         if self.dns_feed is None:
             await self.dns.start()
         else:
             self._refresh_answer()  # the restored decision, before the first round
         self._task = asyncio.create_task(self._run(), name="rideout-control-plane")
+        if self.lease is not None:
+            self._renewing = asyncio.create_task(self._keep_lease(), name="rideout-lease")
+
+    async def _keep_lease(self) -> None:
+        """Renew a held lease every third of its TTL, however long a round is (the seed
+        profile's rounds are a minute apart, longer than a lease lasts)."""
+        assert self.lease is not None
+        while True:
+            check_cancelled()
+            await asyncio.sleep(self.lease.ttl / 3)
+            if self.lease.view.mine:
+                await self.lease.tick()
 
     async def stop(self) -> None:
+        if self._renewing is not None:
+            await cancel_and_wait(self._renewing)
+            self._renewing = None
         if self._task is not None:
             await cancel_and_wait(self._task)
             self._task = None
@@ -434,6 +565,13 @@ class ControlPlane:
             await drain.stop()
         await self.dns.stop()
         await self.controller.close()
+        if self.lease is not None:
+            if self.lease.view.mine:
+                self._dirty = True
+                await self.flush()
+            await self.lease.release()
+            await self.lease.client.aclose()
+            return
         with contextlib.suppress(OSError):
             self.save()
 
@@ -481,6 +619,7 @@ class ControlPlane:
             "failover": {**self.controller.status(), "drain": self.drain.status()},
             "zones": self.zones.status(),
             "autoshift": self.autoshift.status() if self.autoshift else {"enabled": False},
+            **({"lease": self.lease.view.to_dict()} if self.lease is not None else {}),
         }
 
     def canary_history(self, seconds: float = 60.0) -> dict[str, list[tuple[float, float]]]:
@@ -578,6 +717,16 @@ class ControlPlane:
             "1 while the control plane drains the old writer's zones after a failback.",
             registry=r,
         )
+        self._lease_held = Gauge(
+            "rideout_control_plane_lease_held",
+            "1 while this instance holds the lease and acts (always 1 without a lease).",
+            registry=r,
+        )
+        self._lease_fence = Gauge(
+            "rideout_control_plane_lease_fence",
+            "The fencing number of the lease as last seen (0: no lease, or unknown).",
+            registry=r,
+        )
 
     def _update_metrics(self) -> None:
         for name, alarm in self.alarms.items():
@@ -601,6 +750,8 @@ class ControlPlane:
         self._damping_penalty.set(damping.get("penalty", 0.0))
         self._failback_hold.set(damping.get("hold_seconds", 0.0))
         self._drain_active.set(1 if self.drain.running else 0)
+        self._lease_held.set(1 if self.active else 0)
+        self._lease_fence.set(self.lease.view.fence or 0 if self.lease is not None else 0)
 
 
 def _check_region(data: list[Any], region: str) -> None:

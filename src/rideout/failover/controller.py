@@ -22,10 +22,11 @@ with every bid; a stale writer still holds the old epoch, so the bid script refu
 their writes until the stale writer is demoted.
 
 The decision (:func:`decide`) is pure; :class:`FailoverController` executes it. How the
-writer moves is Redis's own replication commands by default; a :class:`WriterMover`
-(``--provider aws``: ElastiCache Global Datastore, :mod:`rideout.aws.writer`) replaces
-that step and the replica bookkeeping of the reconcile step when a managed service owns
-replication. The epoch fence is the controller's in both cases.
+writer moves is a :class:`~rideout.failover.mover.WriterMover` (Redis's own replication
+commands by default); a :class:`~rideout.failover.mover.ManagedWriter` (``--provider aws``:
+ElastiCache Global Datastore, :mod:`rideout.aws.writer`) replaces the whole move and the
+replica bookkeeping of the reconcile step when a managed service owns replication. The
+epoch fence is the controller's in every case.
 """
 
 from __future__ import annotations
@@ -33,14 +34,15 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 
 from rideout.config import Config, FailoverConfig
 from rideout.failover.damping import DampingPolicy, DampingState
+from rideout.failover.mover import ManagedWriter, ReplicationMover, WriterMover
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import (
@@ -52,7 +54,6 @@ from rideout.store.replication import (
     promote,
     read_epoch,
     replication_status,
-    switch_over,
 )
 
 __all__ = [
@@ -60,7 +61,6 @@ __all__ = [
     "Decision",
     "FailoverController",
     "FailoverEvent",
-    "WriterMover",
     "damping_policy",
     "decide",
 ]
@@ -114,19 +114,6 @@ def decide(
     if not writer_ok:
         return Decision("none", None, f"both regions are unhealthy: the writer stays in {writer}")
     return Decision("none", None, f"{writer} is healthy")
-
-
-class WriterMover(Protocol):
-    """Moves the writer when a managed service owns replication (the controller's port).
-
-    :meth:`move` makes `new`'s Redis the writer and returns how (for the event log);
-    it raises :class:`~rideout.store.replication.ReplicationError` when it cannot.
-    `old_reachable` says whether the old writer's Redis answers (a planned move) or
-    not (a regional failure). The controller then raises the epoch on `new`'s Redis, as
-    it does after its own moves; it issues no ``REPLICAOF`` or ``FAILOVER`` itself.
-    """
-
-    async def move(self, old: str, new: str, *, old_reachable: bool) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +185,28 @@ class FailoverController:
         clock: Callable[[], float] = time.time,
         on_change: Callable[[ControllerState], None] | None = None,
         mover: WriterMover | None = None,
+        managed: ManagedWriter | None = None,
+        guard: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
+        """`mover` moves the writer (default: :class:`ReplicationMover` on the regions'
+        Redis); `managed`, when given, does the whole move instead and keeps the replicas
+        (the controller then only fences). `guard`, when given, is asked before every act that changes a Redis
+        (the control plane's lease): None to go ahead, else why not (the act is
+        skipped, and the tick records that as an error event)."""
         self.config = config
         self.state = state
-        self.mover = mover
+        self.managed = managed
         self._clock = clock
         self._on_change = on_change
+        self._guard = guard
         credentials = credentials_for(config, RedisRole.CONTROLLER)
         self._clients: dict[str, aioredis.Redis] = {
-            r.name: probe_client(r.redis.address, r.redis.port, credentials=credentials)
+            r.name: probe_client(
+                r.redis.address, r.redis.port, credentials=credentials, tls=r.redis.tls
+            )
             for r in config.regions
         }
+        self.mover: WriterMover = mover or ReplicationMover(config, self._clients)
         self.redis: dict[str, ReplicationStatus] = {}
         self.last_decision: Decision | None = None
         self._waiting_since: float | None = None
@@ -290,6 +288,13 @@ class FailoverController:
         if self._on_change is not None:
             self._on_change(self.state)
 
+    async def _may_act(self) -> None:
+        """Ask the guard; ReplicationError (so the tick records it) when it says no."""
+        if self._guard is not None:
+            refused = await self._guard()
+            if refused is not None:
+                raise ReplicationError(f"not acting: {refused}")
+
     async def _observe(self) -> None:
         for name, client in self._clients.items():
             self.redis[name] = await replication_status(client)
@@ -338,8 +343,9 @@ class FailoverController:
             raise ReplicationError(
                 f"cannot move the writer to {new}: its Redis is unreachable ({new_view.error})"
             )
-        if self.mover is not None:
-            how: str | None = await self.mover.move(old, new, old_reachable=old_view.reachable)
+        if self.managed is not None:
+            await self._may_act()
+            how: str | None = await self.managed.move(old, new, old_reachable=old_view.reachable)
         else:
             how = await self._move_by_redis(decision, old_view, new_view)
         if how is None:  # waiting for the target to catch up
@@ -365,7 +371,6 @@ class FailoverController:
         assert self.state is not None
         assert decision.target is not None
         old, new = self.state.writer, decision.target
-        target = self.config.region(new).redis
         source = self.config.region(old).redis
         # Both sides must agree the target follows the writer: the writer's view of its
         # replica lags the replica's own, and FAILOVER TO refuses a replica not online.
@@ -395,14 +400,14 @@ class FailoverController:
                     )
                 return None
             timeout = max(2.0, 10 * self.config.timing.canary_interval)
-            await switch_over(
-                self._clients[old], self._clients[new], target.address, target.port, timeout
-            )
+            await self._may_act()
+            await self.mover.hand_over(old, new, timeout=timeout)
             how = "coordinated FAILOVER (writes paused until the replica caught up)"
         else:
             # The writer is gone (or would not let go in time): promote; whatever it had
             # not replicated is lost (async mode) and counted when it is demoted.
-            await promote(self._clients[new])
+            await self._may_act()
+            await self.mover.promote(new)
             why = "unreachable" if not old_view.reachable else f"no handover within {patience:g} s"
             how = f"REPLICAOF NO ONE ({old} {why})"
         return how
@@ -414,6 +419,7 @@ class FailoverController:
             w_client = self._clients[writer]
             epoch = await read_epoch(w_client)
             if epoch is None or epoch < self.state.epoch:
+                await self._may_act()
                 await bump_epoch(w_client, self.state.epoch - 1)
                 self._event(
                     "epoch", f"{writer}'s Redis had epoch {epoch}: set to {self.state.epoch}"
@@ -426,11 +432,12 @@ class FailoverController:
         w_view = self.redis[writer]
         w_client = self._clients[writer]
         w_redis = self.config.region(writer).redis
-        if self.mover is not None:
+        if self.managed is not None:
             # The managed service keeps the replicas (and refuses REPLICAOF): only fence.
             await self._fence(writer, w_view)
             return
         if w_view.reachable and w_view.role == "replica":
+            await self._may_act()
             await promote(w_client)
             self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
         await self._fence(writer, w_view)
@@ -438,6 +445,7 @@ class FailoverController:
             if name == writer or not view.reachable:
                 continue
             if view.role == "master":
+                await self._may_act()
                 lost = (
                     await count_unreplicated(self._clients[name], w_client)
                     if w_view.reachable
@@ -451,6 +459,7 @@ class FailoverController:
                     f"{lost} writes it held that never reached {writer} were discarded",
                 )
             elif view.master != f"{w_redis.address}:{w_redis.port}":
+                await self._may_act()
                 await follow(self._clients[name], w_redis.address, w_redis.port)
                 self._event(
                     "follow", f"{name}'s Redis followed {view.master}: now follows {writer}"

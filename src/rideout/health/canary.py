@@ -152,6 +152,13 @@ class Canary:
         self._token = ""
         self._token_expires = 0.0
         self.ingest_url = routes.control_plane_url(config, routes.METRICS_INGEST)
+        # Every control plane instance gets every round: a standby keeps its datapoints
+        # current, so it can evaluate at once when it takes over.
+        self.ingest_urls = routes.control_plane_urls(config, routes.METRICS_INGEST)
+        self.rounds = 0
+        self.last_round_at: float | None = None  # wall clock
+        self.last_pushed_at: float | None = None  # wall clock, a push that some instance took
+        self.last_results: list[ProbeResult] = []
         self._signer = RequestSigner(
             self.region.name,
             load_or_create_canary_key(config.keys_dir, self.region.name),
@@ -189,22 +196,30 @@ class Canary:
         return list(await asyncio.gather(*(one(z.name, z.address) for z in self.region.zones)))
 
     async def push(self, http: httpx.AsyncClient, results: list[ProbeResult]) -> bool:
-        """Send a round to the control plane, signed; a failure is logged, never raised."""
+        """Send a round to every control plane instance, signed (each request signed
+        anew: a nonce is used once); whether one took it. Failures are logged, never
+        raised."""
         body = json.dumps(metric_data(results), separators=(",", ":")).encode()
-        headers = self._signer.headers("POST", routes.METRICS_INGEST, body)
-        headers["Content-Type"] = "application/json"
-        try:
-            response = await http.post(self.ingest_url, content=body, headers=headers)
-            if response.status_code == 200:
-                return True
-            log.warning(
-                "the control plane refused the datapoints: HTTP %s %s",
-                response.status_code,
-                response.text[:200],
-            )
-        except httpx.HTTPError as exc:
-            log.warning("cannot reach the control plane at %s: %s", self.ingest_url, exc)
-        return False
+
+        async def one(url: str) -> bool:
+            headers = self._signer.headers("POST", routes.METRICS_INGEST, body)
+            headers["Content-Type"] = "application/json"
+            try:
+                response = await http.post(url, content=body, headers=headers)
+                if response.status_code == 200:
+                    return True
+                log.warning(
+                    "the control plane at %s refused the datapoints: HTTP %s %s",
+                    url, response.status_code, response.text[:200],
+                )  # fmt: skip
+            except httpx.HTTPError as exc:
+                log.warning("cannot reach the control plane at %s: %s", url, exc)
+            return False
+
+        taken = any(await asyncio.gather(*(one(url) for url in self.ingest_urls)))
+        if taken:
+            self.last_pushed_at = self._clock()
+        return taken
 
     async def run(self, rounds: int | None = None) -> None:
         """Probe and push every interval (forever, or `rounds` times).
@@ -231,6 +246,9 @@ class Canary:
                 for publisher in self.publishers:
                     publisher.publish(results)
                 await self.push(http, results)
+                self.rounds += 1
+                self.last_round_at = self._clock()
+                self.last_results = results
                 done += 1
                 scheduled += interval
                 if scheduled < self._clock():  # fell behind (a stall): skip missed rounds

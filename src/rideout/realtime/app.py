@@ -7,7 +7,8 @@ Every zone of every region runs the same code; what differs is the config's regi
 zone. State lives in the region's Redis, never in the process, so any number of these
 processes can serve a region and any of them can die.
 
-Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /metrics``,
+Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /live``, ``GET /ready``,
+``GET /metrics``,
 ``GET /.well-known/jwks.json`` (the keys tokens are verified with), ``GET /config.json``
 (what the browser client needs), the auction page and its scripts at ``/``, and in local
 mode ``GET|POST /admin/mode`` (degrade or drain the zone for drills), and
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
@@ -41,7 +43,7 @@ from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
-from rideout.realtime.epoch import EpochTracker, control_plane_epoch
+from rideout.realtime.epoch import EpochTracker, control_plane_writer
 from rideout.realtime.hub import Hub
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
@@ -52,6 +54,7 @@ from rideout.realtime.zone import (
     HandshakeAuthority,
     ZoneMode,
     ZoneServer,
+    drain,
     early_mode,
     hold_mode_signals,
 )
@@ -61,7 +64,9 @@ from rideout.store.client import state_client
 from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
 
-__all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app"]
+__all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app", "drain_for_exit"]
+
+log = logging.getLogger("rideout.realtime")
 
 
 def auction_settings(config: Config) -> AuctionSettings:
@@ -100,6 +105,41 @@ async def health(request: Request) -> Response:
         "uptime": round(time.monotonic() - server.started_at, 3),
     }
     return JSONResponse(body, status_code=200 if ok else 503)
+
+
+async def live(request: Request) -> Response:
+    """200 while the process answers: its event loop runs (restart it otherwise)."""
+    return JSONResponse({"status": "live"})
+
+
+async def ready(request: Request) -> Response:
+    """200 while this server can take connections: its Redis answers with a known role,
+    it knows the writer epoch, and it is not draining; else 503 and why."""
+    server: ZoneServer = request.app.state.zone
+    status = await replication_status(server.redis)
+    problem = None
+    if server.mode == ZoneMode.DRAINING:
+        problem = "draining"
+    elif not status.reachable:
+        problem = f"redis unreachable: {status.error}"
+    elif status.role not in ("master", "replica"):
+        problem = f"redis role unknown ({status.role})"
+    elif server.epoch.value is None:
+        problem = "the writer epoch is not known yet"
+    body = {"status": "ready" if problem is None else "not_ready", "mode": server.mode,
+            "redis_role": status.role, "epoch": server.epoch.value}  # fmt: skip
+    if problem is not None:
+        body["message"] = problem
+    return JSONResponse(body, status_code=200 if problem is None else 503)
+
+
+async def drain_for_exit(server: ZoneServer, *, poll: float = 0.05) -> None:
+    """On SIGTERM: close every connection with 1012 (clients reconnect elsewhere at
+    once), refuse new ones with 503, and return once none is left (the caller bounds
+    the wait)."""
+    server.set_mode(ZoneMode.DRAINING)
+    while server.connections:  # noqa: ASYNC110  # a plain set: nothing to wait on
+        await asyncio.sleep(poll)
 
 
 async def metrics(request: Request) -> Response:
@@ -200,10 +240,14 @@ async def _open_zone(
         max_ttl=auth.max_token_ttl,
     )  # fmt: skip
     credentials = credentials_for(config, RedisRole.APP)
-    client = state_client(region.redis.address, region.redis.port, credentials=credentials)
+    client = state_client(
+        region.redis.address, region.redis.port, credentials=credentials, tls=region.redis.tls
+    )
     stack.push_async_callback(client.aclose)
     # Blocking stream reads get a connection pool of their own.
-    follower = state_client(region.redis.address, region.redis.port, credentials=credentials)
+    follower = state_client(
+        region.redis.address, region.redis.port, credentials=credentials, tls=region.redis.tls
+    )
     stack.push_async_callback(follower.aclose)
     app_metrics = AppMetrics(region.name, zone.name)
     store = AuctionStore(client, auction_settings(config), region.name)
@@ -213,8 +257,22 @@ async def _open_zone(
     )
     control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
     stack.push_async_callback(control_plane.aclose)
+    writer_urls = routes.control_plane_urls(config, routes.WRITER)
+    zone_server: list[ZoneServer] = []  # set below, once built
+    writer_region: list[str] = []
+
+    async def writer_epoch() -> int | None:
+        for url in writer_urls:  # several control plane instances: the first that answers
+            writer = await control_plane_writer(control_plane, url)
+            if writer is not None:
+                if zone_server and config.mode == "external":
+                    _leave_with_the_writer(zone_server[0], writer_region, writer[0])
+                writer_region[:] = [writer[0]]
+                return writer[1]
+        return None
+
     epoch = EpochTracker(
-        lambda: control_plane_epoch(control_plane, routes.control_plane_url(config, routes.WRITER)),
+        writer_epoch,
         interval=config.timing.canary_interval,
         on_change=app_metrics.epoch.set,
         fallback=lambda: read_epoch(client),
@@ -233,6 +291,7 @@ async def _open_zone(
         budget=CostBudget.for_config(config.realtime),
         revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
     )  # fmt: skip
+    zone_server.append(server)
     await epoch.refresh()
     epoch.start()
     stack.push_async_callback(epoch.stop)
@@ -240,6 +299,24 @@ async def _open_zone(
     hub.start()
     stack.push_async_callback(hub.stop)
     return server
+
+
+def _leave_with_the_writer(server: ZoneServer, last: list[str], writer: str) -> None:
+    """External mode: when the writer leaves this zone's region (a failover, or a
+    failback away from it), close this zone's connections with 1012 spread over
+    ``failback_drain_seconds``, still serving, so its clients follow DNS to the writer.
+
+    Every worker does this for itself, having read the writer from the control plane;
+    in local mode the control plane drains the zones instead (their admin switch)."""
+    here = server.region.name
+    if last and last[0] == here and writer != here:
+        spread = server.config.failover.failback_drain_seconds
+        log.info("the writer moved %s -> %s: draining this zone's clients over %g s",
+                 here, writer, spread)  # fmt: skip
+        if spread > 0:
+            server.set_mode(ZoneMode.SERVING, drain_over=spread)
+        else:
+            drain(server)
 
 
 async def _follow_revocations(stack: contextlib.AsyncExitStack, server: ZoneServer) -> None:
@@ -290,6 +367,8 @@ def create_app(
     zone = config.zone(region_name, zone_name)
     own = [
         Route(routes.HEALTH, health),
+        Route(routes.LIVE, live),
+        Route(routes.READY, ready),
         Route(routes.METRICS, metrics),
         Route("/.well-known/jwks.json", jwks),
         Route(routes.ADMIN_MODE, admin_mode, methods=["GET", "POST"]),

@@ -20,21 +20,31 @@ import httpx
 
 from rideout.realtime.polling import Polling
 
-__all__ = ["EpochTracker", "control_plane_epoch"]
+__all__ = ["EpochTracker", "control_plane_epoch", "control_plane_writer"]
 
 log = logging.getLogger("rideout.realtime.epoch")
 
 
-async def control_plane_epoch(http: httpx.AsyncClient, url: str) -> int | None:
-    """The writer epoch the control plane announces at `url`; None if it cannot say."""
+async def control_plane_writer(http: httpx.AsyncClient, url: str) -> tuple[str, int] | None:
+    """The writer's (region, epoch) the control plane announces at `url`; None if it
+    cannot say."""
     try:
         response = await http.get(url)
         if response.status_code != 200:
             return None
-        epoch = response.json().get("epoch")
+        body = response.json()
+        region, epoch = body.get("region"), body.get("epoch")
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
-    return epoch if isinstance(epoch, int) and not isinstance(epoch, bool) else None
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(region, str):
+        return None
+    return region, epoch
+
+
+async def control_plane_epoch(http: httpx.AsyncClient, url: str) -> int | None:
+    """The writer epoch the control plane announces at `url`; None if it cannot say."""
+    writer = await control_plane_writer(http, url)
+    return writer[1] if writer is not None else None
 
 
 class EpochTracker:

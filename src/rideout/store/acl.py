@@ -18,7 +18,8 @@ CLIENT among them):
 ``rideout-controller``
     the failover controller and the supervisor: REPLICAOF, FAILOVER, INFO, the epoch
     (GET, SET, the EVAL that raises it) and reading room streams (SCAN, XRANGE,
-    XREVRANGE) to count the writes a demotion discards.
+    XREVRANGE) to count the writes a demotion discards; in external mode also the
+    control plane's lease and state (``rideout:{controlplane}:*``, in its own Redis).
 ``rideout-monitor``
     read-only: PING, INFO, the epoch and room streams (``status``, readiness, the drill).
 
@@ -201,6 +202,7 @@ _CONTROLLER_COMMANDS: Final = (
     "scan", "xrange", "xrevrange",  # count_unreplicated
     "wait", "hget", "hset", "hdel", "hgetall", "hlen", "pexpireat",  # `token revoke`
     "evalsha", "script|load", "script|exists",  # its scripts, through redis-py's Script
+    "incr", "pttl", "pexpire", "del",  # the control plane's lease (controlplane/lease.py)
 )  # fmt: skip
 
 RULES: Final[Mapping[RedisRole, UserRules]] = {
@@ -217,7 +219,8 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
     RedisRole.CONTROLLER: UserRules(
-        _CONTROLLER_COMMANDS, (keys.EPOCH, keys.ROOM_STREAMS, keys.REVOCATION_KEYS)
+        _CONTROLLER_COMMANDS,
+        (keys.EPOCH, keys.ROOM_STREAMS, keys.REVOCATION_KEYS, keys.CONTROL_PLANE_KEYS),
     ),
     RedisRole.MONITOR: UserRules(
         ("ping", "info", "get", "xrange"), (keys.EPOCH, keys.ROOM_STREAMS)
@@ -281,8 +284,40 @@ def load_or_create_users(keys_dir: Path) -> RedisUsers:
 
 
 def credentials_for(config: Config, role: RedisRole) -> RedisCredentials:
-    """The credentials `role` reaches the deployment's Redis with (its keys directory)."""
-    return load_credentials(config.keys_dir, role)
+    """The credentials `role` reaches the deployment's Redis with.
+
+    Local mode: the keys directory's password files (`rideout up` makes them). External
+    mode: ``[redis] ROLE_user`` with the password in ``ROLE_password_file``, else in
+    ``password_file``, else in ``KEYS_DIR/redis/ROLE.password`` (the mounted secrets
+    directory, laid out as local mode lays it out).
+    """
+    if config.mode != "external":
+        return load_credentials(config.keys_dir, role)
+    if role == RedisRole.REPLICATION:
+        raise CredentialsUnavailable(
+            "external mode: replication credentials belong in the servers' own config "
+            "(masteruser/masterauth); rideout's parts never use them"
+        )
+    access = config.redis
+    user: str = getattr(access, f"{role.value}_user")
+    own: str = getattr(access, f"{role.value}_password_file")
+    if not own and not access.password_file:
+        path = _password_file(config.keys_dir, role)
+        if not path.exists():
+            raise CredentialsUnavailable(
+                f"no Redis password for {user}: set [redis] {role.value}_password_file "
+                f"(RIDEOUT_REDIS__{role.value.upper()}_PASSWORD_FILE) or password_file, or "
+                f"put it in {path}"
+            )
+        found = load_credentials(config.keys_dir, role)
+        return RedisCredentials(user, found.password, found.source)
+    key = f"redis.{role.value}_password_file" if own else "redis.password_file"
+    file = own or access.password_file
+    try:
+        password = Path(file).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CredentialsUnavailable(f"{file} (config {key}): cannot read it: {exc}") from exc
+    return RedisCredentials(user, password, f"{file} (config {key})")
 
 
 # --------------------------------------------------------------------- server's files

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -23,7 +24,13 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, ResponseError
 
-from rideout.store.acl import RedisCredentials, denied_message, rejected_message
+from rideout.config import RedisTLS
+from rideout.store.acl import (
+    CredentialsUnavailable,
+    RedisCredentials,
+    denied_message,
+    rejected_message,
+)
 
 __all__ = ["cancel_and_wait", "check_cancelled", "probe_client", "state_client"]
 
@@ -57,16 +64,17 @@ async def cancel_and_wait(task: asyncio.Task[Any], timeout: float = 5.0) -> None
 _SCRIPT_DENIED = "user executing the script can't"
 
 
-class _Connection(aioredis.Connection):
-    """A connection that rewords authentication and permission errors (see above)."""
+class _Rewording:
+    """Rewords authentication and permission errors (see above); mixed into both the
+    plain and the TLS connection."""
 
-    def __init__(self, *, credentials: RedisCredentials, **kwargs: Any) -> None:
-        super().__init__(username=credentials.username, password=credentials.password, **kwargs)
-        self._credentials = credentials
+    _credentials: RedisCredentials
+    host: str
+    port: int
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await super().read_response(*args, **kwargs)
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
         except AuthenticationError as exc:
             where = f"{self.host}:{self.port}"
             raise AuthenticationError(
@@ -82,13 +90,47 @@ class _Connection(aioredis.Connection):
             raise
 
 
+class _Connection(_Rewording, aioredis.Connection):
+    def __init__(self, *, credentials: RedisCredentials, **kwargs: Any) -> None:
+        super().__init__(username=credentials.username, password=credentials.password, **kwargs)
+        self._credentials = credentials
+
+
+class _TLSConnection(_Rewording, aioredis.SSLConnection):
+    def __init__(self, *, credentials: RedisCredentials, **kwargs: Any) -> None:
+        super().__init__(username=credentials.username, password=credentials.password, **kwargs)
+        self._credentials = credentials
+
+
+def _tls_kwargs(tls: RedisTLS) -> dict[str, Any]:
+    """redis-py's TLS settings for `tls`; every named file must be readable now, so a
+    missing mount is reported at start, not as a handshake failure later."""
+    for what, file in (("CA", tls.ca_file), ("client cert", tls.cert_file),
+                       ("client key", tls.key_file)):  # fmt: skip
+        if file and not Path(file).is_file():
+            raise CredentialsUnavailable(f"Redis TLS {what} file {file} does not exist")
+    return {
+        "ssl_ca_certs": tls.ca_file or None,
+        "ssl_certfile": tls.cert_file or None,
+        "ssl_keyfile": tls.key_file or None,
+        "ssl_cert_reqs": "required",
+        "ssl_check_hostname": tls.check_hostname,
+    }
+
+
 def _connection_kwargs(
-    address: str, port: int, credentials: RedisCredentials, timeout: float, retries: int
+    address: str,
+    port: int,
+    credentials: RedisCredentials,
+    timeout: float,
+    retries: int,
+    tls: RedisTLS | None = None,
 ) -> dict[str, Any]:
     if not isinstance(credentials, RedisCredentials):
         raise TypeError(f"credentials must be RedisCredentials, not {type(credentials).__name__}")
     return {
-        "connection_class": _Connection,
+        **(_tls_kwargs(tls) if tls is not None else {}),
+        "connection_class": _Connection if tls is None else _TLSConnection,
         "credentials": credentials,
         "host": address,
         "port": port,
@@ -102,10 +144,21 @@ def _connection_kwargs(
 
 
 def probe_client(
-    address: str, port: int, *, credentials: RedisCredentials, timeout: float = 1.0
+    address: str,
+    port: int,
+    *,
+    credentials: RedisCredentials,
+    timeout: float = 1.0,
+    tls: RedisTLS | None = None,
 ) -> aioredis.Redis:
-    """For health checks and readiness polling: one try, answers within `timeout`."""
-    pool = aioredis.ConnectionPool(**_connection_kwargs(address, port, credentials, timeout, 0))
+    """For health checks and readiness polling: one try, answers within `timeout`.
+
+    With `tls` (a ``rediss://`` region's :attr:`~rideout.config.RedisConfig.tls`), the
+    connection is TLS, verified against its CA.
+    """
+    pool = aioredis.ConnectionPool(
+        **_connection_kwargs(address, port, credentials, timeout, 0, tls)
+    )
     return aioredis.Redis.from_pool(pool)
 
 
@@ -116,6 +169,7 @@ def state_client(
     credentials: RedisCredentials,
     timeout: float = 2.0,
     max_connections: int = 64,
+    tls: RedisTLS | None = None,
 ) -> aioredis.Redis:
     """For application state: one immediate retry on a dropped connection, then fail.
 
@@ -126,6 +180,6 @@ def state_client(
     pool = aioredis.BlockingConnectionPool(
         max_connections=max_connections,
         timeout=timeout,
-        **_connection_kwargs(address, port, credentials, timeout, 1),
+        **_connection_kwargs(address, port, credentials, timeout, 1, tls),
     )
     return aioredis.Redis.from_pool(pool)

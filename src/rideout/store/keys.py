@@ -14,6 +14,10 @@ from __future__ import annotations
 from urllib.parse import quote
 
 __all__ = [
+    "CONTROL_PLANE_FENCE",
+    "CONTROL_PLANE_KEYS",
+    "CONTROL_PLANE_LEASE",
+    "CONTROL_PLANE_STATE",
     "EPOCH",
     "IDEMPOTENCY_KEYS",
     "PREFIX",
@@ -61,6 +65,15 @@ REVOCATION_KEYS = PREFIX + "{revocations}:*"
 # event ids. An event's keys share its ``{hash tag}``; the index is the one key outside.
 WAITINGROOM_KEYS = PREFIX + "wr:*"
 WAITINGROOM_INDEX = PREFIX + "wr:index"
+
+# External mode, in the control plane's own Redis ([control_plane] state_redis_url):
+# the lease (one holder acts), the fencing counter each new holder increments, and the
+# state the holder saves (alarms, health checks, the controller). One tag: the lease's
+# scripts touch them together. Only the controller user may touch them.
+CONTROL_PLANE_LEASE = PREFIX + "{controlplane}:lease"
+CONTROL_PLANE_FENCE = PREFIX + "{controlplane}:fence"
+CONTROL_PLANE_STATE = PREFIX + "{controlplane}:state"
+CONTROL_PLANE_KEYS = PREFIX + "{controlplane}:*"
 
 
 def _safe(name: str) -> str:

@@ -1,0 +1,67 @@
+"""Logging for rideout's long-lived processes: plain lines, or one JSON object a line.
+
+``--log-format json`` (or ``RIDEOUT_LOG_FORMAT=json``) is for a platform that collects
+and parses logs: each record becomes ``{"ts", "level", "logger", "message", "pid"}``, plus
+``exc`` with the traceback when there is one, and any ``extra=`` fields given.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from rideout import _validate
+
+__all__ = ["LOG_FORMATS", "JsonFormatter", "configure_logging", "log_format"]
+
+LogFormat = Literal["text", "json"]
+LOG_FORMATS: Final = ("text", "json")
+ENV: Final = "RIDEOUT_LOG_FORMAT"
+
+# Attributes every LogRecord has: anything else on a record came from ``extra=``.
+_STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per record (see the module docstring)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        out: dict[str, Any] = {
+            "ts": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+            "pid": record.process,
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD and not key.startswith("_"):
+                out[key] = value if isinstance(value, str | int | float | bool) else repr(value)
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+def log_format(flag: str | None) -> LogFormat:
+    """The format asked for: the flag, else ``RIDEOUT_LOG_FORMAT``, else text."""
+    value = flag or os.environ.get(ENV) or "text"
+    _validate.choice("log format", value, LOG_FORMATS)
+    return "json" if value == "json" else "text"
+
+
+def configure_logging(fmt: LogFormat, level: int = logging.INFO) -> None:
+    """Send every logger's records to stderr in `fmt` (replaces the root's handlers)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        JsonFormatter() if fmt == "json" else logging.Formatter("%(levelname)s: %(message)s")
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)

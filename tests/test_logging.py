@@ -1,0 +1,68 @@
+"""JSON logs: one object a line, with the record's fields, extras and traceback."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from rideout._logging import JsonFormatter, configure_logging, log_format
+
+
+def record(**extra: object) -> logging.LogRecord:
+    made = logging.LogRecord("rideout.test", logging.WARNING, __file__, 1, "lost %s", ("x",), None)
+    for key, value in extra.items():
+        setattr(made, key, value)
+    return made
+
+
+def test_a_record_is_one_json_object() -> None:
+    line = JsonFormatter().format(record(region="us-east-1", fence=3, obj=object()))
+    data = json.loads(line)
+    assert data["level"] == "warning"
+    assert data["logger"] == "rideout.test"
+    assert data["message"] == "lost x"
+    assert (data["region"], data["fence"]) == ("us-east-1", 3)
+    assert data["obj"].startswith("<object")
+    assert data["ts"].endswith("+00:00")
+    assert "\n" not in line
+
+
+def test_a_traceback_stays_on_the_line() -> None:
+    try:
+        raise RuntimeError("boom")
+    except RuntimeError:
+        import sys
+
+        made = record()
+        made.exc_info = sys.exc_info()
+    data = json.loads(JsonFormatter().format(made))
+    assert "RuntimeError: boom" in data["exc"]
+
+
+def test_the_format_comes_from_the_flag_else_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RIDEOUT_LOG_FORMAT", raising=False)
+    assert log_format(None) == "text"
+    monkeypatch.setenv("RIDEOUT_LOG_FORMAT", "json")
+    assert log_format(None) == "json"
+    assert log_format("text") == "text"
+    with pytest.raises(ValueError, match="log format"):
+        log_format("yaml")
+
+
+def test_configure_sends_every_logger_through_the_format(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("json")
+        logging.getLogger("rideout.test.json").info("started")
+        data = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+        assert (data["logger"], data["message"]) == ("rideout.test.json", "started")
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
