@@ -35,8 +35,9 @@ CHECKER = RedisCredentials("rideout-test-checker", secrets.token_hex(32), "tests
 
 def tls_redis_server() -> str | None:
     """A redis-server built with TLS, or None."""
-    candidates = [os.environ.get("REDIS_TLS_SERVER_BINARY"), shutil.which("redis-server"),
-                  "/usr/bin/redis-server"]  # fmt: skip
+    candidates = [os.environ.get("REDIS_TLS_SERVER_BINARY"),
+                  str(Path(sys.prefix) / "redis-tls" / "redis-server"),  # ./dev unpacks it
+                  shutil.which("redis-server"), "/usr/bin/redis-server"]  # fmt: skip
     for candidate in candidates:
         if not candidate or not Path(candidate).exists():
             continue
