@@ -389,3 +389,32 @@ async def test_bump_epoch_is_idempotent_and_never_lowers(pair: Pair) -> None:
     assert await bump_epoch(p, 5) == 6
     assert await bump_epoch(p, 2) == 6  # a server past the target keeps its epoch
     assert await p.get(keys.EPOCH) == "6"
+
+
+@pytest.mark.parametrize(
+    ("writer", "healthy", "local", "move", "target"),
+    [
+        # The writer's region fails: its in-region replica first, else the other region.
+        (P, {P: False, S: True}, {P: True}, "promote-in-region", P),
+        (P, {P: False, S: True}, {P: False}, "fail-over", S),
+        (P, {P: False, S: True}, {}, "fail-over", S),
+        (P, {P: False, S: False}, {P: True}, "promote-in-region", P),  # even with both down
+        (S, {P: True, S: False}, {S: True}, "promote-in-region", S),
+        (S, {P: True, S: False}, {P: True}, "fail-back", P),  # the other's replica: no matter
+        (P, {P: True, S: True}, {P: True}, "none", None),  # healthy: nothing to promote
+    ],
+)
+def test_decide_prefers_the_in_region_replica_when_there_is_one(
+    writer: str,
+    healthy: dict[str, bool],
+    local: dict[str, bool],
+    move: str,
+    target: str | None,
+) -> None:
+    decision = decide(
+        writer=writer, primary=P, secondary=S, healthy=healthy, auto_failback=True,
+        in_region_replica=local,
+    )  # fmt: skip
+    assert (decision.move, decision.target) == (move, target)
+    if move == "promote-in-region":
+        assert decision.urgent

@@ -62,7 +62,7 @@ __all__ = [
 
 log = logging.getLogger("rideout.failover")
 
-Move = Literal["none", "fail-over", "fail-back"]
+Move = Literal["none", "fail-over", "fail-back", "promote-in-region"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +83,13 @@ def decide(
     healthy: Mapping[str, bool],
     auto_failback: bool,
     failback_hold: float = 0.0,
+    in_region_replica: Mapping[str, bool] | None = None,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
+
+    - The writer's region unhealthy (its app servers, or its Redis: the canary's probe
+      goes through the store) with an in-sync replica of its own in another zone
+      (`in_region_replica`, region → ready): promote that one, in the region.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -95,6 +100,12 @@ def decide(
     """
     other = secondary if writer == primary else primary
     writer_ok, other_ok = healthy.get(writer, True), healthy.get(other, True)
+    if not writer_ok and (in_region_replica or {}).get(writer):
+        return Decision(
+            "promote-in-region", writer,
+            f"{writer} is unhealthy and has an in-sync replica in another zone",
+            urgent=True,
+        )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
@@ -302,6 +313,9 @@ class FailoverController:
         )
         self.last_decision = decision
         try:
+            if decision.move == "promote-in-region":
+                # decide() says so only when told of in-region replicas; none exist yet.
+                raise ReplicationError(f"no in-region replica to promote in {decision.target}")
             if decision.move != "none" and decision.target is not None:
                 await self._move(decision)
             await self._reconcile()
