@@ -438,11 +438,14 @@ class _Pass:
         return False
 
     async def _wait_written(self, since: float, region: str) -> bool:
-        """Wait until every client has had a bid accepted by `region` since `since`, at
-        most until the recovery window (counted from `since`) ends; whether they did.
-        (In sync mode with ``replica_down = "reject"`` nothing is accepted until the other
-        region is back: the window runs out, and the report says so.)"""
-        deadline = time.monotonic() + max(0.0, since + self.recovery_timeout - time.time())
+        """Once the clients restored their state: wait until every client has had a bid
+        accepted by `region` since `since`, for a few bid intervals at most (and never
+        past the recovery window); whether they did. (In sync mode with ``replica_down =
+        "reject"`` the new writer, with no replica, accepts nothing until the other region
+        is back: the wait runs out, and the report's write RTO says so.)"""
+        grace = max(5.0, 5 * self.plan.bid_interval)
+        end = min(since + self.recovery_timeout, time.time() + grace)
+        deadline = time.monotonic() + max(0.0, end - time.time())
         while True:
             done = write_stats(
                 self.fleet.snapshot(), range(self.plan.clients), since, region,
