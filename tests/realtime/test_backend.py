@@ -6,17 +6,18 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from websockets.asyncio.client import connect
 
+from rideout.config import Config
 from rideout.health.canary import probe
 from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
 from rideout.protocol import PONG
 from rideout.realtime.backend import probe_store, probe_timeout
 from rideout.realtime.zone import BackendHealth
 from tests.conftest import FakeClock, until
-from tests.realtime.conftest import Deployment, recv, send
+from tests.realtime.conftest import Deployment, recv, running_deployment, send
 
 
 def canary_token(deployment: Deployment) -> str:
@@ -54,6 +55,20 @@ async def test_the_probe_writes_through_the_writer_and_reads_through_the_replica
     assert writer.replicas is None  # async mode: no WAIT
     replica = await probe_store(deployment.servers["b1"])
     assert replica.role == "replica"
+
+
+async def test_in_sync_mode_the_writer_waits_for_its_replica_and_the_replica_answers(
+    make_config: Callable[..., Config],
+) -> None:
+    """A replica refuses WAIT: the standby region's probe must still pass (the first
+    version failed it, and the standby sat in ALARM)."""
+    config = make_config(failover={"replication": "sync", "replica_down": "reject"})
+    async with running_deployment(config) as deployment:
+        writer = await probe_store(deployment.servers["a1"])
+        assert (writer.role, writer.replicas) == ("writer", 1)
+        replica = await probe_store(deployment.servers["b1"])
+        assert (replica.role, replica.replicas) == ("replica", None)
+        assert not deployment.servers["b1"].backend.failures
 
 
 async def test_the_probe_is_for_the_canary_only(deployment: Deployment) -> None:

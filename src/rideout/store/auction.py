@@ -574,10 +574,16 @@ class AuctionStore:
         _check_text("value", value)
         _check_epoch(epoch)
         wait = (wait_replicas, _millis(wait_timeout)) if wait_replicas else None
+        script_keys, script_args = [keys.EPOCH, key], [str(epoch), value, str(_millis(ttl))]
         with self._errors("store probe"):
-            reply, replicas = await self._probes.call(
-                [keys.EPOCH, key], [str(epoch), value, str(_millis(ttl))], wait=wait
-            )
+            try:
+                reply, replicas = await self._probes.call(script_keys, script_args, wait=wait)
+            except ResponseError as exc:
+                if wait is None or "WAIT cannot be used with replica" not in str(exc):
+                    raise
+                # A replica refuses WAIT (the script ran, writing nothing): once more
+                # without, for its answer.
+                reply, replicas = await self._probes.call(script_keys, script_args)
         if not isinstance(reply, list) or len(reply) != 3:
             raise StoreCorrupt(f"store probe: unexpected reply {reply!r:.80}")
         role = _text(reply[0], "store probe")
