@@ -26,6 +26,7 @@ The decision (:func:`decide`) is pure; :class:`FailoverController` executes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -282,8 +283,11 @@ class FailoverController:
             self._on_change(self.state)
 
     async def _observe(self) -> None:
-        for name, client in self._clients.items():
-            self.redis[name] = await replication_status(client)
+        # Side by side: a frozen Redis costs its timeout once per round, not once per
+        # region in turn (with the writer frozen, rounds took longer than a period).
+        names = list(self._clients)
+        views = await asyncio.gather(*(replication_status(self._clients[n]) for n in names))
+        self.redis.update(zip(names, views, strict=True))
 
     async def _bootstrap(self) -> None:
         """No remembered state: the writer is the reachable master (the primary if both)."""
