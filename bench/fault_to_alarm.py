@@ -103,7 +103,8 @@ async def trial(directory: Path, fault: str) -> dict[str, float | None]:
     good = [t for t, v in points if v >= 1 and t <= at + period]
     bad = [t for t, v in points if v < 1 and t >= at - period]
     alarm_at = next(
-        (c["at"] for c in frame["alarms"][primary]["history"] if c["new"] == "ALARM"), None
+        (c["timestamp"] for c in frame["alarms"][primary]["history"] if c["new"] == "ALARM"),
+        None,
     )
     moved_at = next(
         (e["at"] for e in frame["failover"]["events"] if e["kind"] == "fail-over"), None

@@ -439,11 +439,13 @@ class _Pass:
 
     async def _wait_written(self, since: float, region: str) -> bool:
         """Once the clients restored their state: wait until every client has had a bid
-        accepted by `region` since `since`, for a few bid intervals at most (and never
+        accepted by `region` since `since`, for ten bid intervals at most (and never
         past the recovery window); whether they did. (In sync mode with ``replica_down =
         "reject"`` the new writer, with no replica, accepts nothing until the other region
         is back: the wait runs out, and the report's write RTO says so.)"""
-        grace = max(5.0, 5 * self.plan.bid_interval)
+        # Ten bids each: twenty clients share a room, and a bid that lost the race to a
+        # higher one (too_low) is no accepted write.
+        grace = max(5.0, 10 * self.plan.bid_interval)
         end = min(since + self.recovery_timeout, time.time() + grace)
         deadline = time.monotonic() + max(0.0, end - time.time())
         while True:
