@@ -3,8 +3,9 @@
 The canary's ``probe`` and each app server's own store probe (every canary interval,
 :class:`StoreProber`) write and read the zone's probe key through the path a bid takes
 (:meth:`~rideout.store.auction.AuctionStore.probe`: the same client and pipeline, the
-epoch fence, ``WAIT`` in sync mode), bounded by :func:`probe_timeout`, shorter than the
-canary's own timeout. What they see, and what bids and reads see, lands in
+epoch fence, ``WAIT`` in sync mode). The canary's is bounded by :func:`probe_timeout`,
+shorter than the canary's own timeout; the server's own by :func:`prober_timeout`,
+on the heartbeat's scale. What they see, and what bids and reads see, lands in
 :class:`~rideout.realtime.zone.BackendHealth`: while the latest outcome is a failure the zone's heartbeats are
 answered with ``error/unavailable`` (DESIGN.md: "or an error object when the backend is
 degraded"), so clients' two-bad-heartbeats rule reconnects them, and the canary's
@@ -29,7 +30,14 @@ from rideout.store.errors import StoreError, StoreUnavailable
 if TYPE_CHECKING:
     from rideout.realtime.zone import ZoneServer
 
-__all__ = ["StoreProber", "probe_store", "probe_timeout", "record_failure", "record_ok"]
+__all__ = [
+    "StoreProber",
+    "probe_store",
+    "probe_timeout",
+    "prober_timeout",
+    "record_failure",
+    "record_ok",
+]
 
 log = logging.getLogger("rideout.realtime.backend")
 
@@ -41,16 +49,29 @@ def probe_timeout(timing: Timing) -> float:
     return timing.canary_timeout * 0.75
 
 
-async def probe_store(server: ZoneServer) -> ProbeOutcome:
-    """One store probe of `server`'s zone within :func:`probe_timeout`; its outcome is
-    recorded in ``server.backend``.
+def prober_timeout(timing: Timing) -> float:
+    """The bound of an app server's own probes: half the clients' heartbeat timeout
+    (1 s in the fast profile). Their failures make the zone's heartbeats fail, and so
+    move its clients: a store that is merely slow on a loaded machine must not set off
+    that herd, only one that does not answer."""
+    return timing.heartbeat_timeout / 2
+
+
+async def probe_store(
+    server: ZoneServer, budget: float | None = None, *, record: bool = True
+) -> ProbeOutcome:
+    """One store probe of `server`'s zone within `budget` (default
+    :func:`probe_timeout`); with `record`, its outcome goes to ``server.backend`` (the
+    canary's tight bound does not: only the server's own, lenient probes and real bids
+    decide what heartbeats say).
 
     A probe fenced on the epoch refreshes the server's epoch and tries once more (the
     writer may just have moved); fenced again, the store is not the writer it should be
     (a stale writer, or a replica behind), which fails the probe. Raises
     :class:`~rideout.store.errors.StoreError` when the probe fails.
     """
-    budget = probe_timeout(server.config.timing)
+    if budget is None:
+        budget = probe_timeout(server.config.timing)
     failover = server.config.failover
     wait = 1 if failover.replication == "sync" else 0
     key = keys.canary_probe(server.region.name, server.zone.name)
@@ -68,13 +89,15 @@ async def probe_store(server: ZoneServer) -> ProbeOutcome:
         error = exc
     else:
         if outcome.role != "stale":
-            _record_ok(server)
+            if record:
+                record_ok(server)
             return outcome
         error = StoreUnavailable(
             f"fenced: the state store holds epoch {outcome.epoch}, "
             f"the writer's is {server.epoch.value}"
         )
-    record_failure(server, str(error))
+    if record:
+        record_failure(server, str(error))
     raise error
 
 
@@ -122,7 +145,7 @@ class StoreProber:
         """One probe; a failure is recorded, never raised."""
         server = self._server
         try:
-            await probe_store(server)
+            await probe_store(server, prober_timeout(server.config.timing))
         except StoreError:
             server.metrics.store_errors.labels("probe").inc()
 

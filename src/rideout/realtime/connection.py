@@ -411,7 +411,7 @@ class Connection:
             self._send(encode_error(ErrorCode.FORBIDDEN, "probe is for the canary's tokens"))
             return "forbidden"
         try:
-            result = await probe_store(server)
+            result = await probe_store(server, record=False)
         except StoreError as exc:
             server.metrics.store_errors.labels("probe").inc()
             self._send(encode_error(ErrorCode.UNAVAILABLE, f"store probe failed: {exc}"))
