@@ -25,6 +25,8 @@ from rideout.drill.zone import (
 
 __all__ = ["main_region_outage", "main_zone_outage"]
 
+log = logging.getLogger("rideout.drill")
+
 
 def _run_drill(
     out: Console,
@@ -50,6 +52,12 @@ def _run_drill(
             report = asyncio.run(run(progress))
     except DrillError as exc:
         out.print(Text(f"error: {exc}", style="bold red"))
+        return None
+    except Exception as exc:  # a chaos step refused, a deployment that broke: no traceback
+        log.debug("the drill could not run", exc_info=True)
+        out.print(
+            Text(f"error: the drill could not run: {type(exc).__name__}: {exc}", style="bold red")
+        )
         return None
     return report, Path(directory)
 

@@ -31,6 +31,7 @@ epoch fence is the controller's in every case.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -67,7 +68,7 @@ __all__ = [
 
 log = logging.getLogger("rideout.failover")
 
-Move = Literal["none", "fail-over", "fail-back"]
+Move = Literal["none", "fail-over", "fail-back", "promote-in-region"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,8 +89,13 @@ def decide(
     healthy: Mapping[str, bool],
     auto_failback: bool,
     failback_hold: float = 0.0,
+    in_region_replica: Mapping[str, bool] | None = None,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
+
+    - The writer's region unhealthy (its app servers, or its Redis: the canary's probe
+      goes through the store) with an in-sync replica of its own in another zone
+      (`in_region_replica`, region → ready): promote that one, in the region.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -100,6 +106,12 @@ def decide(
     """
     other = secondary if writer == primary else primary
     writer_ok, other_ok = healthy.get(writer, True), healthy.get(other, True)
+    if not writer_ok and (in_region_replica or {}).get(writer):
+        return Decision(
+            "promote-in-region", writer,
+            f"{writer} is unhealthy and has an in-sync replica in another zone",
+            urgent=True,
+        )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
@@ -296,8 +308,11 @@ class FailoverController:
                 raise ReplicationError(f"not acting: {refused}")
 
     async def _observe(self) -> None:
-        for name, client in self._clients.items():
-            self.redis[name] = await replication_status(client)
+        # Side by side: a frozen Redis costs its timeout once per round, not once per
+        # region in turn (with the writer frozen, rounds took longer than a period).
+        names = list(self._clients)
+        views = await asyncio.gather(*(replication_status(self._clients[n]) for n in names))
+        self.redis.update(zip(names, views, strict=True))
 
     async def _bootstrap(self) -> None:
         """No remembered state: the writer is the reachable master (the primary if both)."""
@@ -327,6 +342,9 @@ class FailoverController:
         )
         self.last_decision = decision
         try:
+            if decision.move == "promote-in-region":
+                # decide() says so only when told of in-region replicas; none exist yet.
+                raise ReplicationError(f"no in-region replica to promote in {decision.target}")
             if decision.move != "none" and decision.target is not None:
                 await self._move(decision)
             await self._reconcile()

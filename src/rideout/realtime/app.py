@@ -42,6 +42,7 @@ from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
+from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_writer
 from rideout.realtime.hub import Hub
@@ -298,6 +299,9 @@ async def _open_zone(
     await _follow_revocations(stack, server)
     hub.start()
     stack.push_async_callback(hub.stop)
+    prober = StoreProber(server)
+    prober.start()
+    stack.push_async_callback(prober.stop)
     return server
 
 
