@@ -226,6 +226,11 @@ def _request_id(value: object) -> str:
         raise _BadInput(400, "Invalid event or request ID") from None
 
 
+def _position_query(request: Request) -> tuple[str, str]:
+    """The ``event_id`` and ``request_id`` query parameters, checked."""
+    return _event_id(_query(request, "event_id")), _request_id(_query(request, "request_id"))
+
+
 def _field(body: Mapping[str, Any], name: str) -> Any:
     if name not in body:
         raise _BadInput(400, f"Missing {name}")
@@ -421,8 +426,7 @@ class RoomAPI:
 
     async def queue_num(self, request: Request) -> Response:
         """``{queue_number, entry_time, event_id, status: 1}``; 202 while pre-queued."""
-        event_id = _event_id(_query(request, "event_id"))
-        request_id = _request_id(_query(request, "request_id"))
+        event_id, request_id = _position_query(request)
         position = await self.store.poll(event_id, request_id)
         if position.status is PositionState.PREQUEUED:
             return _error(202, "Request ID pre-queued: numbers are given at the start")
@@ -454,8 +458,7 @@ class RoomAPI:
 
     async def queue_pos_expiry(self, request: Request) -> Response:
         """``{expires_in}``; 202 not served yet (or expiry off), 410 expired."""
-        event_id = _event_id(_query(request, "event_id"))
-        request_id = _request_id(_query(request, "request_id"))
+        event_id, request_id = _position_query(request)
         expiry = await self.store.expiry(event_id, request_id)
         if expiry.state is ExpiryState.DISABLED:
             return _error(202, "Queue position expiration not enabled")
