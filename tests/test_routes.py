@@ -42,6 +42,16 @@ PATHS = {
     "ROOM_PRIVATE_EVENT": "/private/events/{event_id}",
     "ROOM_PRIVATE_EVENT_OPEN": "/private/events/{event_id}/open",
     "ROOM_PRIVATE_EVENT_CLOSE": "/private/events/{event_id}/close",
+    # the waiting-room page and the OpenID adapter (one issuer per event)
+    "ROOM_PAGE": "/room.html",
+    "OIDC_PREFIX": "/oidc/{event_id}",
+    "OIDC_DISCOVERY": "/oidc/{event_id}/.well-known/openid-configuration",
+    "OIDC_JWKS": "/oidc/{event_id}/.well-known/jwks.json",
+    "OIDC_AUTHORIZE": "/oidc/{event_id}/authorize",
+    "OIDC_ENTER": "/oidc/{event_id}/enter",
+    "OIDC_RESUME": "/oidc/{event_id}/resume",
+    "OIDC_TOKEN": "/oidc/{event_id}/token",
+    "OIDC_USERINFO": "/oidc/{event_id}/userinfo",
 }
 
 
@@ -60,6 +70,9 @@ def test_urls_from_the_config(make_config: Callable[..., Config]) -> None:
     assert routes.control_plane_url(config, routes.WRITER) == base + "/v1/writer"
     dns = f"http://{cp.address}:{cp.dns_metrics_port}"
     assert routes.dns_metrics_url(config, routes.METRICS) == dns + "/metrics"
+    assert routes.oidc_issuer(config, "ev") == (
+        f"http://{config.app_domain}:{config.app_port}/oidc/ev"
+    )
     zone = config.primary.zones[1].address
     assert routes.zone_url(config, zone) == f"http://{zone}:{config.app_port}"
     assert routes.zone_url(config, zone, routes.HEALTH) == f"http://{zone}:{config.app_port}/health"
