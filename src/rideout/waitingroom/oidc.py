@@ -566,6 +566,12 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         origin = request.headers.get("origin")
         if origin is None or (origin not in self.origins and origin != _own_origin(request)):
             return JSONResponse({"error": "Origin not allowed"}, 403, headers=_NO_STORE)
+        response = await self._enter(request)
+        # The page may poll another zone than the one it came from (a failover).
+        response.headers.update({"Access-Control-Allow-Origin": origin, "Vary": "Origin"})
+        return response
+
+    async def _enter(self, request: Request) -> Response:
         body = await request.body()
         try:
             if len(body) > _MAX_BODY:
