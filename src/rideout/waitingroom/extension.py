@@ -158,7 +158,8 @@ class WaitingRoom:
                     base_url=base,
                     room_issuer=issuer,
                     origins=config.origins(),
-                )  # fmt: skip
+                    local_http=config.mode == "local",
+                )
             )
         return providers
 

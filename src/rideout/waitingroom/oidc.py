@@ -30,7 +30,7 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
@@ -66,6 +66,7 @@ from rideout.waitingroom.errors import (
     NotServedYet,
     PositionExpired,
     RoomError,
+    RoomUnavailable,
     SessionEnded,
     UnknownRequest,
 )
@@ -218,9 +219,12 @@ class _Request(OAuth2Request):  # type: ignore[misc]
 
     def __init__(
         self, method: str, uri: str, headers: Mapping[str, str], args: dict[str, str],
-        form: dict[str, str],
+        form: dict[str, str], *, local_http: bool = False,
     ) -> None:  # fmt: skip
-        super().__init__(method, uri, headers=headers)
+        # Authlib refuses http:// but for loopback hosts; `rideout up`'s app domain is a
+        # name that resolves to loopback, served over http (local mode only).
+        super().__init__(method, _SECURE_PLACEHOLDER if local_http else uri, headers=headers)
+        self.uri = uri
         self._args, self._form = args, form
         self.payload = BasicOAuth2Payload({**args, **form})
 
@@ -309,7 +313,8 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
     ring) the id tokens. ``base_url`` is where the app is reached (``http://app.example:8080``); the issuer
     is ``base_url + /oidc/{event_id}``; ``room_issuer`` is the ``iss`` of the room's
     tokens (the access token is one); ``origins`` are the pages allowed to call
-    ``/enter``.
+    ``/enter``. ``local_http``: a local deployment's http issuer and endpoints (`rideout
+    up`); else Authlib's rule holds: https, or http on a loopback host only.
     """
 
     def __init__(
@@ -323,6 +328,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         base_url: str,
         room_issuer: str,
         origins: Sequence[str] = (),
+        local_http: bool = False,
         code_ttl: float = CODE_TTL,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -340,6 +346,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         self.issuer = self.base_url + self.path
         self.verifier = RoomTokenVerifier(keys, issuer=room_issuer)
         self.origins = frozenset(origins)
+        self.local_http = local_http
         self.code_ttl = _validate.seconds("code_ttl", code_ttl)
         self.clock = clock
         redis = store.redis
@@ -460,15 +467,18 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
 
     def routes(self) -> list[BaseRoute]:
         """The event's discovery document, JWKS and endpoints."""
-        p = {"event_id": self.event_id}
+        table = [
+            (routes.OIDC_DISCOVERY, self.discovery, ["GET"]),
+            (routes.OIDC_JWKS, self.jwks, ["GET"]),
+            (routes.OIDC_AUTHORIZE, self.authorize, ["GET"]),
+            (routes.OIDC_ENTER, self.enter, ["POST"]),
+            (routes.OIDC_RESUME, self.resume, ["GET"]),
+            (routes.OIDC_TOKEN, self.token, ["POST"]),
+            (routes.OIDC_USERINFO, self.userinfo, ["GET", "POST"]),
+        ]
         return [
-            Route(routes.OIDC_DISCOVERY.format(**p), self.discovery, methods=["GET"]),
-            Route(routes.OIDC_JWKS.format(**p), self.jwks, methods=["GET"]),
-            Route(routes.OIDC_AUTHORIZE.format(**p), self.authorize, methods=["GET"]),
-            Route(routes.OIDC_ENTER.format(**p), self.enter, methods=["POST"]),
-            Route(routes.OIDC_RESUME.format(**p), self.resume, methods=["GET"]),
-            Route(routes.OIDC_TOKEN.format(**p), self.token, methods=["POST"]),
-            Route(routes.OIDC_USERINFO.format(**p), self.userinfo, methods=["GET", "POST"]),
+            Route(path.format(event_id=self.event_id), _unavailable_as_503(handler), methods=m)
+            for path, handler, m in table
         ]
 
     def metadata(self) -> OpenIDProviderMetadata:
@@ -505,7 +515,11 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             request_uri_parameter_supported=False,
             claims_parameter_supported=False,
         )
-        meta.validate()
+        if self.local_http:  # every check but the transport's (served over http)
+            secure = {k: _https(v) for k, v in meta.items()}
+            OpenIDProviderMetadata(secure).validate()
+        else:
+            meta.validate()
         return meta
 
     async def discovery(self, request: Request) -> Response:
@@ -530,7 +544,8 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
 
     def _oauth_request(self, request: Request, form: dict[str, str]) -> _Request:
         args = dict(request.query_params)
-        return _Request(request.method, str(request.url), request.headers, args, form)
+        return _Request(request.method, str(request.url), request.headers, args, form,
+                        local_http=self.local_http)  # fmt: skip
 
     async def authorize(self, request: Request) -> Response:
         """Validate the request and send the browser into the room (or an error: to a
@@ -607,7 +622,8 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             return _error_page(400, "invalid_request",
                                "Unknown, used or expired authorize request")  # fmt: skip
         assert isinstance(authz, str)
-        req = _Request("GET", self.issuer + "/authorize", request.headers, args, {})
+        req = _Request("GET", self.issuer + "/authorize", request.headers, args, {},
+                       local_http=self.local_http)  # fmt: skip
         request_id = await self._run(self._read, self._key("bound", authz))
         room = routes.ROOM_PAGE + "?" + urlencode({"event_id": self.event_id, "authz": authz})
         if request_id is None:
@@ -679,6 +695,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
 
 
 _NO_STORE: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+_SECURE_PLACEHOLDER: Final = "https://local.invalid/"
 
 
 def _multi(items: Any) -> dict[str, list[str]]:
@@ -686,6 +703,30 @@ def _multi(items: Any) -> dict[str, list[str]]:
     for key, value in items:
         out.setdefault(key, []).append(value)
     return out
+
+
+def _https(value: Any) -> Any:
+    return (
+        "https://" + value[7:] if isinstance(value, str) and value.startswith("http://") else value
+    )
+
+
+def _unavailable_as_503(
+    handler: Callable[[Request], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """The region's store unreachable, or read-only before a promotion: 503
+    ``temporarily_unavailable`` (RFC 6749's), to retry shortly."""
+
+    async def run(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except RoomUnavailable as exc:
+            return JSONResponse(
+                {"error": "temporarily_unavailable", "error_description": str(exc)}, 503,
+                headers={**_NO_STORE, "Retry-After": "1"},
+            )  # fmt: skip
+
+    return run
 
 
 def _own_origin(request: Request) -> str:
