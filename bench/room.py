@@ -10,8 +10,10 @@ against a trivial endpoint of the same app server.
    (EdDSA, the default; and RS256, to separate the algorithm from the key load) against
    AWS's design: three RS256 (2048-bit) JWTs per set, the private key parsed from its
    stored JWK on every call (AWS's ``generate_token`` reads it from Secrets Manager each
-   time; the network fetch is left out here, so AWS's figure is an upper bound). Goal:
-   rideout EdDSA / AWS >= 10.
+   time; the network fetch is left out here, so AWS's figure is an upper bound; the key
+   is validated on load, cryptography's default, which with OpenSSL 3 is most of the cost).
+   Also AWS's design with an unchecked key load, a floor no real deployment reaches.
+   Goal: rideout EdDSA / AWS >= 10.
 2. **HTTP requests/s** through one real ``rideout serve`` process (uvicorn, loopback,
    real Redis) with the waiting room mounted: ``POST /assign_queue_num`` (a new
    position each), ``GET /queue_num``, ``GET /serving_num``, ``POST /generate_token``
@@ -46,6 +48,7 @@ from rideout.config import Config
 
 EVENT = "bench"
 AWS = "AWS design (RS256, JWK key load per set)"
+FLOOR = "AWS design, unchecked key load (a floor)"
 _LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
 
 
@@ -78,7 +81,7 @@ def aws_token_set(stored_jwk: str, claims: dict[str, Any]) -> tuple[str, str, st
 
 def aws_token_set_unchecked(stored_pem: bytes, claims: dict[str, Any]) -> tuple[str, str, str]:
     """AWS's design with the cheapest possible key load (no RSA key validation): a
-    floor for its cost, for comparison; jwcrypto validates the key it loads."""
+    floor for its cost, for comparison (cryptography validates a key by default)."""
     import jwt
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
@@ -120,9 +123,7 @@ def measure_tokens(rounds: int, seconds: float) -> dict[str, list[float]]:
         "rideout EdDSA": lambda: eddsa.issue(**issue),
         "rideout RS256": lambda: rs256.issue(**issue),
         AWS: lambda: aws_token_set(stored, claims),
-        "AWS design, unchecked key load (a floor)": lambda: aws_token_set_unchecked(
-            stored_pem, claims
-        ),
+        FLOOR: lambda: aws_token_set_unchecked(stored_pem, claims),
     }
     results: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(rounds):
@@ -248,8 +249,8 @@ async def measure_http(
 # --------------------------------------------------------------------------- report
 
 
-def table(title: str, rows: list[tuple[str, str, str, str]]) -> str:
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+def table(title: str, rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     lines = [title]
     for row in rows:
         lines.append("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
@@ -257,13 +258,14 @@ def table(title: str, rows: list[tuple[str, str, str, str]]) -> str:
 
 
 def report_tokens(results: dict[str, list[float]]) -> str:
-    aws = median(results[AWS])
-    rows = [("", "token sets/s", "vs AWS design", "goal")]
+    aws, floor = median(results[AWS]), median(results[FLOOR])
+    rows = [("", "token sets/s", "vs AWS design", "vs its floor", "goal")]
     for name, rates in results.items():
-        goal = ">= 10 (PASS)" if name == "rideout EdDSA" and median(rates) / aws >= 10 else ""
-        if name == "rideout EdDSA" and not goal:
-            goal = ">= 10 (MISS)"
-        rows.append((name, f"{median(rates):,.0f}", f"{median(rates) / aws:.1f}x", goal))
+        value = median(rates)
+        goal = ""
+        if name == "rideout EdDSA":
+            goal = ">= 10 vs AWS (PASS)" if value / aws >= 10 else ">= 10 vs AWS (MISS)"
+        rows.append((name, f"{value:,.0f}", f"{value / aws:.1f}x", f"{value / floor:.1f}x", goal))
     return table("Token sets per second (median of rounds, one core)", rows)
 
 
