@@ -7,19 +7,27 @@ own zone killed while it waits). Debian's chromium through Playwright's
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+import secrets
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
-import pytest_asyncio
+from authlib.oauth2.rfc7636 import create_s256_code_challenge
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, Response
+from starlette.routing import Route
 
+from rideout import routes
 from rideout.auth.admin import load_or_create_admin_token
+from rideout.auth.oidc_secrets import oidc_secret_path
 from rideout.config import Config, dump_toml, parse_config
 from tests.cluster.conftest import Up, rideout, started
-from tests.conftest import config_data
-from tests.web.test_browser import ARGS, CHROMIUM, shot, wait_region
+from tests.conftest import config_data, free_port, serving
+from tests.web.test_browser import CHROMIUM, browser, shot, wait_region
 
 pytestmark = [
     pytest.mark.slow,
@@ -31,6 +39,9 @@ pytestmark = [
 ]
 
 EVENT = "auction"
+RP_PORT = free_port("127.0.0.1")
+CALLBACK = f"http://127.0.0.1:{RP_PORT}/callback"  # the relying party: served by the test
+__all__ = ["browser"]  # the module's Chromium, shared with tests/web/test_browser.py
 
 
 @pytest.fixture(scope="module")
@@ -38,24 +49,14 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Up, C
     workdir = tmp_path_factory.mktemp("room-page")
     data = config_data(workdir / ".rideout")
     # No inlet: only the admin admits (the test decides when a visitor is served).
-    data["waitingroom"] = {"inlet": "none", "events": [EVENT]}
+    data["waitingroom"] = {
+        "inlet": "none", "events": [EVENT], "oidc_clients": [f"{EVENT} {CALLBACK}"],
+    }  # fmt: skip
     config = parse_config(data)
     (workdir / "rideout.toml").write_text(dump_toml(config))
     with started(workdir) as up:
         up.wait_ready()
         yield up, config
-
-
-@pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def browser() -> AsyncIterator[Any]:
-    from playwright.async_api import async_playwright
-
-    async with async_playwright() as p:
-        chromium = await p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            yield chromium
-        finally:
-            await chromium.close()
 
 
 def chaos(up: Up, op: str, region: str) -> None:
@@ -166,3 +167,54 @@ async def test_the_page_follows_a_region_failover(
         chaos(up, "restore", "us-east-1")
         await wait_region(config, "us-east-1")
         await page.close()
+
+
+async def test_openid_mode_returns_to_the_relying_party_with_a_code(
+    browser: Any, deployment: tuple[Up, Config]
+) -> None:
+    """The relying party sends the browser to /authorize; the page waits; once admitted
+    the adapter sends it back with a code, which the relying party exchanges."""
+    _, config = deployment
+    zone = config.primary.zones[0].address
+    issuer = routes.oidc_issuer(config, EVENT)
+    path = urlsplit(issuer).path
+    verifier, nonce = secrets.token_urlsafe(48), secrets.token_urlsafe(16)
+    params = {
+        "client_id": EVENT, "response_type": "code", "scope": "openid profile",
+        "redirect_uri": CALLBACK, "state": "st-browser", "nonce": nonce,
+        "code_challenge": create_s256_code_challenge(verifier), "code_challenge_method": "S256",
+    }  # fmt: skip
+    page = await browser.new_page(viewport={"width": 1000, "height": 700})
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    arrived: list[str] = []
+
+    async def callback_page(request: Request) -> Response:
+        arrived.append(str(request.url))
+        return HTMLResponse("<p>signed in</p>")
+
+    relying_party = Starlette(routes=[Route("/callback", callback_page)])
+    async with serving(relying_party, "127.0.0.1", RP_PORT):
+        await _sign_in(page, config, zone, path, params)
+    callback = parse_qs(urlsplit(arrived[-1]).query)
+    assert callback["state"] == ["st-browser"]
+    secret = oidc_secret_path(config.keys_dir, EVENT).read_text().strip()
+    async with httpx.AsyncClient(trust_env=False, timeout=10) as http:
+        r = await http.post(
+            f"http://{zone}:{config.app_port}{path}/token",
+            data={"grant_type": "authorization_code", "code": callback["code"][0],
+                  "redirect_uri": CALLBACK, "code_verifier": verifier},
+            auth=(EVENT, secret),
+        )  # fmt: skip
+        assert r.status_code == 200, r.text
+        assert r.json()["id_token"]
+    assert errors == []
+    await page.close()
+
+
+async def _sign_in(page: Any, config: Config, zone: str, path: str, params: dict[str, str]) -> None:
+    await page.goto(f"http://{zone}:{config.app_port}{path}/authorize?{urlencode(params)}")
+    assert "/room.html?" in page.url
+    position, serving_now = await serving_and_position(page)
+    await admit(config, zone, position - serving_now)
+    await page.wait_for_url(CALLBACK + "?**", timeout=60000)

@@ -4,7 +4,6 @@ keeps only its SHA-256 in memory; the relying party's operator copies the file."
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 from rideout.auth import _keyfiles
@@ -17,23 +16,8 @@ class OidcSecretError(CredentialError, RuntimeError):
     """A client secret file exists but cannot be used."""
 
 
-def _parse(data: bytes) -> str:
-    try:
-        secret = data.decode("ascii").strip()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"cannot read it: {exc}") from exc
-    if len(secret) < 32:
-        raise ValueError("too short to be a secret; remove it to make a new one")
-    return secret
-
-
 def _fail(path: Path, problem: str) -> OidcSecretError:
     return OidcSecretError(f"{path}: {problem}")
-
-
-def _fresh() -> tuple[str, bytes]:
-    secret = secrets.token_urlsafe(32)
-    return secret, secret.encode()
 
 
 def oidc_secret_path(directory: Path, event_id: str) -> Path:
@@ -43,4 +27,6 @@ def oidc_secret_path(directory: Path, event_id: str) -> Path:
 
 def load_or_create_oidc_secret(directory: Path, event_id: str) -> str:
     """The client secret of `event_id`'s relying party, created (0600) on first use."""
-    return _keyfiles.load_or_create(oidc_secret_path(directory, event_id), _parse, _fresh, _fail)
+    return _keyfiles.load_or_create(
+        oidc_secret_path(directory, event_id), _keyfiles.parse_secret, _keyfiles.fresh_secret, _fail
+    )
