@@ -11,6 +11,7 @@ import secrets
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
@@ -18,6 +19,8 @@ from authlib.integrations.httpx_client import AsyncOAuth2Client
 from authlib.integrations.httpx_client._compat import httpx2
 from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from authlib.oidc.core import CodeIDToken
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from joserfc import jwt
 from joserfc.jwk import KeySet
 from starlette.applications import Starlette
@@ -396,3 +399,56 @@ async def test_metadata_validates_and_lists_only_what_is_true(redis_server: Redi
         assert meta["token_endpoint_auth_methods_supported"] == ["none"]
         assert meta["grant_types_supported"] == ["authorization_code"]
         assert meta["id_token_signing_alg_values_supported"] == ["RS256"]
+
+
+# ----------------------------------------------------------------- open-ended input
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40)
+_param = st.sampled_from(
+    ["client_id", "response_type", "scope", "redirect_uri", "state", "nonce",
+     "code_challenge", "code_challenge_method", "grant_type", "code", "code_verifier",
+     "client_secret", "prompt", "response_mode", "x"]
+)  # fmt: skip
+
+
+def _drawn(strategy: st.SearchStrategy[Any], n: int = 60) -> list[Any]:
+    """`n` inputs from hypothesis (drawn up front: the requests are async)."""
+    out: list[Any] = []
+
+    @settings(max_examples=n, database=None, deadline=None)
+    @given(strategy)
+    def draw(value: Any) -> None:
+        out.append(value)
+
+    draw()
+    return out
+
+
+async def test_any_authorize_query_is_refused_cleanly_or_sent_into_the_room(
+    redis_server: Redis,
+) -> None:
+    async with site(redis_server) as s:
+        base = _params(s)
+        for changes in _drawn(st.dictionaries(_param, _text, max_size=5)):
+            r = await s.authorize(**{**base, **changes})
+            assert r.status_code in (302, 400), (changes, r.status_code)
+            location = r.headers.get("location", "")
+            if r.status_code == 302:  # into the room, or an error to the one callback
+                ok = location.startswith("/room.html?") or location.startswith(CALLBACK + "?")
+                assert ok, (changes, location)
+            else:
+                assert r.headers["content-type"].startswith("text/html")
+
+
+async def test_any_token_request_gets_an_oauth_error(redis_server: Redis) -> None:
+    async with site(redis_server) as s:
+        for form in _drawn(st.dictionaries(_param, _text, max_size=6)):
+            r = await s.http.post(
+                s.issuer + "/token", content=urlencode(form),
+                headers={"Content-Type": "application/x-www-form-urlencoded"},
+            )  # fmt: skip
+            assert r.status_code in (400, 401), (form, r.status_code)
+            assert r.json()["error"] in {
+                "invalid_request", "invalid_client", "invalid_grant",
+                "unauthorized_client", "unsupported_grant_type",
+            }, form  # fmt: skip

@@ -28,6 +28,7 @@ import hmac
 import html
 import json
 import math
+import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -550,13 +551,18 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
     async def authorize(self, request: Request) -> Response:
         """Validate the request and send the browser into the room (or an error: to a
         validated redirect URI only, else on a page)."""
-        if any(len(v) > 1 for v in _multi(request.query_params.multi_items()).values()):
+        query = _multi(request.query_params.multi_items())
+        if any(len(v) > 1 for v in query.values()):
             return _error_page(400, "invalid_request", "A parameter is given more than once")
+        if not _plain(query):
+            return _error_page(400, "invalid_request", _PLAIN_RULE)
         req = self._oauth_request(request, {})
         try:
             await anyio.to_thread.run_sync(lambda: self.get_consent_grant(req))
         except OAuth2Error as error:
             return self._authorize_error(req, error)
+        except ValueError:  # Authlib: a description it cannot quote (a '"' in a URI)
+            return _error_page(400, "invalid_request", "The request cannot be read")
         authz = secrets.token_urlsafe(24)
         await self._run(self._put, self._key("authz", authz), json.dumps(req.args),
                         math.ceil(AUTHORIZE_TTL * 1000))  # fmt: skip
@@ -668,12 +674,15 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             items = _multi(parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False))
         except UnicodeDecodeError:
             items = {"": ["", ""]}  # refused below
-        if any(len(v) > 1 for v in items.values()):
+        if any(len(v) > 1 for v in items.values()) or not _plain(items):
             return JSONResponse({"error": "invalid_request", "error_description":
-                                 "A parameter is given more than once"}, 400,
-                                headers=_NO_STORE)  # fmt: skip
+                                 "A parameter is given more than once, or " + _PLAIN_RULE},
+                                400, headers=_NO_STORE)  # fmt: skip
         req = self._oauth_request(request, {k: v[0] for k, v in items.items()})
-        response: Response = await anyio.to_thread.run_sync(self.create_token_response, req)
+        try:
+            response: Response = await anyio.to_thread.run_sync(self.create_token_response, req)
+        except ValueError:  # Authlib: a description it cannot quote
+            return JSONResponse({"error": "invalid_request"}, 400, headers=_NO_STORE)
         return response
 
     async def userinfo(self, request: Request) -> Response:
@@ -696,6 +705,16 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
 
 _NO_STORE: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _SECURE_PLACEHOLDER: Final = "https://local.invalid/"
+
+
+_PLAIN: Final = re.compile(r"[\x20-\x7e]{0,2048}")
+_PLAIN_RULE: Final = "parameters must be printable ASCII, at most 2048 characters"
+
+
+def _plain(params: Mapping[str, list[str]]) -> bool:
+    """Whether every name and value is RFC 6749's VSCHAR (printable ASCII), bounded."""
+    return all(_PLAIN.fullmatch(k) and all(_PLAIN.fullmatch(v) for v in vs)
+               for k, vs in params.items())  # fmt: skip
 
 
 def _multi(items: Any) -> dict[str, list[str]]:
