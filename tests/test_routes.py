@@ -47,6 +47,16 @@ PATHS = {
     "ZONES": "/v1/zones",
     "ZONE_EVACUATE": "/v1/zones/{zone_id}/evacuate",
     "ZONE_RECOVER": "/v1/zones/{zone_id}/recover",
+    # the waiting-room page and the OpenID adapter (one issuer per event)
+    "ROOM_PAGE": "/room.html",
+    "OIDC_PREFIX": "/oidc/{event_id}",
+    "OIDC_DISCOVERY": "/oidc/{event_id}/.well-known/openid-configuration",
+    "OIDC_JWKS": "/oidc/{event_id}/.well-known/jwks.json",
+    "OIDC_AUTHORIZE": "/oidc/{event_id}/authorize",
+    "OIDC_ENTER": "/oidc/{event_id}/enter",
+    "OIDC_RESUME": "/oidc/{event_id}/resume",
+    "OIDC_TOKEN": "/oidc/{event_id}/token",
+    "OIDC_USERINFO": "/oidc/{event_id}/userinfo",
 }
 
 
@@ -65,6 +75,9 @@ def test_urls_from_the_config(make_config: Callable[..., Config]) -> None:
     assert routes.control_plane_url(config, routes.WRITER) == base + "/v1/writer"
     dns = f"http://{cp.address}:{cp.dns_metrics_port}"
     assert routes.dns_metrics_url(config, routes.METRICS) == dns + "/metrics"
+    assert routes.oidc_issuer(config, "ev") == (
+        f"http://{config.app_domain}:{config.app_port}/oidc/ev"
+    )
     zone = config.primary.zones[1].address
     assert routes.zone_url(config, zone) == f"http://{zone}:{config.app_port}"
     assert routes.zone_url(config, zone, routes.HEALTH) == f"http://{zone}:{config.app_port}/health"

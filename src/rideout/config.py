@@ -339,6 +339,16 @@ class WaitingRoomConfig:
     # The first key of the room's key ring (KEYS_DIR/room-keys.pem): EdDSA | ES256 |
     # RS256 (for verifiers that need it). Once the file exists, it decides.
     token_algorithm: str = "EdDSA"
+    # The OpenID adapter's relying parties (rideout.waitingroom.oidc; docs/oidc.md), one
+    # per event: "EVENT_ID REDIRECT_URI [REDIRECT_URI ...]" (URIs matched exactly). The
+    # client id is the event id; its secret is KEYS_DIR/oidc-EVENT_ID.secret (mode 0600,
+    # made at start) unless the event is also in oidc_public_clients (PKCE alone).
+    oidc_clients: tuple[str, ...] = ()
+    oidc_public_clients: tuple[str, ...] = ()
+
+    def oidc_registrations(self) -> dict[str, tuple[str, ...]]:
+        """Each OpenID client's event id and its redirect URIs."""
+        return {e.split()[0]: tuple(e.split()[1:]) for e in self.oidc_clients}
 
 
 # The [failover] settings that scale with the timing profile, as Timing does.
@@ -1012,6 +1022,23 @@ def _parse_waitingroom(t: _Reader) -> WaitingRoomConfig:
         raise ConfigError(
             t.key("token_algorithm"), f"must be EdDSA, ES256 or RS256, got {room.token_algorithm!r}"
         )
+    for entry in room.oidc_clients:
+        parts = entry.split()
+        if len(parts) < 2 or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", parts[0]):
+            raise ConfigError(
+                t.key("oidc_clients"), f"{entry!r} is not 'EVENT_ID REDIRECT_URI [URI ...]'"
+            )
+        for uri in parts[1:]:
+            if not re.fullmatch(r"https?://[^/\s#]+(/[^\s#]*)?", uri):
+                raise ConfigError(
+                    t.key("oidc_clients"), f"{uri!r} is not an absolute http(s) URI without '#'"
+                )
+    registered = room.oidc_registrations()
+    if len(registered) != len(room.oidc_clients):
+        raise ConfigError(t.key("oidc_clients"), "one entry per event")
+    for event_id in room.oidc_public_clients:
+        if event_id not in registered:
+            raise ConfigError(t.key("oidc_public_clients"), f"{event_id!r} is not in oidc_clients")
     if room.max_body < 256:
         raise ConfigError(t.key("max_body"), "must be at least 256 bytes")
     if len(room.inlet_alarm) > 1 or not all(

@@ -20,6 +20,14 @@ __all__ = [
     "LOGIN_CODES",
     "METRICS",
     "METRICS_INGEST",
+    "OIDC_AUTHORIZE",
+    "OIDC_DISCOVERY",
+    "OIDC_ENTER",
+    "OIDC_JWKS",
+    "OIDC_PREFIX",
+    "OIDC_RESUME",
+    "OIDC_TOKEN",
+    "OIDC_USERINFO",
     "READY",
     "RESOLVE",
     "ROOM_ASSIGN_QUEUE_NUM",
@@ -27,6 +35,7 @@ __all__ = [
     "ROOM_GENERATE_TOKEN",
     "ROOM_ISSUER_PATH",
     "ROOM_JWKS",
+    "ROOM_PAGE",
     "ROOM_PRIVATE_ACTIVE_TOKENS",
     "ROOM_PRIVATE_EVENT",
     "ROOM_PRIVATE_EVENTS",
@@ -52,6 +61,7 @@ __all__ = [
     "control_plane_url",
     "control_plane_urls",
     "dns_metrics_url",
+    "oidc_issuer",
     "room_issuer",
     "zone_url",
 ]
@@ -111,6 +121,22 @@ ROOM_JWKS: Final = ROOM_ISSUER_PATH + "/.well-known/jwks.json"
 """GET: the room's current and previous public keys (``/.well-known/jwks.json`` at the
 root is the auction's own keys)."""
 
+ROOM_PAGE: Final = "/room.html"
+"""The waiting-room page (web/room.html): ``?event_id=`` (direct mode) or also
+``&authz=`` (an OpenID authorize request waiting in the room)."""
+# The OpenID adapter (rideout.waitingroom.oidc): one issuer per event,
+# ``{app}/oidc/{event_id}``, its discovery document and endpoints under it.
+OIDC_PREFIX: Final = "/oidc/{event_id}"
+OIDC_DISCOVERY: Final = OIDC_PREFIX + "/.well-known/openid-configuration"
+OIDC_JWKS: Final = OIDC_PREFIX + "/.well-known/jwks.json"
+OIDC_AUTHORIZE: Final = OIDC_PREFIX + "/authorize"
+OIDC_ENTER: Final = OIDC_PREFIX + "/enter"
+"""POST ``{authz}``: the page's arrival for a waiting authorize request (one position
+per request)."""
+OIDC_RESUME: Final = OIDC_PREFIX + "/resume"
+"""GET ``?authz=``: once served, the code goes back to the relying party."""
+OIDC_TOKEN: Final = OIDC_PREFIX + "/token"
+OIDC_USERINFO: Final = OIDC_PREFIX + "/userinfo"
 ROOM_PRIVATE_INCREMENT: Final = "/private/increment_serving_counter"
 """The private API (the deployment admin token as a bearer credential)."""
 ROOM_PRIVATE_UPDATE_SESSION: Final = "/private/update_session"
@@ -139,6 +165,12 @@ def dns_metrics_url(config: Config, path: str = "") -> str:
     """The base URL of `rideout dns`'s HTTP port (/metrics, /health), or of ``path`` on it."""
     cp = config.control_plane
     return f"http://{cp.address}:{cp.dns_metrics_port}{path}"
+
+
+def oidc_issuer(config: Config, event_id: str) -> str:
+    """The OpenID adapter's ``issuer`` for one event (its discovery document is at
+    ``{issuer}/.well-known/openid-configuration``)."""
+    return f"http://{config.app_domain}:{config.app_port}" + OIDC_PREFIX.format(event_id=event_id)
 
 
 def room_issuer(config: Config) -> str:

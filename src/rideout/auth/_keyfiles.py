@@ -7,6 +7,7 @@ that exists but cannot be used is an error the caller names, never overwritten.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -14,7 +15,16 @@ from typing import TypeVar
 from rideout._files import create_exclusively, replace_atomically
 from rideout.auth.errors import CredentialError
 
-__all__ = ["Fail", "load_or_create", "publish", "read", "replace", "why"]
+__all__ = [
+    "Fail",
+    "fresh_secret",
+    "load_or_create",
+    "parse_secret",
+    "publish",
+    "read",
+    "replace",
+    "why",
+]
 
 T = TypeVar("T")
 Fail = Callable[[Path, str], CredentialError]
@@ -87,3 +97,20 @@ def replace(path: Path, data: bytes, fail: Fail) -> None:
         replace_atomically(path, data)
     except OSError as exc:
         raise fail(path, f"cannot replace it: {why(exc)}") from exc
+
+
+def parse_secret(data: bytes) -> str:
+    """A secret text file's value (ASCII, at least 32 characters once stripped)."""
+    try:
+        secret = data.decode("ascii").strip()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"cannot read it: {exc}") from exc
+    if len(secret) < 32:
+        raise ValueError("too short to be a secret; remove it to make a new one")
+    return secret
+
+
+def fresh_secret() -> tuple[str, bytes]:
+    """A new secret (256 random bits, URL-safe text) and the bytes to store."""
+    secret = secrets.token_urlsafe(32)
+    return secret, secret.encode()

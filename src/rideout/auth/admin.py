@@ -4,7 +4,6 @@ servers, that guards the local-mode admin switches (degrade, drain)."""
 from __future__ import annotations
 
 import hmac
-import secrets
 from pathlib import Path
 
 from rideout.auth import _keyfiles
@@ -25,28 +24,18 @@ class AdminTokenError(CredentialError, RuntimeError):
     """The admin token file exists but cannot be used."""
 
 
-def _parse(data: bytes) -> str:
-    try:
-        token = data.decode("ascii").strip()
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"cannot read it: {exc}") from exc
-    if len(token) < 32:
-        raise ValueError("too short to be a secret; remove it to make a new one")
-    return token
-
-
 def _fail(path: Path, problem: str) -> AdminTokenError:
     return AdminTokenError(f"{path}: {problem}")
 
 
-def _fresh() -> tuple[str, bytes]:
-    token = secrets.token_urlsafe(32)
-    return token, token.encode()
-
-
 def load_or_create_admin_token(directory: Path) -> str:
     """Read ``directory/admin-token``, creating it (mode 0600, 256 random bits) once."""
-    return _keyfiles.load_or_create(Path(directory) / ADMIN_TOKEN_FILENAME, _parse, _fresh, _fail)
+    return _keyfiles.load_or_create(
+        Path(directory) / ADMIN_TOKEN_FILENAME,
+        _keyfiles.parse_secret,
+        _keyfiles.fresh_secret,
+        _fail,
+    )
 
 
 def load_admin_token(directory: Path) -> str:
@@ -54,7 +43,7 @@ def load_admin_token(directory: Path) -> str:
     for commands that talk to a deployment that should have it)."""
     path = Path(directory) / ADMIN_TOKEN_FILENAME
     try:
-        return _keyfiles.read(path, _parse, _fail)
+        return _keyfiles.read(path, _keyfiles.parse_secret, _fail)
     except FileNotFoundError:
         raise _fail(path, "there is none: is rideout up (with this data directory)?") from None
 

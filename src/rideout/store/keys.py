@@ -39,6 +39,7 @@ __all__ = [
     "room_stream",
     "user_session",
     "waitingroom_event_keys",
+    "waitingroom_oidc",
     "waitingroom_stamp",
     "waitingroom_tick",
 ]
@@ -174,3 +175,11 @@ def waitingroom_tick(event_id: str, task: str, tick: int) -> str:
 def waitingroom_stamp(event_id: str, digest: str) -> str:
     """String: a proof-of-work stamp already used for `event_id` (kept while it is valid)."""
     return f"{PREFIX}wr:{{{_safe(event_id)}}}:pow:{_safe(digest)}"
+
+
+def waitingroom_oidc(event_id: str, kind: str, digest: str) -> str:
+    """String: an OpenID adapter's record of `event_id` (rideout.waitingroom.oidc):
+    ``kind`` "authz" (an authorize request waiting in the room), "bound" (the request id
+    it entered with), "code" (an authorization code) or "nonce"; named by a digest, so
+    a key never shows a secret."""
+    return f"{PREFIX}wr:{{{_safe(event_id)}}}:oidc:{_safe(kind)}:{_safe(digest)}"

@@ -23,6 +23,7 @@ from starlette.routing import BaseRoute, Route
 
 from rideout import routes
 from rideout.auth.keys import Algorithm
+from rideout.auth.oidc_secrets import load_or_create_oidc_secret
 from rideout.auth.room_tokens import RoomKeyWatcher, RoomTokenIssuer
 from rideout.config import Config
 from rideout.waitingroom.api import CACHE_PUBLIC_KEY, RoomAPI
@@ -30,6 +31,7 @@ from rideout.waitingroom.errors import EventExists, RoomError, RoomNotWriter
 from rideout.waitingroom.inlets import RoomScheduler, control_plane_alarm_state
 from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, InletKind, InletSettings
+from rideout.waitingroom.oidc import OidcClient, OidcProvider, hash_secret
 from rideout.waitingroom.store import RoomStore
 
 __all__ = ["WaitingRoom", "configured_event"]
@@ -91,6 +93,7 @@ class WaitingRoom:
         self.scheduler: RoomScheduler | None = None
         self._http: httpx.AsyncClient | None = None
         self._keys: RoomKeyWatcher | None = None
+        self.oidc: list[OidcProvider] = []
 
     async def start(self, server: ZoneLike) -> None:
         """Build the store and API, create the configured events, start the scheduler."""
@@ -113,6 +116,7 @@ class WaitingRoom:
             metrics=RoomMetrics(server.metrics.registry),
         )
         await self._create_configured_events(store)
+        self.oidc = self._oidc_providers(store, watcher, issuer)
         if self.run_scheduler:
             http = self._http = httpx.AsyncClient(timeout=1.0, trust_env=False)
             summary = routes.control_plane_url(self.config, routes.SUMMARY)
@@ -127,6 +131,37 @@ class WaitingRoom:
                 alarm_state=alarm_state,
             )
             self.scheduler.start()
+
+    def _oidc_providers(
+        self, store: RoomStore, keys: RoomKeyWatcher, issuer: str
+    ) -> list[OidcProvider]:
+        """One OpenID provider per ``[waitingroom] oidc_clients`` entry (docs/oidc.md);
+        its id tokens are signed with an RS256 ring of its own, ``KEYS_DIR/oidc/``."""
+        room, config = self.config.waitingroom, self.config
+        registrations = room.oidc_registrations()
+        if not registrations:
+            return []
+        id_keys = RoomKeyWatcher(config.keys_dir / "oidc", "RS256")
+        base = f"http://{config.app_domain}:{config.app_port}"
+        providers = []
+        for event_id, uris in registrations.items():
+            secret = None
+            if event_id not in room.oidc_public_clients:
+                secret = hash_secret(load_or_create_oidc_secret(config.keys_dir, event_id))
+            providers.append(
+                OidcProvider(
+                    OidcClient(event_id, uris, secret),
+                    store,
+                    keys=keys,
+                    id_keys=id_keys,
+                    signer=RoomTokenIssuer(keys, issuer=issuer),
+                    base_url=base,
+                    room_issuer=issuer,
+                    origins=config.origins(),
+                    local_http=config.mode == "local",
+                )
+            )
+        return providers
 
     async def _create_configured_events(self, store: RoomStore) -> None:
         for event_id in self.config.waitingroom.events:
@@ -143,7 +178,8 @@ class WaitingRoom:
         """The public and private API, and the room's JWKS under its issuer path."""
         if self.api is None:
             raise RuntimeError("WaitingRoom.routes() before start()")
-        return [*self.api.routes(), Route(routes.ROOM_JWKS, self.jwks, methods=["GET"])]
+        oidc = [route for provider in self.oidc for route in provider.routes()]
+        return [*self.api.routes(), Route(routes.ROOM_JWKS, self.jwks, methods=["GET"]), *oidc]
 
     async def jwks(self, request: Request) -> Response:
         """The room's current and previous public keys."""

@@ -46,7 +46,14 @@ async function signIn() {
 
 async function main() {
   const config = await (await fetch("/config.json")).json();
-  const user = new URLSearchParams(location.search).get("user") || (await signIn());
+  // A visitor the waiting room let in (room.html) connects with the room's token.
+  const handed = new URLSearchParams(location.hash.slice(1)).get("room_token");
+  if (handed) {
+    sessionStorage.setItem("rideout-room-token", handed);
+    history.replaceState(null, "", location.pathname + location.search);
+  }
+  const roomToken = sessionStorage.getItem("rideout-room-token");
+  const user = new URLSearchParams(location.search).get("user") || (roomToken ? "waiting-room visitor" : await signIn());
   $("me").textContent = user;
   $("switch").onclick = (e) => { e.preventDefault(); localStorage.removeItem("rideout-user"); location.reload(); };
   // A token lasts an hour: fetch one, keep it, and ask again only when it is about to
@@ -55,6 +62,7 @@ async function main() {
   const token = async ({ refresh } = {}) => {
     const expires = cached ? JSON.parse(atob(cached.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))).exp : 0;
     if (cached && !refresh && expires * 1000 > Date.now() + 30000) return cached;
+    if (roomToken && !cached) return (cached = roomToken);
     const response = await fetch("/auth/demo-token", { method: "POST", body: JSON.stringify({ name: user }) });
     if (!response.ok) throw new Error(`sign-in failed: HTTP ${response.status}`);
     cached = (await response.json()).token;
