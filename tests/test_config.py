@@ -434,3 +434,28 @@ def test_token_lifetimes_and_the_revocation_interval() -> None:
     assert error.key == "auth.token_ttl"
     assert "max_token_ttl (600 s)" in error.problem
     assert refused({"auth": {"revocation_interval": 0}}).key == "auth.revocation_interval"
+
+
+@pytest.mark.parametrize(
+    ("room", "key"),
+    [
+        ({"inlet": "sometimes"}, "waitingroom.inlet"),
+        ({"events": ["has space"]}, "waitingroom.events"),
+        ({"inlet_alarm": ["a", "b"]}, "waitingroom.inlet_alarm"),
+        ({"token_algorithm": "HS256"}, "waitingroom.token_algorithm"),
+        ({"max_body": 100}, "waitingroom.max_body"),
+        ({"validity": 0}, "waitingroom.validity"),
+        ({"micro_cache_ttl": -1}, "waitingroom.micro_cache_ttl"),
+        ({"surprise": 1}, "waitingroom.surprise"),
+    ],
+)
+def test_bad_waitingroom_settings_are_refused(room: dict[str, Any], key: str) -> None:
+    assert key in str(refused({"waitingroom": room}))
+
+
+def test_waitingroom_defaults_and_overrides() -> None:
+    assert parse_config({}).waitingroom.events == ("auction",)
+    room = parse_config(
+        {"waitingroom": {"inlet": "periodic", "abandon_after": 300, "events": []}}
+    ).waitingroom
+    assert (room.inlet, room.abandon_after, room.events) == ("periodic", 300.0, ())

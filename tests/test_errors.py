@@ -26,6 +26,7 @@ from rideout.protocol import ProtocolError
 from rideout.store import StoreError
 from rideout.store.embedded import EmbeddedRedisError
 from rideout.store.replication import ReplicationError
+from rideout.waitingroom import RoomError
 
 SRC = Path(rideout.__file__).parent
 DOC = SRC.parents[1] / "docs" / "errors.md"
@@ -36,6 +37,7 @@ CONTROL_FLOW = {
     "rideout.protocol._Invalid": "raised by the field checks, re-raised as ProtocolError",
     "rideout.idempotency._BodyTooLarge": "raised by _read_body, answered with HTTP 413",
     "rideout._guard._HeadTooLarge": "raised by the header callbacks, answered with HTTP 431",
+    "rideout.cli.room._CommandError": "raised by the room client, turned into the exit status",
 }
 
 # The one base of each package (or leaf module) and what it sits beneath.
@@ -51,6 +53,7 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.cluster": ClusterError,
     "rideout.controlplane": ControlPlaneError,
     "rideout.drill": DrillError,
+    "rideout.waitingroom": RoomError,
 }
 
 

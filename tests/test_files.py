@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from rideout._files import create_exclusively
+from rideout._files import create_exclusively, replace_atomically
 
 
 def test_creates_a_private_file_with_the_data(tmp_path: Path) -> None:
@@ -83,3 +83,22 @@ def test_other_link_errors_are_raised_and_leave_nothing(
 def test_a_missing_directory_is_an_os_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         create_exclusively(tmp_path / "missing" / "secret", b"data")
+
+
+def test_replace_atomically_swaps_the_whole_file_and_keeps_it_private(tmp_path: Path) -> None:
+    path = tmp_path / "ring"
+    path.write_bytes(b"old")
+    path.chmod(0o644)
+    replace_atomically(path, b"new")
+    assert path.read_bytes() == b"new"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert os.listdir(tmp_path) == ["ring"]
+
+
+def test_replace_atomically_leaves_no_temp_file_when_it_fails(tmp_path: Path) -> None:
+    target = tmp_path / "a-directory"
+    target.mkdir()
+    (target / "inside").touch()
+    with pytest.raises(IsADirectoryError):
+        replace_atomically(target, b"data")  # a file cannot replace a non-empty directory
+    assert sorted(os.listdir(tmp_path)) == ["a-directory"]

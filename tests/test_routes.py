@@ -21,6 +21,27 @@ PATHS = {
     "HEALTH": "/health",
     "METRICS": "/metrics",
     "ADMIN_MODE": "/admin/mode",
+    # the waiting room: AWS's public paths, then rideout's private API
+    "ROOM_ASSIGN_QUEUE_NUM": "/assign_queue_num",
+    "ROOM_QUEUE_NUM": "/queue_num",
+    "ROOM_SERVING_NUM": "/serving_num",
+    "ROOM_WAITING_NUM": "/waiting_num",
+    "ROOM_QUEUE_POS_EXPIRY": "/queue_pos_expiry",
+    "ROOM_GENERATE_TOKEN": "/generate_token",
+    "ROOM_PUBLIC_KEY": "/public_key",
+    "ROOM_ESTIMATED_WAIT": "/estimated_wait",
+    "ROOM_ISSUER_PATH": "/waitingroom",
+    "ROOM_JWKS": "/waitingroom/.well-known/jwks.json",
+    "ROOM_PRIVATE_INCREMENT": "/private/increment_serving_counter",
+    "ROOM_PRIVATE_UPDATE_SESSION": "/private/update_session",
+    "ROOM_PRIVATE_ACTIVE_TOKENS": "/private/num_active_tokens",
+    "ROOM_PRIVATE_EXPIRED_TOKENS": "/private/expired_tokens",
+    "ROOM_PRIVATE_RESET": "/private/reset_initial_state",
+    "ROOM_PRIVATE_GENERATE_TOKEN": "/private/generate_token",
+    "ROOM_PRIVATE_EVENTS": "/private/events",
+    "ROOM_PRIVATE_EVENT": "/private/events/{event_id}",
+    "ROOM_PRIVATE_EVENT_OPEN": "/private/events/{event_id}/open",
+    "ROOM_PRIVATE_EVENT_CLOSE": "/private/events/{event_id}/close",
 }
 
 

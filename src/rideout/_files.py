@@ -8,7 +8,7 @@ import os
 import tempfile
 from pathlib import Path
 
-__all__ = ["create_exclusively"]
+__all__ = ["create_exclusively", "replace_atomically"]
 
 # os.link errors meaning "this filesystem has no hard links".
 _NO_HARD_LINKS = frozenset({errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS})
@@ -22,13 +22,8 @@ def create_exclusively(path: Path, data: bytes) -> bool:
     partial file. On filesystems without hard links it falls back to an exclusive
     create and one write. Raises OSError when the file cannot be written.
     """
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    tmp = Path(tmp_name)
+    tmp = _private_copy(path, data)
     try:
-        with os.fdopen(fd, "wb") as file:  # mkstemp creates the file with mode 0600
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
         try:
             os.link(tmp, path)  # atomic, and never replaces an existing file
         except FileExistsError:
@@ -42,6 +37,37 @@ def create_exclusively(path: Path, data: bytes) -> bool:
     finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+
+
+def replace_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` (mode 0600), replacing what is there in one step.
+
+    The data goes to a private temp file beside it, is fsynced, then renamed over the
+    old file: a reader sees the old content or the new, never a mix. Raises OSError.
+    """
+    tmp = _private_copy(path, data)
+    try:
+        os.replace(tmp, path)
+        _fsync_directory(path.parent)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+
+
+def _private_copy(path: Path, data: bytes) -> Path:
+    """`data` in a new fsynced temp file beside `path` (mkstemp makes it mode 0600)."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        raise
+    return tmp
 
 
 def _create_without_links(path: Path, data: bytes) -> bool:

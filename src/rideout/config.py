@@ -38,6 +38,7 @@ __all__ = [
     "RedisConfig",
     "RegionConfig",
     "Timing",
+    "WaitingRoomConfig",
     "ZoneConfig",
     "dump_toml",
     "load_config",
@@ -180,6 +181,11 @@ class AuthConfig:
     # browser's choosing, for the demo page. When not set: on in local mode (the default
     # mode, hence True here), off in external mode.
     demo_tokens: bool = True
+    # The waiting-room events whose access tokens /ws accepts besides its own (empty:
+    # none; rideout.waitingroom.authorizer, docs/waiting-room.md).
+    room_events: tuple[str, ...] = ("auction",)
+    # Seconds /ws trusts a session status it read from the room's store (bounded staleness).
+    room_session_ttl: float = field(default=1.0, metadata={"zero_ok": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,6 +244,39 @@ class FailoverConfig:
     failback_drain_seconds: float = field(default=5.0, metadata={"zero_ok": True})
 
 
+@dataclass(frozen=True, slots=True)
+class WaitingRoomConfig:
+    """The waiting room on every app server (rideout.waitingroom; docs/waiting-room.md)."""
+
+    enabled: bool = True  # mount the room's public and private API on every zone
+    # Events created at start when missing (with the settings below); more can be
+    # added, changed and deleted at runtime through the private API.
+    events: tuple[str, ...] = ("auction",)
+    validity: float = 3600.0  # seconds a room token lives
+    expiry: float = field(default=900.0, metadata={"zero_ok": True})  # 0: positions never expire
+    incr_on_expiry: bool = False  # move the serving counter past expired positions
+    # Seconds without a poll after which a waiting position is abandoned (0: off, as
+    # AWS: its sample client polls serving_num only, without its request id).
+    abandon_after: float = field(default=0.0, metadata={"zero_ok": True})
+    inlet: str = "max_size"  # none | max_size | periodic
+    inlet_period: float = 5.0  # seconds between an inlet's steps
+    inlet_max_size: int = 1000  # max_size: sessions the site holds at once
+    inlet_increment_by: int = 10  # periodic: positions admitted per period
+    # periodic: hold back while this rideout alarm is in ALARM (at most one name; a
+    # region's alarm is named after the region, e.g. ["us-east-1"])
+    inlet_alarm: tuple[str, ...] = ()
+    tick_interval: float = 1.0  # seconds between the scheduler's looks at each event
+    metrics_interval: float = 60.0  # seconds between waiting_room_metrics events
+    # Seconds each process keeps serving_num / waiting_num before asking Redis again
+    # (0: off): a surge of polls costs Redis one read per event per interval.
+    micro_cache_ttl: float = field(default=0.5, metadata={"zero_ok": True})
+    max_body: int = 4096  # bytes a request body may have
+    stream_length: int = 10000  # events kept per event's stream (about)
+    # The first key of the room's key ring (KEYS_DIR/room-keys.pem): EdDSA | ES256 |
+    # RS256 (for verifiers that need it). Once the file exists, it decides.
+    token_algorithm: str = "EdDSA"
+
+
 # The [failover] settings that scale with the timing profile, as Timing does.
 FAILOVER_PROFILES: Mapping[str, Mapping[str, Any]] = {
     "seed": {
@@ -281,6 +320,7 @@ class Config:
     auth: AuthConfig = field(default_factory=AuthConfig)
     realtime: RealtimeConfig = field(default_factory=RealtimeConfig)
     failover: FailoverConfig = field(default_factory=FailoverConfig)
+    waitingroom: WaitingRoomConfig = field(default_factory=WaitingRoomConfig)
 
     @property
     def keys_dir(self) -> Path:
@@ -555,6 +595,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         auth=_parse_auth(root.table("auth"), mode),
         realtime=_parse_realtime(root.table("realtime")),
         failover=_parse_failover(root.table("failover"), profile),
+        waitingroom=_parse_waitingroom(root.table("waitingroom")),
     )
     root.done()
     _validate(config)
@@ -626,6 +667,30 @@ def _parse_realtime(t: _Reader) -> RealtimeConfig:
     if realtime.reserved_connections >= realtime.max_connections:
         raise ConfigError(t.key("reserved_connections"), "must be less than max_connections")
     return realtime
+
+
+def _parse_waitingroom(t: _Reader) -> WaitingRoomConfig:
+    room = WaitingRoomConfig(**_scalars(t, WaitingRoomConfig()))
+    if room.inlet not in ("none", "max_size", "periodic"):
+        raise ConfigError(
+            t.key("inlet"), f"must be 'none', 'max_size' or 'periodic', got {room.inlet!r}"
+        )
+    for event_id in room.events:
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", event_id):
+            raise ConfigError(
+                t.key("events"), f"{event_id!r} is not an event id (1 to 64 letters, digits, _ . -)"
+            )
+    if room.token_algorithm not in ("EdDSA", "ES256", "RS256"):
+        raise ConfigError(
+            t.key("token_algorithm"), f"must be EdDSA, ES256 or RS256, got {room.token_algorithm!r}"
+        )
+    if room.max_body < 256:
+        raise ConfigError(t.key("max_body"), "must be at least 256 bytes")
+    if len(room.inlet_alarm) > 1 or not all(
+        re.fullmatch(r"[A-Za-z0-9_.:/-]{1,255}", name) for name in room.inlet_alarm
+    ):
+        raise ConfigError(t.key("inlet_alarm"), "at most one alarm name (letters, digits, _.:/-)")
+    return room
 
 
 def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
@@ -766,6 +831,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "auth": _section(config.auth),
         "realtime": _section(config.realtime),
         "failover": _section(config.failover),
+        "waitingroom": _section(config.waitingroom),
         "regions": [
             {
                 "name": r.name,
@@ -807,7 +873,7 @@ def dump_toml(config: Config) -> str:
     for key, value in data.items():
         if not isinstance(value, dict | list):
             lines.append(f"{key} = {_toml_value(value)}")
-    for section in ("control_plane", "timing", "auth", "realtime", "failover"):
+    for section in ("control_plane", "timing", "auth", "realtime", "failover", "waitingroom"):
         lines.append(f"\n[{section}]")
         lines.extend(f"{k} = {_toml_value(v)}" for k, v in data[section].items())
     for region in data["regions"]:

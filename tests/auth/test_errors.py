@@ -24,7 +24,11 @@ def test_auth_error_carries_status_reason_and_message() -> None:
     assert {reason for reason, status in REASON_STATUS.items() if status == 403} == {
         "wrong_audience",
         "not_access_token",
+        "wrong_token_use",
         "token_revoked",
+        "session_completed",
+        "session_abandoned",
+        "session_unknown",
     }
     assert AuthError.of("wrong_audience").status == 403
 

@@ -73,7 +73,10 @@ async def rejected(url: str, **kw: Any) -> tuple[int, dict[str, Any]]:
 
 
 @contextlib.asynccontextmanager
-async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
+async def running_deployment(
+    config: Config, app_options: Callable[[], dict[str, Any]] = dict
+) -> AsyncIterator[Deployment]:
+    """The four servers, each app built with ``create_app(..., **app_options())``."""
     key = SigningKey.load_or_create(config.keys_dir)
     deployment = Deployment(config, TokenIssuer(key, config.auth.issuer, config.auth.audience, 600))
     primary, secondary = config.primary, config.secondary
@@ -98,7 +101,7 @@ async def running_deployment(config: Config) -> AsyncIterator[Deployment]:
         finally:
             await writer.aclose()
         for name, region, zone, port in plan:
-            app = create_app(config, region, zone.name)
+            app = create_app(config, region, zone.name, **app_options())
             limits = ServerLimits.from_config(config)
             await stack.enter_async_context(serving(app, zone.address, port, limits=limits))
             deployment.urls[name] = f"ws://{zone.address}:{port}"

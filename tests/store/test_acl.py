@@ -51,6 +51,7 @@ from rideout.store.auction import AuctionSettings, AuctionStore, StoreError
 from rideout.store.client import probe_client, state_client
 from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
 from rideout.store.replication import read_epoch, replication_status
+from rideout.waitingroom import scripts as room_scripts
 from tests.conftest import ADMIN, config_data, credentials, free_port, running_redis_pair
 
 # The async tests share the module's servers, so they run in the module's event loop.
@@ -513,6 +514,10 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         keys.demo_name_claim("carol"),
         keys.REVOCATIONS,
         keys.REVOCATIONS_VERSION,
+        keys.WAITINGROOM_INDEX,
+        *keys.waitingroom_event_keys("ev{1}*").values(),
+        keys.waitingroom_tick("ev", "periodic", 7),
+        keys.waitingroom_stamp("ev", "ab" * 32),
     ]
     for name in names:
         assert any(fnmatch.fnmatchcase(name, pattern) for pattern in app), name
@@ -520,7 +525,8 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     functions = {n for n in keys.__all__ if n.islower()}
     assert functions == {
         "bid_ack", "demo_name_claim", "idempotency", "legacy_bid_ack", "room_state",
-        "room_stream", "user_session",
+        "room_stream", "user_session", "waitingroom_event_keys", "waitingroom_stamp",
+        "waitingroom_tick",
     }  # fmt: skip
 
 
@@ -531,6 +537,7 @@ def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:
         scripts.GET_STATE,
         idempotency.CLAIM_SCRIPT,
         idempotency.FINISH_SCRIPT,
+        *(getattr(room_scripts, name) for name in room_scripts.__all__),
     ):
         called |= {c.lower() for c in re.findall(r"redis\.call\('([A-Za-z]+)'", source)}
     assert called, "the scripts call Redis"

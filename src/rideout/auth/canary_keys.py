@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Final
 
-from rideout._files import create_exclusively
+from rideout.auth import _keyfiles
 from rideout.auth.errors import CredentialError
 from rideout.errors import InvalidArgument
 
@@ -47,26 +47,32 @@ def canary_key_path(directory: Path, region: str) -> Path:
     return Path(directory) / f"canary-{region}.key"
 
 
+def _parse(data: bytes) -> bytes:
+    secret = data.strip()
+    if len(secret) < _MIN_LENGTH:
+        raise ValueError("too short to be a secret; remove it to make a new one")
+    return secret
+
+
+def _fail(path: Path, problem: str) -> CanaryKeyError:
+    return CanaryKeyError(f"{path}: {problem}")
+
+
+def _fresh() -> tuple[bytes, bytes]:
+    secret = secrets.token_urlsafe(32).encode()
+    return secret, secret
+
+
 def _read(path: Path) -> bytes:
     try:
-        secret = path.read_bytes().strip()
-    except OSError as exc:
-        raise CanaryKeyError(f"{path}: cannot read it: {exc.strerror or exc}") from exc
-    if len(secret) < _MIN_LENGTH:
-        raise CanaryKeyError(f"{path}: too short to be a secret; remove it to make a new one")
-    return secret
+        return _keyfiles.read(path, _parse, _fail)
+    except FileNotFoundError as exc:
+        raise _fail(path, f"cannot read it: {_keyfiles.why(exc)}") from exc
 
 
 def load_or_create_canary_key(directory: Path, region: str) -> bytes:
     """`region`'s current canary key, created (mode 0600) if there is none."""
-    path = canary_key_path(directory, region)
-    if not path.exists():
-        try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            create_exclusively(path, secrets.token_urlsafe(32).encode())
-        except OSError as exc:
-            raise CanaryKeyError(f"{path}: cannot create it: {exc.strerror or exc}") from exc
-    return _read(path)
+    return _keyfiles.load_or_create(canary_key_path(directory, region), _parse, _fresh, _fail)
 
 
 def load_canary_keys(directory: Path, regions: Iterable[str]) -> dict[str, tuple[bytes, ...]]:

@@ -3,7 +3,8 @@
 :class:`AuthError` is the one a request can cause (a token rejected, with the HTTP
 status to answer); the others (:class:`~rideout.auth.keys.KeyFileError`,
 :class:`~rideout.auth.keys.JWKSError`, :class:`~rideout.auth.admin.AdminTokenError`)
-mean the operator's key material cannot be used. They are siblings, not subclasses of
+mean the operator's key material cannot be used; :class:`AuthUnavailable` that a
+credential cannot be judged for now (answer 503, never accept). They are siblings, not subclasses of
 :class:`AuthError`, so a handshake that catches :class:`AuthError` to answer 401/403
 never turns a broken key file into a rejected client.
 """
@@ -14,7 +15,7 @@ from typing import Final, Literal, get_args
 
 from rideout.errors import RideoutError
 
-__all__ = ["REASON_STATUS", "AuthError", "AuthReason", "CredentialError"]
+__all__ = ["REASON_STATUS", "AuthError", "AuthReason", "AuthUnavailable", "CredentialError"]
 
 AuthReason = Literal[
     # 401: no usable proof of identity.
@@ -31,13 +32,28 @@ AuthReason = Literal[
     # 403: a genuine token that does not grant this access.
     "wrong_audience",
     "not_access_token",
+    "wrong_token_use",
     "token_revoked",
+    "session_completed",
+    "session_abandoned",
+    "session_unknown",
 ]
 """Machine-readable reason codes carried by :class:`AuthError`."""
 
+_FORBIDDEN: Final = frozenset(
+    {
+        "wrong_audience",
+        "not_access_token",
+        "wrong_token_use",
+        "token_revoked",
+        "session_completed",
+        "session_abandoned",
+        "session_unknown",
+    }
+)
+
 REASON_STATUS: Final[dict[AuthReason, Literal[401, 403]]] = {
-    reason: 403 if reason in {"wrong_audience", "not_access_token", "token_revoked"} else 401
-    for reason in get_args(AuthReason)
+    reason: 403 if reason in _FORBIDDEN else 401 for reason in get_args(AuthReason)
 }
 """The HTTP status each reason maps to (401 unauthenticated, 403 forbidden)."""
 
@@ -76,3 +92,13 @@ class AuthError(CredentialError):
 
     def __reduce__(self) -> tuple[type[AuthError], tuple[int, AuthReason, str]]:
         return (type(self), (self.status, self.reason, self.message))
+
+
+class AuthUnavailable(CredentialError):
+    """A credential cannot be judged right now (what it depends on, such as the store
+    holding session status, does not answer): refuse for now with 503, never accept."""
+
+    def __init__(self, message: str, *, retry_after: float = 1.0) -> None:
+        self.message = message
+        self.retry_after = retry_after
+        super().__init__(message)

@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PublicKey,
 )
 
-from rideout._files import create_exclusively
+from rideout.auth import _keyfiles
 from rideout.auth._encoding import b64url_decode, b64url_encode, strict_json_object
 from rideout.auth.errors import CredentialError
 
@@ -163,16 +163,9 @@ class SigningKey:
         loser then loads the winner's key, so every server sharing the directory ends up
         with the same key. A file that exists but is unusable raises KeyFileError.
         """
-        path = Path(directory) / KEY_FILENAME
-        try:
-            return _read_key_file(path)
-        except FileNotFoundError:
-            pass
-        try:
-            Path(directory).mkdir(mode=0o700, parents=True, exist_ok=True)
-        except OSError as exc:
-            raise KeyFileError(path, f"cannot create the directory: {_why(exc)}") from exc
-        return _publish(path, cls.generate())
+        return _keyfiles.load_or_create(
+            Path(directory) / KEY_FILENAME, cls.from_pem, _fresh, KeyFileError, hint=_KEY_HINT
+        )
 
     def public_jwk(self) -> dict[str, str]:
         """The public key as a JWK: kty, crv, x, kid, alg, use."""
@@ -193,43 +186,19 @@ class SigningKey:
         )
 
 
-def _read_key_file(path: Path) -> SigningKey:
-    """Read the key file; FileNotFoundError passes through, other problems are KeyFileError."""
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise
-    except OSError as exc:
-        raise KeyFileError(path, f"cannot read it: {_why(exc)}") from exc
-    try:
-        return SigningKey.from_pem(data)
-    except ValueError as exc:
-        raise KeyFileError(
-            path, f"{exc}; fix or remove the file (a new key invalidates issued tokens)"
-        ) from exc
+_KEY_HINT: Final = "; fix or remove the file (a new key invalidates issued tokens)"
 
 
-def _read_existing(path: Path) -> SigningKey:
-    """Read a key file that creation found already present."""
-    try:
-        return _read_key_file(path)
-    except FileNotFoundError:
-        raise KeyFileError(
-            path, "it exists but cannot be opened (a dangling symlink, or removed meanwhile)"
-        ) from None
+def _fresh() -> tuple[SigningKey, bytes]:
+    key = SigningKey.generate()
+    return key, key.to_pem()
 
 
 def _publish(path: Path, key: SigningKey) -> SigningKey:
     """Install ``key`` at ``path`` unless a key is already there; return the key in place."""
-    try:
-        created = create_exclusively(path, key.to_pem())
-    except OSError as exc:
-        raise KeyFileError(path, f"cannot create it: {_why(exc)}") from exc
-    return key if created else _read_existing(path)  # another process won: use its key
-
-
-def _why(exc: OSError) -> str:
-    return exc.strerror or str(exc)
+    return _keyfiles.publish(
+        path, (key, key.to_pem()), SigningKey.from_pem, KeyFileError, hint=_KEY_HINT
+    )
 
 
 # --------------------------------------------------------------------------- verifying

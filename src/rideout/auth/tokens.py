@@ -34,6 +34,11 @@ __all__ = [
     "Clock",
     "TokenIssuer",
     "TokenVerifier",
+    "check_validity",
+    "numeric_dates",
+    "signature_checker",
+    "token_kid",
+    "verified_payload",
 ]
 
 Clock = Callable[[], float]
@@ -184,69 +189,15 @@ class TokenVerifier:
         self.leeway = leeway
         self.max_ttl = _check_ttl(max_ttl, "max_ttl")
         self._clock = clock
-        self._jws = jwt.PyJWS(
-            algorithms=sorted(SUPPORTED_ALGORITHMS),
-            options={"verify_signature": True, "enforce_minimum_key_length": True},
-        )
+        self._jws = signature_checker()
 
     def verify(self, token: str) -> Claims:
         """Check ``token`` completely and return its claims, or raise :class:`AuthError`."""
-        if token is None or token == "":
-            raise AuthError.of("missing_token", "no token was presented")
-        if not isinstance(token, str):
-            raise AuthError.of("malformed", "the token must be a string")
-        if len(token) > MAX_TOKEN_LENGTH:
-            raise AuthError.of(
-                "token_too_long", f"the token is longer than {MAX_TOKEN_LENGTH} characters"
-            )
-        shape = _TOKEN_SHAPE.fullmatch(token)
-        if shape is None:
-            raise AuthError.of("malformed", "a token is three base64url segments joined by dots")
-        key = self._select_key(_parse_header(shape.group(1)))
-        try:
-            decoded = self._jws.decode_complete(token, key.key, algorithms=[key.algorithm])
-        except jwt.InvalidSignatureError:
-            raise AuthError.of("bad_signature", "the token signature is not valid") from None
-        except jwt.InvalidAlgorithmError:
-            raise AuthError.of("alg_not_allowed", "the token's alg is not allowed") from None
-        except (
-            jwt.PyJWTError,
-            InvalidSignature,
-            UnsupportedAlgorithm,
-            ValueError,
-            TypeError,
-            RecursionError,
-        ):
-            raise AuthError.of("malformed", "the token could not be decoded") from None
-        try:
-            payload = strict_json_object(decoded["payload"])
-        except ValueError:
-            raise AuthError.of("malformed", "the token payload is not a JSON object") from None
+        payload, _ = verified_payload(token, self.keys, self._jws)
         return self._check_claims(payload)
 
-    def _select_key(self, header: Mapping[str, Any]) -> VerificationKey:
-        alg = header.get("alg")
-        if not isinstance(alg, str) or alg not in SUPPORTED_ALGORITHMS:
-            raise AuthError.of(
-                "alg_not_allowed", "the token's alg is not an allowed signature algorithm"
-            )
-        kid = header.get("kid")
-        if not isinstance(kid, str) or not kid:
-            raise AuthError.of("unknown_kid", "the token header has no kid")
-        key = self.keys.get(kid)
-        if key is None:
-            raise AuthError.of("unknown_kid", "the token's kid is not a trusted key")
-        if alg != key.algorithm:
-            raise AuthError.of(
-                "alg_not_allowed",
-                f"the token's alg does not match its key, which uses {key.algorithm}",
-            )
-        return key
-
     def _check_claims(self, payload: dict[str, Any]) -> Claims:
-        exp = _numeric_date(payload, "exp")
-        iat = _numeric_date(payload, "iat")
-        nbf = _numeric_date(payload, "nbf") if "nbf" in payload else None
+        exp, iat, nbf = numeric_dates(payload)
         sub = payload.get("sub")
         if not _valid_subject(sub):
             raise AuthError.of(
@@ -260,19 +211,9 @@ class TokenVerifier:
 
         if payload.get("iss") != self.issuer:
             raise AuthError.of("wrong_issuer", "the token was not issued by a trusted issuer")
-        now = self._clock()
-        if now >= exp + self.leeway:
-            raise AuthError.of("token_expired", "the token has expired")
-        if nbf is not None and nbf > now + self.leeway:
-            raise AuthError.of("token_not_yet_valid", "the token is not valid yet (nbf)")
-        if iat > now + self.leeway:
-            raise AuthError.of("token_not_yet_valid", "the token was issued in the future (iat)")
-        if exp - iat > self.max_ttl:
-            raise AuthError.of(
-                "lifetime_too_long",
-                f"the token lives longer (exp - iat) than the {self.max_ttl:g} s this service "
-                "accepts",
-            )
+        check_validity(
+            exp, iat, nbf, now=self._clock(), leeway=self.leeway, max_ttl=self.max_ttl
+        )  # fmt: skip
 
         aud = payload.get("aud")
         if not (aud == self.audience or (isinstance(aud, list) and self.audience in aud)):
@@ -280,6 +221,117 @@ class TokenVerifier:
         if payload.get("token_use") != ACCESS_TOKEN_USE:
             raise AuthError.of("not_access_token", "the token is not an access token")
         return Claims(sub=sub, exp=exp, iat=iat, jti=jti, raw=MappingProxyType(payload))
+
+
+def signature_checker() -> jwt.PyJWS:
+    """The JWS decoder every verifier checks signatures with (each key's one algorithm)."""
+    return jwt.PyJWS(
+        algorithms=sorted(SUPPORTED_ALGORITHMS),
+        options={"verify_signature": True, "enforce_minimum_key_length": True},
+    )
+
+
+def verified_payload(token: object, keys: JWKSet, jws: jwt.PyJWS) -> tuple[dict[str, Any], str]:
+    """The payload of ``token`` (and its base64url segment) once its size, shape,
+    header and signature are checked against ``keys``; nothing about its claims.
+
+    Raises :class:`AuthError`: ``missing_token``, ``token_too_long``, ``malformed``,
+    ``alg_not_allowed``, ``unknown_kid`` or ``bad_signature``.
+    """
+    if token is None or token == "":
+        raise AuthError.of("missing_token", "no token was presented")
+    if not isinstance(token, str):
+        raise AuthError.of("malformed", "the token must be a string")
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise AuthError.of(
+            "token_too_long", f"the token is longer than {MAX_TOKEN_LENGTH} characters"
+        )
+    shape = _TOKEN_SHAPE.fullmatch(token)
+    if shape is None:
+        raise AuthError.of("malformed", "a token is three base64url segments joined by dots")
+    key = _select_key(keys, _parse_header(shape.group(1)))
+    try:
+        decoded = jws.decode_complete(token, key.key, algorithms=[key.algorithm])
+    except jwt.InvalidSignatureError:
+        raise AuthError.of("bad_signature", "the token signature is not valid") from None
+    except jwt.InvalidAlgorithmError:
+        raise AuthError.of("alg_not_allowed", "the token's alg is not allowed") from None
+    except (
+        jwt.PyJWTError,
+        InvalidSignature,
+        UnsupportedAlgorithm,
+        ValueError,
+        TypeError,
+        RecursionError,
+    ):
+        raise AuthError.of("malformed", "the token could not be decoded") from None
+    try:
+        payload = strict_json_object(decoded["payload"])
+    except ValueError:
+        raise AuthError.of("malformed", "the token payload is not a JSON object") from None
+    return payload, token.split(".", 2)[1]
+
+
+def token_kid(token: object) -> str | None:
+    """The ``kid`` in the header of something shaped like a token, else None (unverified:
+    only to tell which verifier a token is meant for)."""
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH:
+        return None
+    shape = _TOKEN_SHAPE.fullmatch(token)
+    if shape is None:
+        return None
+    try:
+        kid = _parse_header(shape.group(1)).get("kid")
+    except AuthError:
+        return None
+    return kid if isinstance(kid, str) and kid else None
+
+
+def numeric_dates(payload: Mapping[str, Any]) -> tuple[float, float, float | None]:
+    """``exp``, ``iat`` and ``nbf`` (None when absent); ``malformed`` if not NumericDates."""
+    exp = _numeric_date(payload, "exp")
+    iat = _numeric_date(payload, "iat")
+    nbf = _numeric_date(payload, "nbf") if "nbf" in payload else None
+    return exp, iat, nbf
+
+
+def check_validity(
+    exp: float, iat: float, nbf: float | None, *, now: float, leeway: float, max_ttl: float
+) -> None:
+    """Refuse a token outside its validity at ``now`` (give or take ``leeway``), or one
+    that lives longer than ``max_ttl``: ``token_expired``, ``token_not_yet_valid``,
+    ``lifetime_too_long``."""
+    if now >= exp + leeway:
+        raise AuthError.of("token_expired", "the token has expired")
+    if nbf is not None and nbf > now + leeway:
+        raise AuthError.of("token_not_yet_valid", "the token is not valid yet (nbf)")
+    if iat > now + leeway:
+        raise AuthError.of("token_not_yet_valid", "the token was issued in the future (iat)")
+    if exp - iat > max_ttl:
+        raise AuthError.of(
+            "lifetime_too_long",
+            f"the token lives longer (exp - iat) than the {max_ttl:g} s this service accepts",
+        )
+
+
+def _select_key(keys: JWKSet, header: Mapping[str, Any]) -> VerificationKey:
+    alg = header.get("alg")
+    if not isinstance(alg, str) or alg not in SUPPORTED_ALGORITHMS:
+        raise AuthError.of(
+            "alg_not_allowed", "the token's alg is not an allowed signature algorithm"
+        )
+    kid = header.get("kid")
+    if not isinstance(kid, str) or not kid:
+        raise AuthError.of("unknown_kid", "the token header has no kid")
+    key = keys.get(kid)
+    if key is None:
+        raise AuthError.of("unknown_kid", "the token's kid is not a trusted key")
+    if alg != key.algorithm:
+        raise AuthError.of(
+            "alg_not_allowed",
+            f"the token's alg does not match its key, which uses {key.algorithm}",
+        )
+    return key
 
 
 def _parse_header(segment: str) -> dict[str, Any]:

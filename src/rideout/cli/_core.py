@@ -691,13 +691,21 @@ def serve(
     """Run one zone's app server in the foreground (`rideout up` starts one per zone)."""
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
-    from rideout.realtime.app import create_app
+    from rideout.realtime.app import ZoneExtension, create_app
     from rideout.realtime.zone import hold_mode_signals
+    from rideout.waitingroom.authorizer import RoomAuthorizer
+    from rideout.waitingroom.extension import WaitingRoom
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = load(config_path)
+    extensions: list[ZoneExtension] = [WaitingRoom(config)] if config.waitingroom.enabled else []
+    # /ws accepts the waiting room's access tokens for the events that guard the auction.
+    authorities = [RoomAuthorizer.from_config(config)] if config.auth.room_events else []
     try:
-        app_ = create_app(config, region, zone, signals=True)
+        app_ = create_app(
+            config, region, zone, signals=True, extensions=[*extensions, *authorities],
+            authorities=authorities,
+        )  # fmt: skip
     except KeyError as exc:
         fail(str(exc.args[0]), 2)
     run(

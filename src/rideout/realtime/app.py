@@ -49,6 +49,7 @@ from rideout.realtime.revocation import RevocationFollower
 from rideout.realtime.zone import (
     DEGRADE_SIGNAL,
     SERVE_SIGNAL,
+    HandshakeAuthority,
     ZoneMode,
     ZoneServer,
     early_mode,
@@ -185,7 +186,11 @@ class ZoneExtension(Protocol):
 
 
 async def _open_zone(
-    stack: contextlib.AsyncExitStack, config: Config, region: RegionConfig, zone: ZoneConfig
+    stack: contextlib.AsyncExitStack,
+    config: Config,
+    region: RegionConfig,
+    zone: ZoneConfig,
+    authorities: Sequence[HandshakeAuthority] = (),
 ) -> ZoneServer:
     """Build and start one zone's server; `stack` stops and closes it all."""
     key = SigningKey.load_or_create(config.keys_dir)
@@ -226,7 +231,7 @@ async def _open_zone(
             config.realtime, connection_cap(config.realtime.max_connections)
         ),
         budget=CostBudget.for_config(config.realtime),
-        revocations=RevocationList(auth.leeway),
+        revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
     )  # fmt: skip
     await epoch.refresh()
     epoch.start()
@@ -269,6 +274,7 @@ def create_app(
     *,
     signals: bool = False,
     extensions: Sequence[ZoneExtension] = (),
+    authorities: Sequence[HandshakeAuthority] = (),
 ) -> ZoneApp:
     """The ASGI app for one zone; raises KeyError for an unknown region or zone.
 
@@ -276,7 +282,9 @@ def create_app(
     deployment's keys directory, so every region verifies the same tokens. With
     `signals`, SIGUSR1 degrades the zone and SIGUSR2 puts it back to serving (for a
     process of its own: `rideout serve`). Each of `extensions` is started, in order,
-    once the zone is up, and its routes mounted (see :class:`ZoneExtension`).
+    once the zone is up, and its routes mounted (see :class:`ZoneExtension`). `/ws`
+    also accepts the tokens of `authorities` (see
+    :class:`~rideout.realtime.zone.HandshakeAuthority`).
     """
     region = config.region(region_name)
     zone = config.zone(region_name, zone_name)
@@ -293,7 +301,9 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            server = app.state.zone = await _open_zone(stack, config, region, zone)
+            server = app.state.zone = await _open_zone(
+                stack, config, region, zone, authorities
+            )  # fmt: skip
             for extension in extensions:
                 await extension.start(server)
                 stack.push_async_callback(extension.stop)

@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from rideout._eager import Resumption, run_eagerly
-from rideout.auth import AuthError, extract_token
+from rideout.auth import AuthError, AuthUnavailable, Claims, extract_token
 from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
 from rideout.protocol import (
     MESSAGE_TOO_BIG,
@@ -100,10 +100,16 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         return None
     try:
         bearer = extract_token(scope.get("query_string", b""), scope["headers"])
-        claims = server.verifier.verify(bearer.token)
+        claims = await _authorize(server, bearer.token)
         _refuse_revoked(server, claims.sub, claims.jti, claims.iat)
     except AuthError as exc:
         await _deny(scope, send, server, exc.status, exc.reason, exc.message)
+        return None
+    except AuthUnavailable as exc:
+        await _deny(
+            scope, send, server, 503, "auth_unavailable", exc.message,
+            retry_after=exc.retry_after,
+        )  # fmt: skip
         return None
     probe = claims.raw.get(PROBE_CLAIM) == CANARY_PROBE
     client = scope.get("client")
@@ -125,6 +131,19 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         send, claims.sub, claims.exp, server,
         address=address, probe=probe, jti=claims.jti, issued=claims.iat,
     )  # fmt: skip
+
+
+async def _authorize(server: ZoneServer, token: str) -> Claims:
+    """The token's claims from the auction's verifier or, when it refuses the token,
+    from the first authority that owns it; else the verifier's refusal."""
+    try:
+        return server.verifier.verify(token)
+    except AuthError as refusal:
+        for authority in server.authorities:
+            claims = await authority.authorize(token)
+            if claims is not None:
+                return claims
+        raise refusal from None
 
 
 REVOKED_REASON = "token revoked"

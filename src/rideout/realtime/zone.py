@@ -42,7 +42,7 @@ from rideout.realtime.limits import ConnectionCaps, CostBudget
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from rideout.auth import TokenIssuer, TokenVerifier
+    from rideout.auth import Claims, TokenIssuer, TokenVerifier
     from rideout.auth.revocation import RevocationList
     from rideout.config import Config, RegionConfig, ZoneConfig
     from rideout.realtime.epoch import EpochTracker
@@ -53,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEGRADE_SIGNAL",
     "SERVE_SIGNAL",
+    "HandshakeAuthority",
     "ZoneConnection",
     "ZoneMode",
     "ZoneServer",
@@ -110,6 +111,21 @@ class ZoneConnection(Protocol):
         """Drop what is queued and close with `code`."""
 
 
+class HandshakeAuthority(Protocol):
+    """Another issuer whose tokens ``/ws`` accepts (the waiting room's, say), asked in
+    turn when the auction's own verifier refuses a token.
+
+    Passed to :func:`~rideout.realtime.app.create_app` by whoever composes the
+    deployment, so ``realtime`` never imports the part that issues them.
+    """
+
+    async def authorize(self, token: str) -> Claims | None:
+        """The token's claims when this authority issued it and accepts it; None when
+        the token is not its own. Raises :class:`~rideout.auth.AuthError` for its own
+        token refused (401/403), :class:`~rideout.auth.AuthUnavailable` when it cannot
+        tell now (503)."""
+
+
 _DEFAULTS = RealtimeConfig()
 
 
@@ -132,6 +148,8 @@ class ZoneServer:
     started_at: float
     origins: frozenset[str]
     revocations: RevocationList  # kept current by the revocation follower
+    # Asked, in order, about a token the auction's verifier refuses (HandshakeAuthority).
+    authorities: tuple[HandshakeAuthority, ...] = ()
     mode: ZoneMode = ZoneMode.SERVING
     connections: set[ZoneConnection] = field(default_factory=set)
     unreplicated_acks: int = 0  # sync mode degraded to async for these acknowledgements

@@ -10,7 +10,8 @@ CLIENT among them):
     the app servers: the bid and getState scripts (:mod:`.scripts`, called with EVALSHA,
     loaded with SCRIPT LOAD, followed by WAIT in sync mode), the commands those scripts
     and the ``Idempotency-Key`` scripts run (Redis checks them with the caller's rights),
-    the hub's XREAD, the epoch's GET, a room offset's HGET and ``/health``'s INFO.
+    the hub's XREAD, the epoch's GET, a room offset's HGET and ``/health``'s INFO;
+    the waiting room's scripts and reads (its keys only: ``rideout:wr:*``).
 ``rideout-replication``
     a replica's link to its master (PSYNC, REPLCONF, PING). Every server authenticates
     with it (``masteruser``/``masterauth``): any of them can become a replica.
@@ -184,11 +185,15 @@ _SCRIPT_COMMANDS: Final = (
     "get", "set", "del", "pexpire", "time",
     "hset", "hmget", "hgetall",
     "xadd", "xlen", "xrange", "xrevrange", "xtrim",
+    # the waiting room's (rideout.waitingroom.scripts)
+    "exists", "hincrby", "sadd", "srem",
+    "zadd", "zrem", "zcount", "zcard", "zrange", "zrangebyscore", "zremrangebyscore",
 )  # fmt: skip
 _APP_COMMANDS: Final = (
     "ping", "info", "hget", "xread", "wait",  # /health, last_offset, the hub, sync mode
     "evalsha", "script|load", "script|exists",  # the scripts, through redis-py's Script
     "expire", "ttl",  # a demo sign-in's name claim (realtime/demo.py)
+    "smembers",  # the waiting room's event index (RoomStore.list_events)
 )  # fmt: skip
 _CONTROLLER_COMMANDS: Final = (
     "ping", "info", "replicaof", "failover",
@@ -207,6 +212,7 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
             keys.USER_KEYS,
             keys.IDEMPOTENCY_KEYS,
             keys.REVOCATION_KEYS,
+            keys.WAITINGROOM_KEYS,
         ),  # revocations: read by each app server's follower
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),

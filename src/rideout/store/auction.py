@@ -107,7 +107,9 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "decode_stream_entry",
+    "describe_server",
     "empty_state",
+    "store_errors",
 ]
 
 START: Final = "0-0"
@@ -400,7 +402,8 @@ def _bid_result(reply: object, what: str) -> BidResult:
 # -------------------------------------------------------------------------- the store
 
 
-def _describe(client: aioredis.Redis, region: str) -> str:
+def describe_server(client: aioredis.Redis, region: str) -> str:
+    """How errors name `client`'s server: its region and address."""
     kwargs = client.connection_pool.connection_kwargs
     where = kwargs.get("path") or f"{kwargs.get('host', '?')}:{kwargs.get('port', '?')}"
     return f"the Redis of region {region} at {where}"
@@ -430,12 +433,16 @@ def _translate(exc: BaseException, server: str, what: str) -> StoreError:
 
 
 @contextmanager
-def _store_errors(server: str, what: str) -> Iterator[None]:
-    """redis-py's exceptions (and OSError) as the store's own, naming `server` and `what`."""
+def store_errors(server: str, what: str) -> Iterator[None]:
+    """redis-py's exceptions (and OSError) as the store's own, naming `server` and `what`
+    (for other stores over the same Redis: the revocations', the waiting room's)."""
     try:
         yield
     except (RedisError, OSError) as exc:
         raise _translate(exc, server, what) from exc
+
+
+_describe, _store_errors = describe_server, store_errors
 
 
 class AuctionStore:

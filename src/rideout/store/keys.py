@@ -23,6 +23,8 @@ __all__ = [
     "ROOM_KEYS",
     "ROOM_STREAMS",
     "USER_KEYS",
+    "WAITINGROOM_INDEX",
+    "WAITINGROOM_KEYS",
     "bid_ack",
     "demo_name_claim",
     "idempotency",
@@ -30,6 +32,9 @@ __all__ = [
     "room_state",
     "room_stream",
     "user_session",
+    "waitingroom_event_keys",
+    "waitingroom_stamp",
+    "waitingroom_tick",
 ]
 
 PREFIX = "rideout:"
@@ -52,6 +57,10 @@ REVOCATIONS = PREFIX + "{revocations}:entries"
 REVOCATIONS_VERSION = PREFIX + "{revocations}:version"
 # Both, as a glob pattern (for MATCH and for ACL key patterns).
 REVOCATION_KEYS = PREFIX + "{revocations}:*"
+# The waiting room (rideout.waitingroom): every key of every event, and the set of
+# event ids. An event's keys share its ``{hash tag}``; the index is the one key outside.
+WAITINGROOM_KEYS = PREFIX + "wr:*"
+WAITINGROOM_INDEX = PREFIX + "wr:index"
 
 
 def _safe(name: str) -> str:
@@ -106,3 +115,36 @@ def idempotency(scope: str, key: str, user: str | None = None) -> str:
     """
     owner = "-" if user is None else "u=" + _safe(user)
     return f"{PREFIX}idem:{_safe(scope)}:{owner}:{_safe(key)}"
+
+
+# The waiting room's keys of one event, in the order its scripts take them
+# (rideout.waitingroom.scripts): name -> key.
+_WAITINGROOM_PARTS = (
+    "event",  # hash: the settings ("json") and the few fields the scripts read
+    "counters",  # hash: queue, serving, tokens, expired, abandoned, completed, ...
+    "requests",  # hash: request id -> "q,entry_ms,state,iat,exp,status"
+    "queue",  # zset: request id by queue number
+    "seen",  # zset: waiting request id by its last poll (ms): abandonment
+    "tokens",  # zset: request id by its token's exp (s): every token
+    "active",  # zset: request id by exp (s): tokens whose session is still 0
+    "servable",  # zset: "counter:ms" by counter: when each position became servable
+    "dead",  # zset: request id by queue number: expired or abandoned unserved
+    "prequeue",  # zset: pre-queued request id by a random draw
+    "events",  # stream: token_generated, session_updated, ... (bounded)
+)
+
+
+def waitingroom_event_keys(event_id: str) -> dict[str, str]:
+    """Every key of one waiting-room event, by part (see ``_WAITINGROOM_PARTS``)."""
+    tag = f"{PREFIX}wr:{{{_safe(event_id)}}}:"
+    return {part: tag + part for part in _WAITINGROOM_PARTS}
+
+
+def waitingroom_tick(event_id: str, task: str, tick: int) -> str:
+    """String: claimed by the one process that runs `task` for `tick` (``SET NX``)."""
+    return f"{PREFIX}wr:{{{_safe(event_id)}}}:tick:{_safe(task)}:{tick}"
+
+
+def waitingroom_stamp(event_id: str, digest: str) -> str:
+    """String: a proof-of-work stamp already used for `event_id` (kept while it is valid)."""
+    return f"{PREFIX}wr:{{{_safe(event_id)}}}:pow:{_safe(digest)}"

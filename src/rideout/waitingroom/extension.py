@@ -1,0 +1,163 @@
+"""The waiting room as a zone extension: ``rideout serve`` passes a :class:`WaitingRoom`
+to :func:`rideout.realtime.app.create_app`, so every zone of every region serves the
+room's API on the region's Redis (``realtime`` never imports the room).
+
+At start it builds the room's store on the zone's Redis client, loads the room's key
+ring once (``KEYS_DIR/room-keys.pem``, re-read when a rotation changes it), creates the
+configured events that are missing (on the writer; the replica region skips it) and
+starts the scheduler (:mod:`.inlets`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Protocol, cast
+
+import httpx
+import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute, Route
+
+from rideout import routes
+from rideout.auth.keys import Algorithm
+from rideout.auth.room_tokens import RoomKeyWatcher, RoomTokenIssuer
+from rideout.config import Config
+from rideout.waitingroom.api import CACHE_PUBLIC_KEY, RoomAPI
+from rideout.waitingroom.errors import EventExists, RoomError, RoomNotWriter
+from rideout.waitingroom.inlets import RoomScheduler, control_plane_alarm_state
+from rideout.waitingroom.metrics import RoomMetrics
+from rideout.waitingroom.model import EventSettings, InletKind, InletSettings
+from rideout.waitingroom.store import RoomStore
+
+__all__ = ["WaitingRoom", "configured_event"]
+
+log = logging.getLogger("rideout.waitingroom")
+
+
+class _Region(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _Metrics(Protocol):
+    @property
+    def registry(self) -> CollectorRegistry: ...
+
+
+class ZoneLike(Protocol):
+    """What the room needs of a zone's server (:class:`rideout.realtime.zone.ZoneServer`)."""
+
+    @property
+    def metrics(self) -> _Metrics: ...
+
+    @property
+    def redis(self) -> aioredis.Redis: ...
+    @property
+    def admin_token(self) -> str: ...
+    @property
+    def region(self) -> _Region: ...
+
+
+def configured_event(config: Config, event_id: str) -> EventSettings:
+    """An event with the ``[waitingroom]`` section's settings."""
+    room = config.waitingroom
+    return EventSettings(
+        event_id,
+        validity=room.validity,
+        expiry=room.expiry,
+        incr_on_expiry=room.incr_on_expiry,
+        abandon_after=room.abandon_after,
+        inlet=InletSettings(
+            InletKind(room.inlet),
+            period=room.inlet_period,
+            max_size=room.inlet_max_size,
+            increment_by=room.inlet_increment_by,
+            alarm=room.inlet_alarm[0] if room.inlet_alarm else "",
+        ),
+    )
+
+
+class WaitingRoom:
+    """The room's routes and scheduled work on one zone (a ``ZoneExtension``)."""
+
+    def __init__(self, config: Config, *, scheduler: bool = True) -> None:
+        self.config = config
+        self.run_scheduler = scheduler
+        self.store: RoomStore | None = None
+        self.api: RoomAPI | None = None
+        self.scheduler: RoomScheduler | None = None
+        self._http: httpx.AsyncClient | None = None
+        self._keys: RoomKeyWatcher | None = None
+
+    async def start(self, server: ZoneLike) -> None:
+        """Build the store and API, create the configured events, start the scheduler."""
+        room = self.config.waitingroom
+        store = self.store = RoomStore(
+            server.redis, region=server.region.name, stream_length=room.stream_length
+        )
+        watcher = self._keys = RoomKeyWatcher(
+            self.config.keys_dir, cast(Algorithm, room.token_algorithm)
+        )
+        issuer = routes.room_issuer(self.config)
+        self.api = RoomAPI(
+            store,
+            admin_token=server.admin_token,
+            issuer=issuer,
+            signer=RoomTokenIssuer(watcher, issuer=issuer),
+            keys=watcher,
+            micro_cache_ttl=room.micro_cache_ttl,
+            max_body=room.max_body,
+            metrics=RoomMetrics(server.metrics.registry),
+        )
+        await self._create_configured_events(store)
+        if self.run_scheduler:
+            http = self._http = httpx.AsyncClient(timeout=1.0, trust_env=False)
+            summary = routes.control_plane_url(self.config, routes.SUMMARY)
+
+            async def alarm_state(name: str) -> str | None:
+                return await control_plane_alarm_state(http, summary, name)
+
+            self.scheduler = RoomScheduler(
+                store,
+                interval=room.tick_interval,
+                metrics_interval=room.metrics_interval,
+                alarm_state=alarm_state,
+            )
+            self.scheduler.start()
+
+    async def _create_configured_events(self, store: RoomStore) -> None:
+        for event_id in self.config.waitingroom.events:
+            try:
+                await store.create_event(configured_event(self.config, event_id))
+            except EventExists:
+                pass
+            except RoomNotWriter:
+                return  # the replica region: the writer's zones create them
+            except RoomError as exc:
+                log.warning("waiting room: cannot create event %s: %s", event_id, exc)
+
+    def routes(self, server: ZoneLike) -> Sequence[BaseRoute]:
+        """The public and private API, and the room's JWKS under its issuer path."""
+        if self.api is None:
+            raise RuntimeError("WaitingRoom.routes() before start()")
+        return [*self.api.routes(), Route(routes.ROOM_JWKS, self.jwks, methods=["GET"])]
+
+    async def jwks(self, request: Request) -> Response:
+        """The room's current and previous public keys."""
+        assert self._keys is not None
+        return JSONResponse(
+            self._keys.ring().jwks(),
+            headers={"Cache-Control": CACHE_PUBLIC_KEY, "Access-Control-Allow-Origin": "*"},
+        )
+
+    async def stop(self) -> None:
+        """Stop the scheduler and close the control plane client."""
+        if self.scheduler is not None:
+            await self.scheduler.stop()
+            self.scheduler = None
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None

@@ -1,0 +1,180 @@
+"""The room's scheduled work: inlets, the expiry and abandonment sweep, the pre-queue's
+release and the metrics events, for every event, in every app server process.
+
+Each process looks at every event every ``interval`` seconds. Work that must happen
+once per period across ALL processes (an inlet's step, a metrics event) is claimed per
+tick with ``SET NX`` inside the same script that does it, so N workers admit once, not
+N times. The sweep and the release are idempotent scripts and simply run. On the
+secondary region's read-only replica every change is refused (``RoomNotWriter``) and
+skipped: only the writer region moves counters, and after a failover the promoted one
+takes over on its next look.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from rideout import _validate
+from rideout.waitingroom.errors import RoomError, RoomNotWriter, UnknownEvent
+from rideout.waitingroom.events import write_metrics
+from rideout.waitingroom.model import (
+    EventSettings,
+    InletKind,
+    periodic_increment,
+    tick_of,
+)
+from rideout.waitingroom.store import RoomStore
+
+__all__ = ["AlarmState", "PassReport", "RoomScheduler", "control_plane_alarm_state"]
+
+log = logging.getLogger("rideout.waitingroom")
+
+AlarmState = Callable[[str], Awaitable[str | None]]
+"""An alarm's state by name (``OK``, ``ALARM``, ``INSUFFICIENT_DATA``; None: unknown)."""
+
+
+async def control_plane_alarm_state(client: httpx.AsyncClient, url: str, name: str) -> str | None:
+    """The state of rideout alarm `name` from the control plane's summary at `url`
+    (a region's alarm is named after the region); None when it cannot be told, which
+    an inlet treats as OK (as AWS's treats a missing alarm)."""
+    try:
+        response = await client.get(url)
+        alarms: dict[str, Any] = response.json().get("alarms", {})
+    except (httpx.HTTPError, ValueError, AttributeError):
+        return None
+    for key, alarm in alarms.items():
+        if isinstance(alarm, dict) and name in (key, alarm.get("name")):
+            state = alarm.get("state")
+            return state if isinstance(state, str) else None
+    return None
+
+
+@dataclass
+class PassReport:
+    """What one look at every event did (for tests and logs)."""
+
+    admitted: dict[str, int] = field(default_factory=dict)  # by event, inlets only
+    expired: int = 0
+    abandoned: int = 0
+    recycled: int = 0
+    released: int = 0
+    metrics: int = 0
+    skipped: int = 0  # events whose changes the replica refused
+
+
+class RoomScheduler:
+    """Runs the room's scheduled work (see the module docstring) until stopped."""
+
+    def __init__(
+        self,
+        store: RoomStore,
+        *,
+        interval: float = 1.0,
+        metrics_interval: float = 60.0,
+        alarm_state: AlarmState | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.interval = _validate.seconds("interval", interval)
+        self.metrics_interval = _validate.seconds("metrics_interval", metrics_interval)
+        self.alarm_state = alarm_state
+        self._sleep = sleep
+        self._last_inlet_tick: dict[str, int] = {}
+        self._last_metrics_tick: dict[str, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    async def run_once(self) -> PassReport:
+        """Look at every event once."""
+        report = PassReport()
+        try:
+            events = await self.store.list_events()
+        except RoomError as exc:
+            log.warning("waiting room: cannot list events: %s", exc)
+            return report
+        for event in events:
+            try:
+                await self._event(event, report)
+            except RoomNotWriter:
+                report.skipped += 1
+            except UnknownEvent:
+                pass  # deleted meanwhile
+            except RoomError as exc:
+                log.warning("waiting room: event %s: %s", event.event_id, exc)
+        return report
+
+    async def _event(self, event: EventSettings, report: PassReport) -> None:
+        store, event_id, now = self.store, event.event_id, self.store.clock()
+        if event.prequeue_until and now >= event.prequeue_until:
+            before = (await store.counters(event_id)).prequeued
+            if before:
+                left = await store.release_prequeue(event_id)
+                report.released += before - left
+        if event.expiry > 0 or event.abandon_after > 0:
+            swept = await store.sweep(event_id)
+            report.expired += swept.expired
+            report.abandoned += swept.abandoned
+            report.recycled += swept.incremented
+        await self._inlet(event, now, report)
+        tick = tick_of(now, self.metrics_interval)
+        if self._last_metrics_tick.get(event_id) != tick:
+            if await store.claim_tick(event_id, "metrics", tick, self.metrics_interval * 2):
+                await write_metrics(store, event_id)
+                report.metrics += 1
+            self._last_metrics_tick[event_id] = tick
+
+    async def _inlet(self, event: EventSettings, now: float, report: PassReport) -> None:
+        inlet = event.inlet
+        if inlet.kind is InletKind.NONE:
+            return
+        tick = tick_of(now, inlet.period)
+        if self._last_inlet_tick.get(event.event_id) == tick:
+            return
+        claim = ("inlet", tick, inlet.period * 2)
+        before = await self.store.serving(event.event_id)
+        if inlet.kind is InletKind.PERIODIC:
+            alarm = None
+            if inlet.alarm and self.alarm_state is not None:
+                alarm = await self.alarm_state(inlet.alarm)
+            by = periodic_increment(inlet, now, alarm)
+            after = (
+                await self.store.increment_serving(event.event_id, by, claim=claim) if by else -1
+            )
+        else:
+            # max_size_increment's decision, taken inside the script against the
+            # capacity held at that moment (so two ticks never count one slot twice).
+            after = await self.store.admit_up_to(event.event_id, inlet.max_size, claim=claim)
+        self._last_inlet_tick[event.event_id] = tick
+        if after >= 0:
+            report.admitted[event.event_id] = max(0, after - before)
+
+    # ------------------------------------------------------------------ the loop
+
+    def start(self) -> None:
+        """Run :meth:`run_once` every ``interval`` in a task of its own."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="waitingroom-scheduler")
+
+    async def _loop(self) -> None:
+        while True:
+            started = time.monotonic()
+            try:
+                await self.run_once()
+            except Exception:  # never let one bad pass stop the room's inlets
+                log.exception("waiting room: scheduled pass failed")
+            await self._sleep(max(0.0, self.interval - (time.monotonic() - started)))
+
+    async def stop(self) -> None:
+        """Stop the loop (a pass under way is cancelled: every step is atomic)."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

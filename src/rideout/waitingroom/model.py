@@ -1,0 +1,481 @@
+"""The waiting room's pure core: event settings, positions, counters, and the decisions
+(expiry, abandonment, inlets, estimated wait). No I/O; every time is passed in.
+
+Counters of one event (all integers, never negative):
+
+``queue``
+    positions handed out (one per accepted arrival; a refused request counts nothing)
+``serving``
+    the serving counter: positions up to it may take a token
+``tokens``
+    positions that took their first token ("served")
+``expired``
+    positions that expired before taking a token
+``abandoned``
+    positions whose client stopped polling for ``abandon_after`` before taking a token
+``completed`` / ``sessions_abandoned``
+    sessions ended through ``update_session`` (1 / -1); they stay among ``tokens``
+
+so that ``queue = tokens + waiting + expired + abandoned`` always holds, with
+``waiting`` computed by :func:`waiting_count`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Final
+
+from rideout import _validate
+from rideout.errors import InvalidArgument, InvalidArgumentType
+
+__all__ = [
+    "ALARM",
+    "DEFAULT_EXPIRY",
+    "DEFAULT_VALIDITY",
+    "EVENT_ID_RE",
+    "MAX_VALIDITY",
+    "POW_WINDOW",
+    "REQUEST_ID_RE",
+    "Counters",
+    "EventSettings",
+    "ExpiredPage",
+    "Expiry",
+    "ExpiryState",
+    "InletKind",
+    "InletSettings",
+    "Position",
+    "PositionState",
+    "TokenGrant",
+    "check_event_id",
+    "check_request_id",
+    "estimated_wait",
+    "expires_in",
+    "is_abandoned",
+    "max_size_increment",
+    "periodic_increment",
+    "pow_digest",
+    "pow_valid",
+    "queue_time",
+    "serving_rate",
+    "solve_pow",
+    "tick_of",
+    "waiting_count",
+]
+
+DEFAULT_VALIDITY: Final = 3600.0
+"""Seconds a token is valid (AWS's ``ValidityPeriod`` default)."""
+DEFAULT_EXPIRY: Final = 900.0
+"""Seconds a servable position stays claimable (AWS's ``QueuePositionExpiryPeriod``)."""
+MAX_VALIDITY: Final = 86400.0
+"""The longest token validity (the room's verifiers accept none longer)."""
+ALARM: Final = "ALARM"
+"""The alarm state that holds a periodic inlet back."""
+
+EVENT_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+# AWS checks request ids with re.match(r'\w{8}-\w{4}-\w{4}-\w{4}-\w{12}'): a prefix
+# match that lets trailing garbage (and '_') through. rideout matches the whole id.
+REQUEST_ID_RE: Final = re.compile(
+    r"[0-9A-Za-z]{8}-[0-9A-Za-z]{4}-[0-9A-Za-z]{4}-[0-9A-Za-z]{4}-[0-9A-Za-z]{12}"
+)
+POW_WINDOW: Final = 300.0
+"""Seconds a proof-of-work stamp's timestamp may be off from the server's clock."""
+_POW_RE: Final = re.compile(r"([0-9]{1,12}):([A-Za-z0-9]{1,64})")
+_ALARM_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.:/-]{1,255}")
+_MAX_COUNT: Final = 10**12
+_MAX_SECONDS: Final = 10.0**9
+
+
+def check_event_id(value: object) -> str:
+    """`value` if it is an event id: 1 to 64 letters, digits, ``_``, ``.``, ``-``."""
+    text = _validate.text("event_id", value)
+    if not EVENT_ID_RE.fullmatch(text):
+        raise InvalidArgument(
+            "event_id must be 1 to 64 letters, digits, '_', '.' or '-' (starting with a "
+            f"letter or digit), not {text[:80]!r}"
+        )
+    return text
+
+
+def check_request_id(value: object) -> str:
+    """`value` if it is a request id (a UUID's shape, matched in full)."""
+    text = _validate.text("request_id", value)
+    if not REQUEST_ID_RE.fullmatch(text):
+        raise InvalidArgument(f"request_id must look like a UUID, not {text[:80]!r}")
+    return text
+
+
+# ---------------------------------------------------------------------------- settings
+
+
+class InletKind(StrEnum):
+    """How the serving counter moves on its own (or not)."""
+
+    NONE = "none"
+    """Only ``increment_serving_counter`` moves it."""
+    MAX_SIZE = "max_size"
+    """Each period: admit ``max(0, max_size - active sessions)``."""
+    PERIODIC = "periodic"
+    """Each period between ``start`` and ``end``: admit ``increment_by``, unless the
+    named alarm is in ALARM."""
+
+
+@dataclass(frozen=True, slots=True)
+class InletSettings:
+    """An event's inlet strategy. Times are epoch seconds; ``end`` 0 is "no end"."""
+
+    kind: InletKind = InletKind.NONE
+    period: float = 60.0
+    max_size: int = 0
+    increment_by: int = 10
+    start: float = 0.0
+    end: float = 0.0
+    alarm: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self,
+            "kind",
+            InletKind(_validate.choice("inlet.kind", self.kind, [k.value for k in InletKind])),
+        )
+        object.__setattr__(
+            self, "period", _validate.seconds("inlet.period", self.period, minimum=0.05)
+        )
+        if self.period > _MAX_SECONDS:
+            raise InvalidArgument(f"inlet.period must be at most {_MAX_SECONDS:g} seconds")
+        _validate.count("inlet.max_size", self.max_size, high=_MAX_COUNT)
+        _validate.count("inlet.increment_by", self.increment_by, high=_MAX_COUNT)
+        for name in ("start", "end"):
+            value = _validate.seconds(f"inlet.{name}", getattr(self, name), zero_ok=True)
+            object.__setattr__(self, name, value)
+        if self.end and self.end <= self.start:
+            raise InvalidArgument("inlet.end must be after inlet.start (or 0: no end)")
+        if not isinstance(self.alarm, str) or (
+            self.alarm and not _ALARM_NAME_RE.fullmatch(self.alarm)
+        ):
+            raise InvalidArgument(f"inlet.alarm must be an alarm name or '', not {self.alarm!r}")
+        if self.kind is InletKind.MAX_SIZE and self.max_size < 1:
+            raise InvalidArgument("inlet.max_size must be >= 1 for a max_size inlet")
+        if self.kind is InletKind.PERIODIC and self.increment_by < 1:
+            raise InvalidArgument("inlet.increment_by must be >= 1 for a periodic inlet")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind.value, "period": self.period, "max_size": self.max_size,
+            "increment_by": self.increment_by, "start": self.start, "end": self.end,
+            "alarm": self.alarm,
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: object) -> InletSettings:
+        return cls(**_known_fields(cls, data, "inlet"))
+
+
+def _known_fields(cls: type, data: object, what: str) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise _validate_type(what, "an object", data)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(str(k) for k in data if k not in names)
+    if unknown:
+        raise InvalidArgument(f"{what}: unknown field(s) {', '.join(unknown)}")
+    return dict(data)
+
+
+def _validate_type(name: str, what: str, value: object) -> Exception:
+    return InvalidArgumentType(f"{name} must be {what}, not {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class EventSettings:
+    """One event's room: immutable and validated.
+
+    ``validity``: seconds a token lives. ``expiry``: seconds a servable position stays
+    claimable (0: never expires). ``incr_on_expiry``: move the serving counter on past
+    positions that expired or were abandoned unserved (AWS's
+    ``IncrSvcOnQueuePositionExpiry``). ``abandon_after``: seconds without a poll after
+    which a waiting position is abandoned (0: off, as AWS, whose sample client polls
+    ``serving_num`` only, without its request id). ``open``: whether arrivals are taken.
+    ``auto_open_threshold``: while fewer sessions are active, arrivals are served at
+    once; from it on they queue (0: always queue). ``prequeue_until``: arrivals before
+    this epoch second are numbered in a random order at that time (0: off).
+    ``pow_bits``: leading zero bits of proof of work ``assign_queue_num`` asks for
+    (:func:`pow_valid`; 0: none).
+    """
+
+    event_id: str
+    validity: float = DEFAULT_VALIDITY
+    expiry: float = DEFAULT_EXPIRY
+    incr_on_expiry: bool = False
+    abandon_after: float = 0.0
+    open: bool = True
+    auto_open_threshold: int = 0
+    prequeue_until: float = 0.0
+    pow_bits: int = 0
+    inlet: InletSettings = field(default_factory=InletSettings)
+
+    def __post_init__(self) -> None:
+        check_event_id(self.event_id)
+        validity = _validate.seconds("validity", self.validity, minimum=1.0)
+        if validity > MAX_VALIDITY:
+            raise InvalidArgument(f"validity must be at most {MAX_VALIDITY:g} seconds")
+        object.__setattr__(self, "validity", validity)
+        for name in ("expiry", "abandon_after", "prequeue_until"):
+            value = _validate.seconds(name, getattr(self, name), zero_ok=True)
+            if name != "prequeue_until" and value > _MAX_SECONDS:
+                raise InvalidArgument(f"{name} must be at most {_MAX_SECONDS:g} seconds")
+            object.__setattr__(self, name, value)
+        for name in ("incr_on_expiry", "open"):
+            if not isinstance(getattr(self, name), bool):
+                raise _validate_type(name, "true or false", getattr(self, name))
+        _validate.count("auto_open_threshold", self.auto_open_threshold, high=_MAX_COUNT)
+        _validate.count("pow_bits", self.pow_bits, high=32)
+        if not isinstance(self.inlet, InletSettings):
+            raise _validate_type("inlet", "InletSettings", self.inlet)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As JSON-ready data; :meth:`from_dict` of it gives the same settings."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["inlet"] = self.inlet.to_dict()
+        return out
+
+    @classmethod
+    def from_dict(cls, data: object) -> EventSettings:
+        """Settings from JSON-shaped data; raises InvalidArgument naming the field."""
+        values = _known_fields(cls, data, "event")
+        if "event_id" not in values:
+            raise InvalidArgument("event: event_id is required")
+        if "inlet" in values:
+            values["inlet"] = InletSettings.from_dict(values["inlet"])
+        return cls(**values)
+
+    def changed(self, **changes: object) -> EventSettings:
+        """A copy with `changes` (``inlet`` may be a mapping of inlet fields to change)."""
+        values = self.to_dict()
+        if "event_id" in changes and changes["event_id"] != self.event_id:
+            raise InvalidArgument("event_id cannot be changed")
+        inlet = changes.pop("inlet", None)
+        if isinstance(inlet, InletSettings):
+            inlet = inlet.to_dict()
+        if inlet is not None:
+            if not isinstance(inlet, Mapping):
+                raise _validate_type("inlet", "an object", inlet)
+            values["inlet"] = {**values["inlet"], **inlet}
+        values.update(changes)
+        return EventSettings.from_dict(values)
+
+
+# ----------------------------------------------------------------------------- values
+
+
+class PositionState(StrEnum):
+    """Where a position stands."""
+
+    PREQUEUED = "prequeued"
+    """Arrived before the pre-queue closed; numbered (in random order) at that time."""
+    WAITING = "waiting"
+    SERVED = "served"
+    """Took its token."""
+    EXPIRED = "expired"
+    ABANDONED = "abandoned"
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A request's place in an event's queue (``queue_number`` 0 while pre-queued)."""
+
+    event_id: str
+    request_id: str
+    queue_number: int
+    entry_time: float
+    status: PositionState
+
+
+class ExpiryState(StrEnum):
+    DISABLED = "disabled"
+    NOT_SERVED = "not_served"
+    ACTIVE = "active"
+    EXPIRED = "expired"
+    SERVED = "served"
+    """The position took its token: it no longer expires; ``expires_in`` is the token's."""
+
+
+@dataclass(frozen=True, slots=True)
+class Expiry:
+    """What ``queue_pos_expiry`` answers: ``expires_in`` seconds when ACTIVE or SERVED."""
+
+    state: ExpiryState
+    expires_in: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TokenGrant:
+    """The claims of a position's token, the same on every call; ``first`` on the call
+    that recorded them."""
+
+    event_id: str
+    request_id: str
+    queue_position: int
+    issued_at: int
+    expires_at: int
+    first: bool
+
+    def expires_in(self, now: float) -> int:
+        """Seconds left (0 once expired: AWS still answers 200 then)."""
+        return max(0, math.floor(self.expires_at - now))
+
+
+@dataclass(frozen=True, slots=True)
+class Counters:
+    """An event's counters at one moment (see the module docstring)."""
+
+    queue: int = 0
+    serving: int = 0
+    tokens: int = 0
+    expired: int = 0
+    abandoned: int = 0
+    completed: int = 0
+    sessions_abandoned: int = 0
+    max_expired: int = 0
+    prequeued: int = 0
+
+    @property
+    def waiting(self) -> int:
+        return waiting_count(self.queue, self.tokens, self.expired, self.abandoned)
+
+    def to_dict(self) -> dict[str, int]:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["waiting"] = self.waiting
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class ExpiredPage:
+    """One page of request ids whose tokens expired; ``cursor`` None on the last page."""
+
+    request_ids: tuple[str, ...]
+    cursor: str | None
+
+
+# -------------------------------------------------------------------------- decisions
+
+
+def waiting_count(queue: int, tokens: int, expired: int, abandoned: int) -> int:
+    """Positions still waiting: ``queue - tokens - expired - abandoned``, never negative."""
+    return max(0, queue - tokens - expired - abandoned)
+
+
+def queue_time(entry_time: float, servable_at: float | None) -> float | None:
+    """When a position's expiry clock started: the later of entry and becoming
+    servable (None while not servable)."""
+    if servable_at is None:
+        return None
+    return max(entry_time, servable_at)
+
+
+def expires_in(
+    now: float, entry_time: float, servable_at: float | None, period: float
+) -> float | None:
+    """Seconds until a servable position expires (<= 0: expired); None while not
+    servable or when expiry is off (``period`` 0)."""
+    started = queue_time(entry_time, servable_at)
+    if started is None or period <= 0:
+        return None
+    return started + period - now
+
+
+def is_abandoned(now: float, last_seen: float, hold: float) -> bool:
+    """Whether a waiting position's client has been silent longer than `hold` (0: off)."""
+    return hold > 0 and now - last_seen > hold
+
+
+def max_size_increment(max_size: int, active: int) -> int:
+    """A MaxSize inlet's admission: ``max(0, max_size - active)``, never negative."""
+    return max(0, max_size - max(0, active))
+
+
+def periodic_increment(inlet: InletSettings, now: float, alarm_state: str | None) -> int:
+    """A periodic inlet's admission at `now`: ``increment_by`` inside [start, end)
+    unless the alarm is in ALARM (an unknown or INSUFFICIENT_DATA alarm counts as OK,
+    as AWS's); else 0."""
+    if now < inlet.start or (inlet.end and now >= inlet.end):
+        return 0
+    if inlet.alarm and alarm_state == ALARM:
+        return 0
+    return inlet.increment_by
+
+
+def tick_of(now: float, period: float) -> int:
+    """The number of the period `now` falls in: one claim per tick across processes."""
+    return math.floor(now / period)
+
+
+def serving_rate(history: list[tuple[float, int]], now: float, window: float) -> float:
+    """Positions admitted per second over the last `window` seconds, from the serving
+    counter's history ``[(time, counter), ...]`` (oldest first)."""
+    if window <= 0 or not history:
+        return 0.0
+    since = now - window
+    before = [c for t, c in history if t <= since]
+    inside = [(t, c) for t, c in history if t > since]
+    if not inside:
+        return 0.0
+    # From the counter at the window's start; or, when the history starts inside the
+    # window, from its first move (what came before it is not known to be admissions).
+    start, first_t = (before[-1], since) if before else (inside[0][1], inside[0][0])
+    span = max(now - first_t, 1e-9)
+    return max(0, inside[-1][1] - start) / span
+
+
+def estimated_wait(ahead: int, rate: float) -> float | None:
+    """Seconds until `ahead` more positions are admitted at `rate` per second; 0 when
+    none are ahead, None when nothing is being admitted (unknown)."""
+    if ahead <= 0:
+        return 0.0
+    if rate <= 0:
+        return None
+    return ahead / rate
+
+
+# ------------------------------------------------------------------- proof of work
+
+
+def pow_digest(event_id: str, stamp: str) -> bytes:
+    """SHA-256 of ``event_id ":" stamp`` (a stamp is ``TIMESTAMP:NONCE``)."""
+    return hashlib.sha256(f"{event_id}:{stamp}".encode()).digest()
+
+
+def _leading_zero_bits(digest: bytes) -> int:
+    value = int.from_bytes(digest, "big")
+    return len(digest) * 8 - value.bit_length()
+
+
+def pow_valid(
+    event_id: str, stamp: object, bits: int, now: float, window: float = POW_WINDOW
+) -> bool:
+    """Whether `stamp` (``TIMESTAMP:NONCE``: epoch seconds, 1 to 64 letters or digits)
+    is a proof of `bits` leading zero bits for `event_id`, made within `window` of
+    `now`. (Each stamp is good once: the store remembers those it took.)"""
+    if bits <= 0:
+        return True
+    if not isinstance(stamp, str):
+        return False
+    match = _POW_RE.fullmatch(stamp)
+    if match is None or abs(int(match[1]) - now) > window:
+        return False
+    return _leading_zero_bits(pow_digest(event_id, stamp)) >= bits
+
+
+def solve_pow(event_id: str, bits: int, now: float) -> str:
+    """A stamp :func:`pow_valid` accepts (about ``2**bits`` hashes: for clients, tests)."""
+    ts = math.floor(now)
+    nonce = 0
+    while True:
+        stamp = f"{ts}:{nonce:x}"
+        if pow_valid(event_id, stamp, bits, now):
+            return stamp
+        nonce += 1

@@ -1,0 +1,543 @@
+"""The waiting room's state in the region's Redis: one atomic script per change.
+
+Every event's keys share its hash tag (:func:`rideout.store.keys.waitingroom_event_keys`)
+and replicate with the rest of the region's state, so positions, counters, sessions
+and tokens survive a promotion of the other region's replica. Nothing here holds state
+between calls but the event-settings cache is none: a :class:`RoomStore` is a client
+and a clock.
+
+Guarantees (each a test in tests/waitingroom/test_store.py):
+
+- one position per request: :meth:`RoomStore.assign` with a known ``request_id``
+  returns its position again; a refused request (unknown event, closed room) counts
+  nothing (AWS burns a queue number on an unknown event);
+- the first token is recorded exactly once under concurrent calls, and every later call
+  gets the same claims (:class:`~rideout.waitingroom.model.TokenGrant` with ``first``
+  False);
+- the serving counter never goes below the highest position that took a token, nor
+  below 0.
+
+Errors: :class:`~rideout.waitingroom.errors.UnknownEvent`,
+:class:`~rideout.waitingroom.errors.UnknownRequest`, ... for the room's refusals;
+:class:`~rideout.waitingroom.errors.RoomUnavailable` when Redis cannot be reached or is
+a read-only replica (:class:`~rideout.waitingroom.errors.RoomNotWriter`); the store's
+own :class:`~rideout.store.StoreCorrupt` and auth errors pass through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import secrets
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+
+from rideout import _validate
+from rideout.store import keys
+from rideout.store.auction import describe_server, store_errors
+from rideout.store.errors import NotWriter, StoreCorrupt, StoreUnavailable
+from rideout.waitingroom import scripts
+from rideout.waitingroom.errors import (
+    EventExists,
+    InvalidRequest,
+    NotServedYet,
+    PositionExpired,
+    RoomClosed,
+    RoomNotWriter,
+    RoomUnavailable,
+    SessionEnded,
+    UnknownEvent,
+    UnknownRequest,
+)
+from rideout.waitingroom.model import (
+    MAX_VALIDITY,
+    Counters,
+    EventSettings,
+    ExpiredPage,
+    Expiry,
+    ExpiryState,
+    Position,
+    PositionState,
+    TokenGrant,
+    check_event_id,
+    check_request_id,
+    pow_digest,
+)
+
+__all__ = ["DEFAULT_STREAM_LENGTH", "RoomStore", "SweepResult", "new_request_id"]
+
+DEFAULT_STREAM_LENGTH: Final = 10_000
+"""About how many events each event's stream keeps (``XADD MAXLEN ~``)."""
+
+
+def new_request_id() -> str:
+    """A fresh request id (a random UUID, as API Gateway's request ids are)."""
+    raw = secrets.token_hex(16)
+    return f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-{raw[16:20]}-{raw[20:]}"
+
+
+def _text(value: object) -> str:
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    return str(value)
+
+
+def _int(value: object, what: str) -> int:
+    try:
+        return int(_text(value))
+    except ValueError:
+        raise StoreCorrupt(f"{what}: {_text(value)[:40]!r} is not an integer") from None
+
+
+def _opt_int(value: object, what: str) -> int | None:
+    text = _text(value)
+    return None if text == "" else _int(text, what)
+
+
+def _position(event_id: str, request_id: str, reply: Sequence[Any]) -> Position:
+    """A Position from a script's ``{kind, q, entry_ms, state, ...}`` reply."""
+    try:
+        state = PositionState(_text(reply[3]))
+    except ValueError:
+        raise StoreCorrupt(
+            f"request {request_id}: unknown state {_text(reply[3])[:20]!r}"
+        ) from None
+    entry = _int(reply[2], "entry") / 1000
+    return Position(event_id, request_id, _int(reply[1], "queue number"), entry, state)
+
+
+def _settings_fields(event: EventSettings) -> list[str]:
+    """The event hash: the settings as JSON, and the few fields the scripts read."""
+    return [
+        "id", event.event_id,
+        "json", json.dumps(event.to_dict(), separators=(",", ":")),
+        "open", "1" if event.open else "0",
+        "validity", str(math.ceil(event.validity)),
+        "expiry_ms", str(round(event.expiry * 1000)),
+        "abandon_ms", str(round(event.abandon_after * 1000)),
+        "threshold", str(event.auto_open_threshold),
+        "prequeue_ms", str(round(event.prequeue_until * 1000)),
+        "incr_on_expiry", "1" if event.incr_on_expiry else "0",
+    ]  # fmt: skip
+
+
+class SweepResult(tuple[int, int, int]):
+    """What one :meth:`RoomStore.sweep` did: (expired, abandoned, incremented)."""
+
+    @property
+    def expired(self) -> int:
+        return self[0]
+
+    @property
+    def abandoned(self) -> int:
+        return self[1]
+
+    @property
+    def incremented(self) -> int:
+        return self[2]
+
+
+class RoomStore:
+    """Every waiting-room event of a deployment, in one region's Redis.
+
+    ``redis`` should be the app user's client (:func:`rideout.store.client.state_client`).
+    ``clock`` gives epoch seconds; every time the store records comes from it.
+    """
+
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        *,
+        clock: Callable[[], float] = time.time,
+        region: str = "?",
+        stream_length: int = DEFAULT_STREAM_LENGTH,
+    ) -> None:
+        self.redis = redis
+        self.clock = clock
+        self.stream_length = _validate.count("stream_length", stream_length, low=1)
+        self._server = describe_server(redis, region)
+        self._scripts = {
+            name: redis.register_script(getattr(scripts, name)) for name in scripts.__all__
+        }
+
+    # ---------------------------------------------------------------- plumbing
+
+    @contextlib.contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        """redis-py's and the store's errors as the room's, naming `what`."""
+        try:
+            with store_errors(self._server, what):
+                yield
+        except NotWriter as exc:
+            raise RoomNotWriter(str(exc)) from exc
+        except StoreUnavailable as exc:
+            raise RoomUnavailable(str(exc)) from exc
+
+    def _now_ms(self) -> int:
+        return math.floor(self.clock() * 1000)
+
+    async def _run(
+        self, name: str, event_id: str, *args: str | int, extra: Sequence[str] = ()
+    ) -> Any:
+        event_keys = list(keys.waitingroom_event_keys(event_id).values())
+        with self.errors(f"{name.lower()} {event_id}"):
+            return await self._scripts[name](
+                keys=[*event_keys, *extra],
+                args=[self._now_ms(), self.stream_length, *args],
+            )
+
+    # ------------------------------------------------------------------ events
+
+    async def create_event(self, event: EventSettings) -> None:
+        """Add an event; :class:`EventExists` when its id is taken."""
+        if not isinstance(event, EventSettings):
+            raise InvalidRequest(f"event must be EventSettings, not {type(event).__name__}")
+        result = await self._run(
+            "CREATE", event.event_id, event.event_id, *_settings_fields(event),
+            extra=[keys.WAITINGROOM_INDEX],
+        )  # fmt: skip
+        if _text(result) == "exists":
+            raise EventExists(f"event {event.event_id!r} exists already")
+
+    async def update_event(self, event_id: str, /, **changes: object) -> EventSettings:
+        """Change an event's settings (any field of EventSettings but its id)."""
+        current = await self.get_event(event_id)
+        updated = current.changed(**changes)
+        result = await self._run("UPDATE", event_id, event_id, *_settings_fields(updated))
+        if _text(result) == "unknown":
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        return updated
+
+    async def delete_event(self, event_id: str) -> None:
+        """Remove an event and every position, token and event it holds."""
+        check_event_id(event_id)
+        result = await self._run("DELETE", event_id, event_id, extra=[keys.WAITINGROOM_INDEX])
+        if _text(result) == "unknown":
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+
+    async def get_event(self, event_id: str) -> EventSettings:
+        """An event's settings; :class:`UnknownEvent` when there is none."""
+        self._check_event(event_id)
+        with self.errors(f"get_event {event_id}"):
+            raw = await self.redis.hget(keys.waitingroom_event_keys(event_id)["event"], "json")
+        if raw is None:
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        return self._decode_event(raw, event_id)
+
+    async def list_events(self) -> list[EventSettings]:
+        """Every event, by id."""
+        with self.errors("list_events"):
+            ids = sorted(_text(i) for i in await self.redis.smembers(keys.WAITINGROOM_INDEX))
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for event_id in ids:
+                    pipe.hget(keys.waitingroom_event_keys(event_id)["event"], "json")
+                raws = await pipe.execute()
+        return [
+            self._decode_event(raw, event_id)
+            for event_id, raw in zip(ids, raws, strict=True)
+            if raw is not None
+        ]
+
+    @staticmethod
+    def _decode_event(raw: object, event_id: str) -> EventSettings:
+        try:
+            return EventSettings.from_dict(json.loads(_text(raw)))
+        except ValueError as exc:
+            raise StoreCorrupt(f"event {event_id!r}: stored settings unreadable: {exc}") from None
+
+    @staticmethod
+    def _check_event(event_id: object) -> str:
+        try:
+            return check_event_id(event_id)
+        except ValueError:
+            raise UnknownEvent(f"Invalid event ID: {str(event_id)[:80]!r}") from None
+
+    @staticmethod
+    def _check_request(request_id: object) -> str:
+        try:
+            return check_request_id(request_id)
+        except ValueError as exc:
+            raise InvalidRequest(f"Invalid request ID: {exc}") from None
+
+    def _unknown(self, kind: str, event_id: str, request_id: str) -> None:
+        if kind == "unknown":
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        if kind == "noreq":
+            raise UnknownRequest(f"Request ID not found: {request_id}")
+
+    # --------------------------------------------------------------- positions
+
+    async def assign(self, event_id: str, request_id: str | None = None) -> Position:
+        """The request's position: a new one, or the one it has (idempotent).
+
+        :class:`UnknownEvent`, :class:`RoomClosed` when the room takes no arrivals.
+        """
+        self._check_event(event_id)
+        rid = new_request_id() if request_id is None else self._check_request(request_id)
+        reply = await self._run("ASSIGN", event_id, rid, secrets.randbelow(2**52))
+        kind = _text(reply[0])
+        self._unknown(kind, event_id, rid)
+        if kind == "closed":
+            raise RoomClosed(f"The waiting room of event {event_id!r} is closed")
+        return _position(event_id, rid, reply)
+
+    async def _position(self, event_id: str, request_id: str, *, touch: bool) -> list[Any]:
+        self._check_event(event_id)
+        rid = self._check_request(request_id)
+        reply: list[Any] = await self._run("POSITION", event_id, rid, "1" if touch else "0")
+        self._unknown(_text(reply[0]), event_id, rid)
+        return reply
+
+    async def position(self, event_id: str, request_id: str) -> Position:
+        """The request's position; :class:`UnknownRequest` when it has none."""
+        reply = await self._position(event_id, request_id, touch=False)
+        return _position(event_id, request_id, reply)
+
+    async def touch(self, event_id: str, request_id: str) -> None:
+        """Count a poll of the position (it is not abandoned while its client polls)."""
+        await self._position(event_id, request_id, touch=True)
+
+    async def _polled(self, event_id: str, request_id: str) -> list[Any]:
+        try:
+            return await self._position(event_id, request_id, touch=True)
+        except RoomNotWriter:
+            return await self._position(event_id, request_id, touch=False)
+
+    async def poll(self, event_id: str, request_id: str) -> Position:
+        """:meth:`position` and :meth:`touch` in one round trip (the read alone on a
+        read-only replica)."""
+        return _position(event_id, request_id, await self._polled(event_id, request_id))
+
+    async def expiry(self, event_id: str, request_id: str) -> Expiry:
+        """How long the position can still take its token (see :class:`ExpiryState`);
+        counts as a poll, as :meth:`poll` does."""
+        settings = await self.get_event(event_id)
+        reply = await self._polled(event_id, request_id)
+        q, entry_ms, state = _int(reply[1], "q"), _int(reply[2], "entry"), _text(reply[3])
+        serving, since = _int(reply[4], "serving"), _opt_int(reply[5], "servable")
+        now = self.clock()
+        if state == PositionState.SERVED:
+            exp = _opt_int(reply[7], "exp") or 0
+            return Expiry(ExpiryState.SERVED, max(0, math.floor(exp - now)))
+        if settings.expiry <= 0:
+            return Expiry(ExpiryState.DISABLED)
+        if state in (PositionState.EXPIRED, PositionState.ABANDONED):
+            return Expiry(ExpiryState.EXPIRED)
+        if state == PositionState.PREQUEUED or q > serving:
+            return Expiry(ExpiryState.NOT_SERVED)
+        started = max(entry_ms, since if since is not None else entry_ms) / 1000
+        left = started + settings.expiry - now
+        if q <= _int(reply[9], "max_expired") or left < 0:
+            return Expiry(ExpiryState.EXPIRED)
+        return Expiry(ExpiryState.ACTIVE, math.floor(left))
+
+    # ------------------------------------------------------------------ tokens
+
+    async def claim_token(
+        self, event_id: str, request_id: str, *, validity: float | None = None
+    ) -> TokenGrant:
+        """The claims of the position's token, recorded on the first call.
+
+        :class:`NotServedYet`, :class:`PositionExpired`, :class:`SessionEnded`,
+        :class:`UnknownRequest`. ``validity`` (seconds) overrides the event's for this
+        call only (the first call's decides; later calls return the recorded claims).
+        """
+        self._check_event(event_id)
+        rid = self._check_request(request_id)
+        override = ""
+        if validity is not None:
+            seconds = _validate.seconds("validity", validity, minimum=1.0)
+            if seconds > MAX_VALIDITY:
+                raise InvalidRequest(f"validity must be at most {MAX_VALIDITY:g} seconds")
+            override = str(math.ceil(seconds))
+        reply = await self._run("CLAIM", event_id, rid, override)
+        kind = _text(reply[0])
+        self._unknown(kind, event_id, rid)
+        if kind == "notyet":
+            raise NotServedYet("Request ID not being served yet")
+        if kind == "expired":
+            raise PositionExpired("Queue position has expired")
+        if kind == "ended":
+            raise SessionEnded("Token corresponding to request id has expired")
+        return TokenGrant(
+            event_id, rid, _int(reply[1], "q"), _int(reply[2], "iat"), _int(reply[3], "exp"),
+            first=kind == "new",
+        )  # fmt: skip
+
+    async def update_session(self, event_id: str, request_id: str, status: int) -> None:
+        """End a session: 1 completed, -1 abandoned; only a session still at 0 (else
+        :class:`UnknownRequest`, as AWS's 404)."""
+        self._check_event(event_id)
+        rid = self._check_request(request_id)
+        if isinstance(status, bool) or status not in (1, -1):
+            raise InvalidRequest(f"status must be 1 (completed) or -1 (abandoned), not {status!r}")
+        result = _text(await self._run("SESSION", event_id, rid, status))
+        self._unknown(result, event_id, rid)
+        if result == "conflict":
+            raise UnknownRequest("Request ID doesn't exist or status already set.")
+
+    async def session_status(self, event_id: str, request_id: str) -> int | None:
+        """0 active, 1 completed, -1 abandoned; None when the request has no token."""
+        self._check_event(event_id)
+        rid = self._check_request(request_id)
+        with self.errors(f"session_status {event_id}"):
+            raw = await self.redis.hget(keys.waitingroom_event_keys(event_id)["requests"], rid)
+        if raw is None:
+            return None
+        status = _text(raw).rsplit(",", 1)[-1]
+        return None if status == "" else _int(status, "session status")
+
+    async def num_active_tokens(self, event_id: str) -> int:
+        """Tokens not expired whose session is still active (status 0)."""
+        self._check_event(event_id)
+        return (await self._status(event_id))[1]
+
+    async def expired_tokens(
+        self, event_id: str, *, cursor: str | None = None, limit: int = 1000
+    ) -> ExpiredPage:
+        """Request ids whose tokens expired (whatever their session status), oldest
+        first, ``limit`` per page; pass the page's ``cursor`` for the next one."""
+        await self.get_event(event_id)
+        limit = _validate.count("limit", limit, low=1, high=10_000)
+        offset = 0
+        if cursor is not None:
+            if not isinstance(cursor, str) or not cursor.isdigit() or len(cursor) > 12:
+                raise InvalidRequest(f"cursor must be one a page returned, not {cursor!r}")
+            offset = int(cursor)
+        key = keys.waitingroom_event_keys(event_id)["tokens"]
+        now = math.floor(self.clock())
+        with self.errors(f"expired_tokens {event_id}"):
+            found = await self.redis.zrangebyscore(
+                key, "-inf", f"({now}", start=offset, num=limit + 1
+            )
+        ids = tuple(_text(i) for i in found[:limit])
+        more = len(found) > limit
+        return ExpiredPage(ids, str(offset + limit) if more else None)
+
+    # ---------------------------------------------------------------- counters
+
+    async def _status(self, event_id: str) -> tuple[Counters, int, int]:
+        reply = await self._run("STATUS", event_id)
+        if _text(reply[0]) == "unknown":
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        flat = [_text(x) for x in reply[0]]
+        raw = dict(zip(flat[::2], flat[1::2], strict=True))
+        names = Counters.__dataclass_fields__
+        values = {name: _int(raw.get(name, "0"), f"counter {name}") for name in names}
+        return Counters(**values), _int(reply[1], "active"), _int(reply[2], "holding")
+
+    async def counters(self, event_id: str) -> Counters:
+        """Every counter of the event, read at one moment."""
+        self._check_event(event_id)
+        return (await self._status(event_id))[0]
+
+    async def holding(self, event_id: str) -> int:
+        """Sessions holding capacity: active tokens plus admitted positions that have
+        not taken theirs yet (what a MaxSize inlet subtracts)."""
+        self._check_event(event_id)
+        return (await self._status(event_id))[2]
+
+    async def serving(self, event_id: str) -> int:
+        """The serving counter."""
+        return (await self.counters(event_id)).serving
+
+    async def waiting(self, event_id: str) -> int:
+        """Positions still waiting: ``queue - tokens - expired - abandoned`` (expired and
+        abandoned positions never count, unlike AWS's #208)."""
+        return (await self.counters(event_id)).waiting
+
+    async def increment_serving(
+        self, event_id: str, by: int, *, claim: tuple[str, int, float] | None = None
+    ) -> int:
+        """Move the serving counter by `by` (never below the highest position that
+        took a token, nor below 0); the new value.
+
+        ``claim`` ``(task, tick, ttl)``: do it only if no other process did it for
+        this tick (an inlet's run; the ``-1`` answer means another one did).
+        """
+        self._check_event(event_id)
+        by = _validate.count("increment_by", by, low=-(10**12), high=10**12)
+        return await self._move(event_id, "by", by, claim)
+
+    async def admit_up_to(
+        self, event_id: str, max_size: int, *, claim: tuple[str, int, float] | None = None
+    ) -> int:
+        """A MaxSize inlet's step: admit ``max(0, max_size - holding)``, at once."""
+        self._check_event(event_id)
+        max_size = _validate.count("max_size", max_size, low=0, high=10**12)
+        return await self._move(event_id, "max_size", max_size, claim)
+
+    async def _move(
+        self, event_id: str, how: str, n: int, claim: tuple[str, int, float] | None
+    ) -> int:
+        extra: list[str] = []
+        ttl = ""
+        if claim is not None:
+            task, tick, seconds = claim
+            extra = [keys.waitingroom_tick(event_id, task, tick)]
+            ttl = str(max(1, round(seconds * 1000)))
+        reply = await self._run("INCREMENT", event_id, how, n, ttl, extra=extra)
+        kind = _text(reply[0])
+        if kind == "unknown":
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        if kind == "claimed":
+            return -1
+        return _int(reply[1], "serving")
+
+    async def use_stamp(self, event_id: str, stamp: str, ttl: float) -> bool:
+        """Whether a proof-of-work stamp is new for the event (then it is kept `ttl`
+        seconds, so it cannot be used twice)."""
+        self._check_event(event_id)
+        key = keys.waitingroom_stamp(event_id, pow_digest(event_id, stamp).hex())
+        with self.errors(f"use_stamp {event_id}"):
+            return bool(await self.redis.set(key, "1", nx=True, px=max(1, round(ttl * 1000))))
+
+    async def claim_tick(self, event_id: str, task: str, tick: int, ttl: float) -> bool:
+        """Whether this process is the one to run `task` for `tick` (``SET NX``, kept
+        `ttl` seconds): once per tick across every process of the region."""
+        self._check_event(event_id)
+        key = keys.waitingroom_tick(event_id, task, tick)
+        with self.errors(f"claim_tick {event_id}"):
+            return bool(await self.redis.set(key, "1", nx=True, px=max(1, round(ttl * 1000))))
+
+    async def sweep(self, event_id: str, *, batch: int = 500) -> SweepResult:
+        """Expire and abandon due positions (one batch of each), and, with
+        ``incr_on_expiry``, move the serving counter past the dead ones it reached."""
+        self._check_event(event_id)
+        reply = await self._run("SWEEP", event_id, _validate.count("batch", batch, low=1))
+        if _int(reply[0], "sweep") < 0:
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        return SweepResult(_int(x, "sweep") for x in reply)
+
+    async def release_prequeue(self, event_id: str, *, batch: int = 1000) -> int:
+        """Number pre-queued arrivals in random order once the pre-queue closed (one
+        batch); how many are still pre-queued."""
+        self._check_event(event_id)
+        left = _int(await self._run("RELEASE_PREQUEUE", event_id, batch), "prequeue")
+        if left < 0:
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        return left
+
+    async def serving_history(self, event_id: str, limit: int = 64) -> list[tuple[float, int]]:
+        """The serving counter's latest moves, ``[(time, counter), ...]`` oldest first."""
+        self._check_event(event_id)
+        key = keys.waitingroom_event_keys(event_id)["servable"]
+        with self.errors(f"serving_history {event_id}"):
+            members = await self.redis.zrange(key, -limit, -1)
+        out = []
+        for member in members:
+            counter, _, ms = _text(member).partition(":")
+            out.append((_int(ms, "servable time") / 1000, _int(counter, "servable counter")))
+        out.sort()
+        return out
+
+    async def reset(self, event_id: str) -> None:
+        """Zero the event's counters and forget its positions and tokens (its settings
+        and events stream stay)."""
+        self._check_event(event_id)
+        if _text(await self._run("RESET", event_id)) == "unknown":
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")

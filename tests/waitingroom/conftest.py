@@ -1,0 +1,69 @@
+"""One real redis-server per test module (locked as `rideout up` locks it), a fresh
+event per test, and the room's store over the app user's client."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+
+from rideout.store.acl import RedisRole, load_credentials
+from rideout.store.client import state_client
+from rideout.store.embedded import EmbeddedRedis, RedisSpec
+from rideout.waitingroom.model import EventSettings
+from rideout.waitingroom.store import RoomStore
+from tests.conftest import ADMIN, FakeClock, free_port, locked_auth
+
+_events = itertools.count()
+
+
+def fresh_event(prefix: str = "ev") -> str:
+    """An event id no other test of the run uses."""
+    return f"{prefix}-{next(_events)}"
+
+
+@dataclass
+class Redis:
+    spec: RedisSpec
+    app: aioredis.Redis  # the app user's client, as the zone servers make it
+    admin: aioredis.Redis  # the tests' superuser
+
+    def store(self, clock: FakeClock | None = None, **kw: object) -> RoomStore:
+        return RoomStore(self.app, clock=clock or FakeClock(), region="test", **kw)  # type: ignore[arg-type]
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def redis_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Redis]:
+    directory = tmp_path_factory.mktemp("room-redis")
+    address = "127.0.1.100"
+    keys_dir = directory / "keys"
+    spec = RedisSpec(
+        "redis", address, free_port(address), directory, directory / "redis.log",
+        auth=locked_auth(keys_dir),
+    )  # fmt: skip
+    async with EmbeddedRedis(spec):
+        app = state_client(
+            address, spec.port, credentials=load_credentials(keys_dir, RedisRole.APP)
+        )
+        admin = aioredis.Redis(host=address, port=spec.port, decode_responses=True, **ADMIN)
+        try:
+            yield Redis(spec, app, admin)
+        finally:
+            await app.aclose()
+            await admin.aclose()
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock(1_800_000_000.0)
+
+
+async def new_event(store: RoomStore, **settings: object) -> EventSettings:
+    """Create a fresh event with `settings` in `store`."""
+    event = EventSettings(fresh_event(), **settings)  # type: ignore[arg-type]
+    await store.create_event(event)
+    return event
