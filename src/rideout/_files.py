@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 __all__ = ["create_exclusively", "replace_atomically"]
@@ -22,8 +23,7 @@ def create_exclusively(path: Path, data: bytes) -> bool:
     partial file. On filesystems without hard links it falls back to an exclusive
     create and one write. Raises OSError when the file cannot be written.
     """
-    tmp = _private_copy(path, data)
-    try:
+    with _private_copy(path, data) as tmp:
         try:
             os.link(tmp, path)  # atomic, and never replaces an existing file
         except FileExistsError:
@@ -34,9 +34,6 @@ def create_exclusively(path: Path, data: bytes) -> bool:
             return _create_without_links(path, data)
         _fsync_directory(path.parent)
         return True
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
 def replace_atomically(path: Path, data: bytes) -> None:
@@ -45,17 +42,15 @@ def replace_atomically(path: Path, data: bytes) -> None:
     The data goes to a private temp file beside it, is fsynced, then renamed over the
     old file: a reader sees the old content or the new, never a mix. Raises OSError.
     """
-    tmp = _private_copy(path, data)
-    try:
+    with _private_copy(path, data) as tmp:
         os.replace(tmp, path)
         _fsync_directory(path.parent)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
 
 
-def _private_copy(path: Path, data: bytes) -> Path:
-    """`data` in a new fsynced temp file beside `path` (mkstemp makes it mode 0600)."""
+@contextlib.contextmanager
+def _private_copy(path: Path, data: bytes) -> Iterator[Path]:
+    """`data` in a new fsynced temp file beside `path` (mkstemp makes it mode 0600),
+    removed on leaving unless it was moved away meanwhile."""
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     tmp = Path(tmp_name)
     try:
@@ -63,11 +58,10 @@ def _private_copy(path: Path, data: bytes) -> Path:
             file.write(data)
             file.flush()
             os.fsync(file.fileno())
-    except BaseException:
+        yield tmp
+    finally:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
-        raise
-    return tmp
 
 
 def _create_without_links(path: Path, data: bytes) -> bool:

@@ -37,6 +37,20 @@ def config_file_of(config: Config, tmp_path: Path) -> Path:
     return path
 
 
+async def served(deployment: Deployment, config_file: Path, event_id: str) -> str:
+    """A visitor's request id that took its token: queued over HTTP, admitted with
+    `rideout room increment`."""
+    base = deployment.urls["a1"].replace("ws:", "http:")
+    async with httpx.AsyncClient(base_url=base) as http:
+        assigned = await http.post(routes.ROOM_ASSIGN_QUEUE_NUM, json={"event_id": event_id})
+        request_id = str(assigned.json()["api_request_id"])
+        assert (await rideout(config_file, "increment", event_id)).exit_code == 0
+        body = {"event_id": event_id, "request_id": request_id}
+        taken = await http.post(routes.ROOM_GENERATE_TOKEN, json=body)
+        assert taken.status_code == 200, taken.text
+    return request_id
+
+
 @pytest.fixture
 async def room(
     make_config: Callable[..., Config], tmp_path: Path
@@ -114,16 +128,7 @@ async def test_a_foreign_admin_token_exits_4(room: tuple[Deployment, Path]) -> N
 async def test_events_prints_the_events_stream(room: tuple[Deployment, Path]) -> None:
     deployment, config_file = room
     assert (await rideout(config_file, "create", "stream")).exit_code == 0
-    base = deployment.urls["a1"].replace("ws:", "http:")
-    async with httpx.AsyncClient(base_url=base) as http:
-        request_id = (
-            await http.post(routes.ROOM_ASSIGN_QUEUE_NUM, json={"event_id": "stream"})
-        ).json()["api_request_id"]
-        assert (await rideout(config_file, "increment", "stream")).exit_code == 0
-        taken = await http.post(
-            routes.ROOM_GENERATE_TOKEN, json={"event_id": "stream", "request_id": request_id}
-        )
-        assert taken.status_code == 200, taken.text
+    request_id = await served(deployment, config_file, "stream")
     result = await rideout(config_file, "events", "stream", "--json")
     assert result.exit_code == 0, result.output
     entries = [json.loads(line) for line in result.stdout.splitlines()]
@@ -148,16 +153,7 @@ async def test_events_follow_prints_entries_as_they_come(room: tuple[Deployment,
         async with asyncio.timeout(30):  # it prints this once it is following
             while b"following live's events" not in await follower.stderr.readline():
                 pass
-        base = deployment.urls["a1"].replace("ws:", "http:")
-        async with httpx.AsyncClient(base_url=base) as http:
-            request_id = (
-                await http.post(routes.ROOM_ASSIGN_QUEUE_NUM, json={"event_id": "live"})
-            ).json()["api_request_id"]
-            assert (await rideout(config_file, "increment", "live")).exit_code == 0
-            taken = await http.post(
-                routes.ROOM_GENERATE_TOKEN, json={"event_id": "live", "request_id": request_id}
-            )
-            assert taken.status_code == 200
+        request_id = await served(deployment, config_file, "live")
         assert follower.stdout is not None
         async with asyncio.timeout(20):
             while True:

@@ -4,13 +4,15 @@ redis-server, and (end to end) real app servers in both regions."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
+import jwt
 import pytest
 import pytest_asyncio
 from websockets.asyncio.client import connect
@@ -27,7 +29,7 @@ from rideout.waitingroom.errors import RoomUnavailable
 from rideout.waitingroom.extension import WaitingRoom
 from rideout.waitingroom.store import RoomStore
 from tests.conftest import FakeClock, until
-from tests.realtime.conftest import running_deployment
+from tests.realtime.conftest import Deployment, running_deployment
 from tests.waitingroom.conftest import Redis, new_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -231,10 +233,13 @@ async def handshake(url: str) -> tuple[int, str | None]:
         return exc.response.status_code, body.get("error")
 
 
-async def test_a_room_token_connects_to_ws_in_both_regions_until_its_session_ends(
+@contextlib.asynccontextmanager
+async def room_deployment(
     make_config: Callable[..., Config],
-) -> None:
-    # The room's own inlet stays out of the way: the test admits by hand.
+) -> AsyncIterator[tuple[Deployment, httpx.AsyncClient, dict[str, str]]]:
+    """Four app servers in two regions, each with the room and the /ws authorizer (as
+    `rideout serve` builds them), an HTTP client on us-east-1's first, the admin header."""
+    # The room's own inlet stays out of the way: the tests admit by hand.
     config = make_config(auth={"room_session_ttl": 0.5}, waitingroom={"inlet": "none"})
     admin = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
 
@@ -246,21 +251,33 @@ async def test_a_room_token_connects_to_ws_in_both_regions_until_its_session_end
         running_deployment(config, room_and_authorizer) as deployment,
         httpx.AsyncClient(base_url=deployment.urls["a1"].replace("ws:", "http:")) as http,
     ):
-        # Through the room's HTTP API in us-east-1, as a visitor and the inlet would.
-        assigned = await http.post(routes.ROOM_ASSIGN_QUEUE_NUM, json={"event_id": "auction"})
-        assert assigned.status_code == 200, assigned.text
-        request_id = assigned.json()["api_request_id"]
-        bumped = await http.post(
-            routes.ROOM_PRIVATE_INCREMENT,
-            json={"event_id": "auction", "increment_by": 1},
-            headers=admin,
-        )
-        assert bumped.status_code == 200, bumped.text
-        taken = await http.post(
-            routes.ROOM_GENERATE_TOKEN, json={"event_id": "auction", "request_id": request_id}
-        )
-        assert taken.status_code == 200, taken.text
-        token = taken.json()["access_token"]
+        yield deployment, http, admin
+
+
+async def visitor_token(http: httpx.AsyncClient, admin: dict[str, str]) -> tuple[str, str]:
+    """A visitor's request id and access token, through the room's HTTP API, as a
+    visitor and the inlet would take them."""
+    assigned = await http.post(routes.ROOM_ASSIGN_QUEUE_NUM, json={"event_id": "auction"})
+    assert assigned.status_code == 200, assigned.text
+    request_id = assigned.json()["api_request_id"]
+    bumped = await http.post(
+        routes.ROOM_PRIVATE_INCREMENT,
+        json={"event_id": "auction", "increment_by": 1},
+        headers=admin,
+    )
+    assert bumped.status_code == 200, bumped.text
+    taken = await http.post(
+        routes.ROOM_GENERATE_TOKEN, json={"event_id": "auction", "request_id": request_id}
+    )
+    assert taken.status_code == 200, taken.text
+    return request_id, taken.json()["access_token"]
+
+
+async def test_a_room_token_connects_to_ws_in_both_regions_until_its_session_ends(
+    make_config: Callable[..., Config],
+) -> None:
+    async with room_deployment(make_config) as (deployment, http, admin):
+        request_id, token = await visitor_token(http, admin)
         urls = [f"{deployment.urls[name]}/ws?token={token}" for name in ("a1", "b1")]
         for url in urls:  # us-east-1, and us-west-2 (its Redis a replica, the keys shared)
             await until(lambda url=url: _is(handshake(url), 101), 15, message=f"{url} accepts")
@@ -279,6 +296,34 @@ async def test_a_room_token_connects_to_ws_in_both_regions_until_its_session_end
             )
         # The cache's 0.5 s, plus replication to us-west-2, plus the handshakes.
         assert time.monotonic() - at < 5.0
+
+
+async def test_a_rotation_reaches_running_servers_without_a_restart(
+    make_config: Callable[..., Config],
+) -> None:
+    async with room_deployment(make_config) as (deployment, http, admin):
+        _, before = await visitor_token(http, admin)
+        old_kid = RoomKeyRing.load(deployment.config.keys_dir).current_kid
+        rotated = RoomKeyRing.load(deployment.config.keys_dir).rotate()  # `room rotate-key`
+
+        async def signs_with_the_new_key() -> bool:
+            _, token = await visitor_token(http, admin)
+            return bool(
+                json.loads(jwt.utils.base64url_decode(token.split(".")[0]))["kid"]
+                == rotated.current_kid
+            )
+
+        await until(signs_with_the_new_key, 10, message="the room signs with the new key")
+        _, after = await visitor_token(http, admin)
+        for name in ("a1", "b1"):
+            for token in (before, after):  # the previous key still verifies
+                url = f"{deployment.urls[name]}/ws?token={token}"
+                await until(lambda url=url: _is(handshake(url), 101), 10, message=url)
+        jwks = (await http.get(routes.ROOM_JWKS)).json()
+        assert [key["kid"] for key in jwks["keys"]] == [rotated.current_kid, old_kid]
+        RoomKeyRing.load(deployment.config.keys_dir).rotate()  # `before`'s key is dropped now
+        url = f"{deployment.urls['b1']}/ws?token={before}"
+        await until(lambda: _is(handshake(url), 401, "unknown_kid"), 10, message=url)
 
 
 async def _is(

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import (
     Ed25519PrivateKey,
     Ed25519PublicKey,
 )
+from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 
 from rideout.auth import _keyfiles
 from rideout.auth._encoding import b64url_decode, b64url_encode, strict_json_object
@@ -39,6 +40,8 @@ __all__ = [
     "SigningKey",
     "VerificationKey",
     "jwk_thumbprint",
+    "load_private_pem",
+    "private_pem",
 ]
 
 KEY_FILENAME: Final = "signing-key.pem"
@@ -136,23 +139,14 @@ class SigningKey:
         """Load an unencrypted PKCS8 PEM Ed25519 private key; ValueError if it is not one."""
         if not data.strip():
             raise ValueError("the file is empty")
-        try:
-            key = serialization.load_pem_private_key(data, password=None)
-        except TypeError as exc:
-            raise ValueError("the key is encrypted; an unencrypted PKCS8 key is required") from exc
-        except (ValueError, UnsupportedAlgorithm) as exc:
-            raise ValueError(f"not a PEM private key ({exc})") from exc
+        key = load_private_pem(data)
         if not isinstance(key, Ed25519PrivateKey):
             raise ValueError(f"expected an Ed25519 private key, found {type(key).__name__}")
         return cls(key)
 
     def to_pem(self) -> bytes:
         """The private key as unencrypted PKCS8 PEM (secret: store with mode 0600)."""
-        return self._private_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+        return private_pem(self._private_key)
 
     @classmethod
     def load_or_create(cls, directory: Path) -> SigningKey:
@@ -187,6 +181,23 @@ class SigningKey:
 
 
 _KEY_HINT: Final = "; fix or remove the file (a new key invalidates issued tokens)"
+
+
+def load_private_pem(data: bytes) -> PrivateKeyTypes:
+    """An unencrypted PEM private key; ValueError for an encrypted or unreadable one."""
+    try:
+        return serialization.load_pem_private_key(data, password=None)
+    except TypeError as exc:
+        raise ValueError("the key is encrypted; an unencrypted PKCS8 key is required") from exc
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise ValueError(f"not a PEM private key ({exc})") from exc
+
+
+def private_pem(key: PrivateKeyTypes) -> bytes:
+    """`key` as unencrypted PKCS8 PEM (secret: store with mode 0600)."""
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
 
 
 def _fresh() -> tuple[SigningKey, bytes]:

@@ -33,7 +33,6 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, NamedTuple, Protocol, TypeAlias, TypeGuard, get_args
 
 import jwt
-from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -42,7 +41,15 @@ from rideout import _validate
 from rideout.auth import _keyfiles
 from rideout.auth._encoding import b64url_encode
 from rideout.auth.errors import AuthError
-from rideout.auth.keys import RSA_MIN_BITS, Algorithm, JWKSet, KeyFileError, jwk_thumbprint
+from rideout.auth.keys import (
+    RSA_MIN_BITS,
+    Algorithm,
+    JWKSet,
+    KeyFileError,
+    jwk_thumbprint,
+    load_private_pem,
+    private_pem,
+)
 from rideout.auth.tokens import (
     DEFAULT_MAX_TOKEN_TTL,
     MAX_SUBJECT_LENGTH,
@@ -125,23 +132,14 @@ class RoomKey:
     @classmethod
     def from_pem(cls, block: bytes) -> RoomKey:
         """Load one unencrypted PKCS8 PEM private key; ValueError if it is not a usable one."""
-        try:
-            key = serialization.load_pem_private_key(block, password=None)
-        except TypeError as exc:
-            raise ValueError("a key is encrypted; unencrypted PKCS8 keys are required") from exc
-        except (ValueError, UnsupportedAlgorithm) as exc:
-            raise ValueError(f"not a PEM private key ({exc})") from exc
+        key = load_private_pem(block)
         if not isinstance(key, Ed25519PrivateKey | ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
             raise ValueError(f"a {type(key).__name__} cannot sign the room's tokens")
         return cls(key)
 
     def to_pem(self) -> bytes:
         """The private key as unencrypted PKCS8 PEM (secret: store with mode 0600)."""
-        return self._private_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+        return private_pem(self._private_key)
 
     def public_jwk(self) -> dict[str, str]:
         """The public key as a JWK, with ``kid``, ``alg`` and ``use``."""
