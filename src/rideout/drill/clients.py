@@ -18,7 +18,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -241,7 +241,12 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             out.clear()
 
 
-def _worker(spec: GroupSpec, results: Any, bidding: Any, stop: Any) -> None:
+Runner = Callable[..., Coroutine[Any, Any, None]]
+"""Runs one group spec until ``stop`` is set: :func:`run_group`, or the surge drill's
+visitors (a module-level function, so that spawned workers can import it)."""
+
+
+def _worker(runner: Runner, spec: Any, results: Any, bidding: Any, stop: Any) -> None:
     """A worker process: one group, records batched onto ``results``."""
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
@@ -250,16 +255,20 @@ def _worker(spec: GroupSpec, results: Any, bidding: Any, stop: Any) -> None:
         results.put(batch)
 
     try:
-        asyncio.run(run_group(spec, sink, bidding, stop))
+        asyncio.run(runner(spec, sink, bidding, stop))
     finally:
         results.put(None)
 
 
 class ClientFleet:
-    """Many groups of clients, in this process or in spawned workers."""
+    """Many groups of clients, in this process or in spawned workers. ``runner`` runs
+    one group (default: the region-outage drill's bidders, :func:`run_group`)."""
 
-    def __init__(self, specs: Sequence[GroupSpec], *, processes: bool) -> None:
+    def __init__(
+        self, specs: Sequence[Any], *, processes: bool, runner: Runner | None = None
+    ) -> None:
         self.specs = list(specs)
+        self.runner: Runner = runner or run_group
         self.processes = processes
         self.records: list[DrillRecord] = []
         self._lock = threading.Lock()
@@ -292,13 +301,13 @@ class ClientFleet:
         if not self.processes:
             for spec in self.specs:
                 self._tasks.append(
-                    asyncio.create_task(run_group(spec, self._add, self.bidding, self.stopping))
+                    asyncio.create_task(self.runner(spec, self._add, self.bidding, self.stopping))
                 )
             return
         for spec in self.specs:
             proc = self._ctx.Process(
                 target=_worker,
-                args=(spec, self._queue, self.bidding, self.stopping),
+                args=(self.runner, spec, self._queue, self.bidding, self.stopping),
                 name=f"rideout-drill-clients-{spec.first}",
                 daemon=True,
             )

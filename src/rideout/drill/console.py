@@ -1,10 +1,11 @@
-"""The drill on a terminal: rich progress while it runs, a summary table, the exit code."""
+"""The drills on a terminal: rich progress while it runs, a summary table, the exit code."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.table import Table
@@ -14,8 +15,11 @@ from rideout.config import ConfigError, load_config
 from rideout.drill.analysis import HERDS
 from rideout.drill.report import HEADERS, default_report_dir, summary_rows, write_report
 from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
+from rideout.drill.surge import SurgeOptions, run_surge
+from rideout.drill.surge_report import surge_rows
+from rideout.errors import RideoutError
 
-__all__ = ["main_region_outage"]
+__all__ = ["main_region_outage", "main_surge"]
 
 
 def main_region_outage(options: DrillOptions, console: Console | None = None) -> int:
@@ -61,6 +65,12 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
                 f"{cmp[f'{prefix}peak_full_jitter_per_100ms']}, no jitter "
                 f"{cmp[f'{prefix}peak_no_jitter_per_100ms']} ([bold]{ratio:.1f}×[/])"
             )
+    _print_objectives(out, report)
+    out.print(f"report: {', '.join(str(f) for f in files)}")
+    return 0 if report["ok"] else 1
+
+
+def _print_objectives(out: Console, report: dict[str, Any]) -> None:
     for objective in report["objectives"]:
         style = "green" if objective["ok"] else "bold red"
         verdict = "ok" if objective["ok"] else "FAILED"
@@ -68,5 +78,35 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
             f"[{style}]{verdict}[/] {objective['name']}: {objective['value']} "
             f"(limit {objective['limit']})"
         )
+
+
+def main_surge(options: SurgeOptions, console: Console | None = None) -> int:
+    """Run the surge drill, write the report, print the summary; 0 when every objective
+    holds, 1 when one failed, 2 when the drill could not run."""
+    out = console or Console(highlight=False, soft_wrap=True)
+    try:
+        config = load_config(options.config_path)
+    except ConfigError as exc:
+        out.print(Text(f"error: {exc}", style="bold red"))
+        return 2
+    directory = options.report_dir or default_report_dir(config.data_dir)
+    try:
+        with out.status("surge: starting", spinner="dots") as status:
+
+            def progress(message: str) -> None:
+                status.update(f"surge: {message}")
+
+            report = asyncio.run(run_surge(options, progress))
+    except (DrillError, RideoutError, OSError) as exc:
+        out.print(Text(f"error: {exc}", style="bold red"))
+        return 2
+    files = write_report(report, Path(directory))
+    table = Table(title="surge drill", title_justify="left")
+    table.add_column("")
+    table.add_column("", justify="right")
+    for what, value in surge_rows(report):
+        table.add_row(what, value)
+    out.print(table)
+    _print_objectives(out, report)
     out.print(f"report: {', '.join(str(f) for f in files)}")
     return 0 if report["ok"] else 1
