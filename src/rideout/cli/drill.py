@@ -80,10 +80,10 @@ def drill_surge(
     noshow_share: Annotated[
         float, typer.Option(help="Share of visitors served that never take their token.")
     ] = 0.05,
-    expiry: Annotated[float, typer.Option(help="The room's queue-position expiry (s).")] = 10.0,
+    expiry: Annotated[float, typer.Option(help="The room's queue-position expiry (s).")] = 30.0,
     abandon_after: Annotated[
         float, typer.Option(help="The room's abandonment hold (s without a poll).")
-    ] = 8.0,
+    ] = 20.0,
     visitors_per_process: Annotated[
         int, typer.Option(help="Visitors per worker process.", min=1)
     ] = 250,

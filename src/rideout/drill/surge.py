@@ -90,8 +90,8 @@ class SurgeOptions:
     burst: float = 2.0
     abandon_share: float = 0.05
     noshow_share: float = 0.05
-    expiry: float = 10.0
-    abandon_after: float = 8.0
+    expiry: float = 30.0
+    abandon_after: float = 20.0
     visitors_per_process: int = 250
     processes: bool | None = None
     max_lost: int = 0

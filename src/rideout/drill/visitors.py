@@ -188,7 +188,7 @@ class _Origin:
         self.resolver = CachingResolver(NameserverResolver(cp.address, cp.dns_port, timeout=2.0))
         self.http = httpx.AsyncClient(
             trust_env=False,
-            timeout=httpx.Timeout(5.0, connect=2.0),
+            timeout=httpx.Timeout(10.0, connect=5.0),
             limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
         )
         self.regions = region_of(config)
