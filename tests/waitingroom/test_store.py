@@ -427,3 +427,23 @@ async def test_reset_forgets_positions_and_counters(redis_server: Redis) -> None
         await store.position(event.event_id, p.request_id)
     assert (await store.assign(event.event_id)).queue_number == 1
     assert await store.get_event(event.event_id) == event
+
+
+async def test_abandoned_positions_give_their_capacity_back(
+    redis_server: Redis, clock: FakeClock
+) -> None:
+    store = redis_server.store(clock)
+    event = await new_event(store, abandon_after=10, expiry=0, incr_on_expiry=True)
+    silent = [await store.assign(event.event_id) for _ in range(2)]
+    polling = await store.assign(event.event_id)
+    await store.increment_serving(event.event_id, 1)
+    clock.advance(11)
+    await store.poll(event.event_id, polling.request_id)
+    result = await store.sweep(event.event_id)
+    assert (result.abandoned, result.incremented) == (2, 2)  # 1, then 2 once the counter reached it
+    assert await store.serving(event.event_id) == 3
+    assert (await store.claim_token(event.event_id, polling.request_id)).queue_position == 3
+    assert [s.status for s in [await store.position(event.event_id, p.request_id) for p in silent]] == [
+        PositionState.ABANDONED, PositionState.ABANDONED,
+    ]  # fmt: skip
+    invariant(await store.counters(event.event_id))
