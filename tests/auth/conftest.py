@@ -6,8 +6,10 @@ import base64
 import hashlib
 import hmac
 import json
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import jwt
 import pytest
@@ -16,6 +18,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from tests.conftest import FakeClock
+
+T = TypeVar("T")
 
 ISSUER = "https://auth.rideout.test"
 AUDIENCE = "auction"
@@ -28,6 +32,24 @@ def b64(data: bytes) -> str:
 
 def b64json(value: Any) -> str:
     return b64(json.dumps(value, separators=(",", ":")).encode())
+
+
+def at_once(count: int, work: Callable[[], T]) -> list[T]:
+    """Run `work` in `count` threads released together; what each returned."""
+    barrier = threading.Barrier(count)
+    results: list[T] = []
+
+    def run() -> None:
+        barrier.wait()
+        results.append(work())
+
+    threads = [threading.Thread(target=run) for _ in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == count, "a thread failed"
+    return results
 
 
 @dataclass

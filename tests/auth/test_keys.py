@@ -6,7 +6,6 @@ import os
 import stat
 import subprocess
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from rideout.auth import KEY_FILENAME, JWKSError, JWKSet, KeyFileError, SigningKey, jwk_thumbprint
 from rideout.auth.keys import _publish
+from tests.auth.conftest import at_once
 from tests.conftest import until_sync
 
 # RFC 8037 Appendix A.1-A.3: an Ed25519 key and its RFC 7638 thumbprint.
@@ -136,23 +136,7 @@ def test_losing_the_creation_race_adopts_the_winners_key(tmp_path: Path) -> None
 def test_concurrent_threads_end_with_one_key(tmp_path: Path) -> None:
     for round_ in range(10):
         directory = tmp_path / str(round_)
-        barrier = threading.Barrier(8)
-        kids: list[str] = []
-
-        def create(
-            directory: Path = directory,
-            barrier: threading.Barrier = barrier,
-            kids: list[str] = kids,
-        ) -> None:
-            barrier.wait()
-            kids.append(SigningKey.load_or_create(directory).kid)
-
-        threads = [threading.Thread(target=create) for _ in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        assert len(kids) == 8
+        kids = at_once(8, lambda directory=directory: SigningKey.load_or_create(directory).kid)
         assert set(kids) == {SigningKey.load_or_create(directory).kid}
         assert os.listdir(directory) == [KEY_FILENAME]
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +28,7 @@ from rideout.auth.room_tokens import (
     RoomTokenVerifier,
 )
 from rideout.errors import InvalidArgument
-from tests.auth.conftest import b64, b64json
+from tests.auth.conftest import at_once, b64, b64json
 from tests.conftest import FakeClock
 
 ISSUER = "https://room.rideout.test"
@@ -384,19 +383,7 @@ def test_a_duplicated_key_is_refused(tmp_path: Path) -> None:
 
 
 def test_racing_creators_end_with_one_ring(tmp_path: Path) -> None:
-    barrier = threading.Barrier(8)
-    kids: list[str] = []
-
-    def create() -> None:
-        barrier.wait()
-        kids.append(RoomKeyRing.load_or_create(tmp_path).current_kid)
-
-    threads = [threading.Thread(target=create) for _ in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(kids) == 8
+    kids = at_once(8, lambda: RoomKeyRing.load_or_create(tmp_path).current_kid)
     assert len(set(kids)) == 1
     assert os.listdir(tmp_path) == [RING_FILENAME]
 
@@ -434,18 +421,7 @@ def test_rotation_starts_from_the_file_not_a_stale_ring(tmp_path: Path) -> None:
 
 def test_concurrent_rotations_lose_no_key(tmp_path: Path) -> None:
     RoomKeyRing.load_or_create(tmp_path)
-    barrier = threading.Barrier(6)
-    made: list[RoomKeyRing] = []
-
-    def rotate() -> None:
-        barrier.wait()
-        made.append(RoomKeyRing.load(tmp_path).rotate())
-
-    threads = [threading.Thread(target=rotate) for _ in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    made = at_once(6, lambda: RoomKeyRing.load(tmp_path).rotate())
     # Serialised: each rotation's previous is another rotation's current (or the first).
     currents = {ring.current_kid for ring in made}
     previous = [ring.previous.kid for ring in made if ring.previous is not None]

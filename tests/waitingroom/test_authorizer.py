@@ -16,19 +16,23 @@ import jwt
 import pytest
 import pytest_asyncio
 from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from rideout import routes
 from rideout.auth import AuthError, AuthUnavailable
 from rideout.auth.admin import load_or_create_admin_token
+from rideout.auth.revocation import revoke_subject
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenSet, RoomTokenVerifier
 from rideout.auth.tokens import Claims
 from rideout.config import Config
+from rideout.store.acl import RedisRole
+from rideout.store.client import state_client
+from rideout.store.revocations import RevocationStore
 from rideout.waitingroom.authorizer import RoomAuthorizer, SessionCache
 from rideout.waitingroom.errors import RoomUnavailable
 from rideout.waitingroom.extension import WaitingRoom
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import FakeClock, until
+from tests.conftest import FakeClock, credentials, until
 from tests.realtime.conftest import Deployment, running_deployment
 from tests.waitingroom.conftest import Redis, new_event
 
@@ -324,6 +328,40 @@ async def test_a_rotation_reaches_running_servers_without_a_restart(
         RoomKeyRing.load(deployment.config.keys_dir).rotate()  # `before`'s key is dropped now
         url = f"{deployment.urls['b1']}/ws?token={before}"
         await until(lambda: _is(handshake(url), 401, "unknown_kid"), 10, message=url)
+
+
+async def test_revoking_a_visitor_closes_and_refuses_its_room_token(
+    make_config: Callable[..., Config],
+) -> None:
+    """`rideout token revoke --sub REQUEST_ID`, as the command writes it: the room token's
+    open connections close with 1008 and its handshakes get 403, in both regions."""
+    async with room_deployment(make_config) as (deployment, http, admin):
+        request_id, token = await visitor_token(http, admin)
+        config = deployment.config
+        primary = config.primary.redis
+        writer = state_client(
+            primary.address, primary.port, credentials=credentials(config, RedisRole.CONTROLLER)
+        )
+        urls = [f"{deployment.urls[name]}/ws?token={token}" for name in ("a1", "b1")]
+        async with (
+            writer,
+            connect(urls[0], open_timeout=10) as here,
+            connect(urls[1], open_timeout=10) as there,
+        ):
+            entry = revoke_subject(request_id, now=time.time(), max_ttl=86400, leeway=0)
+            times = entry.record()
+            await RevocationStore(writer, config.primary.name).record(
+                entry.field, until_ms=times["until"], expires_ms=times["expires"],
+                at_ms=times["at"], now_ms=times["at"],
+            )  # fmt: skip
+            for ws in (here, there):
+                with pytest.raises(ConnectionClosed) as closed:
+                    async with asyncio.timeout(15):
+                        await ws.recv()
+                assert closed.value.rcvd is not None
+                assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1008, "token revoked")
+        for url in urls:
+            await until(lambda url=url: _is(handshake(url), 403, "token_revoked"), 15, message=url)
 
 
 async def _is(
