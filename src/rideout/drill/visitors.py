@@ -38,6 +38,7 @@ from rideout.backoff import FullJitter
 from rideout.client.resolve import CachingResolver, NameserverResolver
 from rideout.config import Config
 from rideout.drill.clients import region_of
+from rideout.drill.runner import DrillError
 
 __all__ = [
     "ArrivedRecord",
@@ -171,8 +172,9 @@ class VisitorSpec:
     seed: int = 0
 
 
-class _Gone(Exception):
-    """The room answered that this visit is over (404 lost, 410 expired)."""
+class _Gone(DrillError):
+    """The room answered that this visit is over (404 lost, 410 expired): control flow
+    inside a visitor, never raised out of it."""
 
     def __init__(self, how: str, detail: str) -> None:
         super().__init__(detail)
