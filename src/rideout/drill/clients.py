@@ -49,7 +49,7 @@ from rideout.drill.records import (
     RestoredRecord,
 )
 
-__all__ = ["ClientFleet", "GroupSpec", "run_group"]
+__all__ = ["ClientFleet", "GroupSpec", "flush_every", "run_group"]
 
 Sink = Callable[[list[DrillRecord]], None]
 
@@ -165,6 +165,16 @@ class _RecordingResolver:
         return answer
 
 
+async def flush_every(out: list[Any], sink: Callable[[list[Any]], None], interval: float) -> None:
+    """Hand ``out``'s records to ``sink`` in batches every ``interval`` s (until cancelled)."""
+    while True:
+        await asyncio.sleep(interval)
+        if out:
+            batch = out[:]
+            del out[: len(batch)]
+            sink(batch)
+
+
 async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
     """Run ``spec``'s clients until ``stop`` is set; bid while ``bidding`` is set."""
     config = spec.config
@@ -196,15 +206,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             with contextlib.suppress(QueueFull, ValueError):
                 await client.bid(room, amount)
 
-    async def flush() -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            if out:
-                batch = out[:]
-                del out[: len(batch)]
-                sink(batch)
-
-    flusher = asyncio.create_task(flush())
+    flusher = asyncio.create_task(flush_every(out, sink, 0.05))
     try:
         for cid in range(spec.first, spec.first + spec.count):
             sub = spec.bidder(cid)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -22,29 +23,45 @@ from rideout.errors import RideoutError
 __all__ = ["main_region_outage", "main_surge"]
 
 
+def _run(
+    out: Console,
+    name: str,
+    config_path: Path | None,
+    report_dir: Path | None,
+    drill: Callable[[Callable[[str], None]], Coroutine[Any, Any, dict[str, Any]]],
+) -> tuple[dict[str, Any], list[Path]] | None:
+    """Run ``drill`` with a progress line and write its report: the report and its
+    files, or None (the error printed) when the drill could not run."""
+    try:
+        config = load_config(config_path)
+    except ConfigError as exc:
+        out.print(Text(f"error: {exc}", style="bold red"))
+        return None
+    directory = report_dir or default_report_dir(config.data_dir)
+    try:
+        with out.status(f"{name}: starting", spinner="dots") as status:
+
+            def progress(message: str) -> None:
+                status.update(f"{name}: {message}")
+
+            report = asyncio.run(drill(progress))
+    except (DrillError, RideoutError, OSError) as exc:
+        out.print(Text(f"error: {exc}", style="bold red"))
+        return None
+    return report, write_report(report, Path(directory))
+
+
 def main_region_outage(options: DrillOptions, console: Console | None = None) -> int:
     """Run the drill, write the report, print the summary; 0 when every objective holds,
     1 when one failed, 2 when the drill could not run."""
     out = console or Console(highlight=False, soft_wrap=True)
     # Thousands of clients each warn on every disconnect: the report says it better.
     logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
-    try:
-        config = load_config(options.config_path)
-    except ConfigError as exc:
-        out.print(Text(f"error: {exc}", style="bold red"))
+    done = _run(out, "drill", options.config_path, options.report_dir,
+                lambda progress: run_region_outage(options, progress))  # fmt: skip
+    if done is None:
         return 2
-    directory = options.report_dir or default_report_dir(config.data_dir)
-    try:
-        with out.status("drill: starting", spinner="dots") as status:
-
-            def progress(message: str) -> None:
-                status.update(f"drill: {message}")
-
-            report = asyncio.run(run_region_outage(options, progress))
-    except DrillError as exc:
-        out.print(Text(f"error: {exc}", style="bold red"))
-        return 2
-    files = write_report(report, Path(directory))
+    report, files = done
     # One column per pass and phase, one row per measurement: fits a terminal.
     rows = summary_rows(report)
     table = Table(title="region outage drill", title_justify="left")
@@ -84,23 +101,11 @@ def main_surge(options: SurgeOptions, console: Console | None = None) -> int:
     """Run the surge drill, write the report, print the summary; 0 when every objective
     holds, 1 when one failed, 2 when the drill could not run."""
     out = console or Console(highlight=False, soft_wrap=True)
-    try:
-        config = load_config(options.config_path)
-    except ConfigError as exc:
-        out.print(Text(f"error: {exc}", style="bold red"))
+    done = _run(out, "surge", options.config_path, options.report_dir,
+                lambda progress: run_surge(options, progress))  # fmt: skip
+    if done is None:
         return 2
-    directory = options.report_dir or default_report_dir(config.data_dir)
-    try:
-        with out.status("surge: starting", spinner="dots") as status:
-
-            def progress(message: str) -> None:
-                status.update(f"surge: {message}")
-
-            report = asyncio.run(run_surge(options, progress))
-    except (DrillError, RideoutError, OSError) as exc:
-        out.print(Text(f"error: {exc}", style="bold red"))
-        return 2
-    files = write_report(report, Path(directory))
+    report, files = done
     table = Table(title="surge drill", title_justify="left")
     table.add_column("")
     table.add_column("", justify="right")

@@ -37,7 +37,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.backoff import FullJitter
 from rideout.client.resolve import CachingResolver, NameserverResolver
 from rideout.config import Config
-from rideout.drill.clients import region_of
+from rideout.drill.clients import flush_every, region_of
 from rideout.drill.runner import DrillError
 
 __all__ = [
@@ -409,15 +409,7 @@ async def run_visitors(spec: VisitorSpec, sink: Sink, started: _Flag, stop: _Fla
         for vid in range(spec.first, spec.first + spec.count)
     ]
 
-    async def flush() -> None:
-        while True:
-            await asyncio.sleep(0.1)
-            if out:
-                batch = out[:]
-                del out[: len(batch)]
-                sink(batch)
-
-    flusher = asyncio.create_task(flush())
+    flusher = asyncio.create_task(flush_every(out, sink, 0.1))
     try:
         # `stop` is a threading or multiprocessing event (set from another process).
         while not stop.is_set() and not all(v.done() for v in visitors):  # noqa: ASYNC110
