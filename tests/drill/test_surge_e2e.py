@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ import pytest
 
 from rideout.config import dump_toml, parse_config
 from tests.conftest import config_data
+from tests.drill.conftest import run_drill_cli
 
 pytestmark = pytest.mark.slow
 
@@ -31,25 +31,12 @@ def run_surge(tmp_path: Path, *extra: str, timeout: float) -> tuple[int, str, di
         sys.executable, "-m", "rideout", "drill", "surge", "--visitors", str(VISITORS),
         "--report", str(report_dir), "--config", "rideout.toml", *extra,
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )  # fmt: skip
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # the drill stops its deployment on the way out
-        output, _ = proc.communicate(timeout=20)
-        pytest.fail(f"the drill took too long:\n{output}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    code, output = run_drill_cli(argv, tmp_path, timeout)
     assert "Traceback" not in output, output
     report: dict[str, Any] = json.loads((report_dir / "report.json").read_text())
     assert "Drill: surge" in (report_dir / "report.md").read_text()
     assert (report_dir / "timeline.png").stat().st_size > 0
-    return proc.returncode, output, report
+    return code, output, report
 
 
 @pytest.mark.timeout(300)
