@@ -3,6 +3,9 @@ deployment that looks as if `rideout up` ran it."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -98,3 +101,24 @@ def sample_report(p99: float = 5.0, lost: int = 0, duplicates: int = 0) -> dict[
                               "scheduled_peak_no_jitter_per_100ms": 60, "scheduled_ratio": 12.0},
         "objectives": [{"name": "lost", "limit": 0, "value": lost, "ok": lost == 0}],
     }  # fmt: skip
+
+
+def run_drill_cli(argv: list[str], cwd: Path, timeout: float) -> tuple[int, str]:
+    """Run a `rideout drill ...` command line in a subprocess: its exit status and
+    output. Past `timeout` it is interrupted (the drill stops its deployment on the way
+    out) and the test fails."""
+    proc = subprocess.Popen(
+        argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env={**os.environ, "COLUMNS": "200"},
+    )  # fmt: skip
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+        output, _ = proc.communicate(timeout=20)
+        pytest.fail(f"the drill took too long:\n{output}")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, output

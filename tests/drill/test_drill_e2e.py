@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +20,7 @@ import pytest
 
 from rideout.config import dump_toml, parse_config
 from tests.conftest import config_data
+from tests.drill.conftest import run_drill_cli
 
 pytestmark = pytest.mark.slow
 
@@ -50,25 +49,8 @@ def run_drill(
         "--profile", "fast", "--max-rto", "30", "--max-lost", "0",
         "--report", str(report_dir), "--config", "rideout.toml", *extra,
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        argv,
-        cwd=tmp_path,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env={**os.environ, "COLUMNS": "200"},
-    )
-    try:
-        output, _ = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)  # the drill stops its deployment on the way out
-        output, _ = proc.communicate(timeout=20)
-        pytest.fail(f"the drill took too long:\n{output}")
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    assert proc.returncode == 0, output
+    code, output = run_drill_cli(argv, tmp_path, timeout)
+    assert code == 0, output
     assert (report_dir / "report.md").is_file()
     report: dict[str, Any] = json.loads((report_dir / "report.json").read_text())
     assert report["ok"]

@@ -276,6 +276,24 @@ async def test_max_size_admits_up_to_the_capacity_never_negative(redis_server: R
     assert await store.admit_up_to(event.event_id, 2) == 5  # over capacity: 0, not negative
 
 
+async def test_max_size_admits_only_positions_that_exist(redis_server: Redis) -> None:
+    """An idle room's counter does not run ahead of its queue (found by the surge drill:
+    the counter stood at 380 when the burst came, and every arrival was admitted at
+    once, over capacity)."""
+    store = redis_server.store()
+    event = await new_event(store)
+    for _ in range(5):
+        assert await store.admit_up_to(event.event_id, 4) == 0
+    for _ in range(3):
+        await store.assign(event.event_id)
+    assert await store.admit_up_to(event.event_id, 4) == 3
+    assert await store.admit_up_to(event.event_id, 4) == 3
+    for _ in range(6):
+        await store.assign(event.event_id)
+    assert await store.admit_up_to(event.event_id, 4) == 4  # 3 still hold: 1 more
+    assert await store.holding(event.event_id) == 4
+
+
 async def test_auto_open_serves_at_once_below_the_threshold(redis_server: Redis) -> None:
     store = redis_server.store()
     event = await new_event(store, auto_open_threshold=2)

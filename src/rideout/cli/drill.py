@@ -105,3 +105,67 @@ def drill_zone_outage(
     except DrillError as exc:
         fail(str(exc), 2)
     raise typer.Exit(main_zone_outage(options, console))
+
+
+@drill_app.command("surge")
+def drill_surge(
+    visitors: Annotated[int, typer.Option(help="Visitors arriving in the burst.", min=1)] = 1000,
+    inlet: Annotated[str, typer.Option(help="maxsize or periodic.")] = "maxsize",
+    capacity: Annotated[
+        int, typer.Option(help="Auction sessions the site takes at once (MaxSize's size).", min=1)
+    ] = 100,
+    period: Annotated[float, typer.Option(help="Seconds between the inlet's steps.")] = 1.0,
+    increment_by: Annotated[
+        int | None,
+        typer.Option(help="Periodic: admitted per period (default: what keeps --capacity)."),
+    ] = None,
+    fault: Annotated[
+        str | None, typer.Option(help="kill: kill the primary region in the middle.")
+    ] = None,
+    profile: Annotated[str, typer.Option(help="Timing profile of its deployment.")] = "fast",
+    hold: Annotated[float, typer.Option(help="Seconds each visitor holds its session.")] = 1.5,
+    poll_interval: Annotated[float, typer.Option(help="Seconds between a visitor's polls.")] = 2.0,
+    burst: Annotated[float, typer.Option(help="Seconds the arrivals spread over.")] = 2.0,
+    abandon_share: Annotated[
+        float, typer.Option(help="Share of visitors that leave while waiting.")
+    ] = 0.05,
+    noshow_share: Annotated[
+        float, typer.Option(help="Share of visitors served that never take their token.")
+    ] = 0.05,
+    expiry: Annotated[float, typer.Option(help="The room's queue-position expiry (s).")] = 30.0,
+    abandon_after: Annotated[
+        float, typer.Option(help="The room's abandonment hold (s without a poll).")
+    ] = 20.0,
+    visitors_per_process: Annotated[
+        int, typer.Option(help="Visitors per worker process.", min=1)
+    ] = 250,
+    max_lost: Annotated[int, typer.Option(help="Objective: positions lost.")] = 0,
+    max_refused: Annotated[int, typer.Option(help="Objective: admitted tokens /ws refused.")] = 0,
+    max_gave_up: Annotated[
+        int, typer.Option(help="Objective: visitors that gave up or never finished.")
+    ] = 0,
+    report: Annotated[
+        Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
+    ] = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """Send N visitors through the waiting room guarding the auction, on a deployment of
+    its own: sessions never above --capacity, every admitted token accepted by /ws, the
+    room's counters consistent at every sample, no position lost (with --fault kill,
+    across a region failover). Writes report.json/md and timeline.png. Exit 0 when every
+    objective holds, 1 when one failed, 2 when the drill cannot run."""
+    from rideout.drill import DrillError, SurgeOptions, main_surge
+
+    try:
+        options = SurgeOptions(
+            visitors=visitors, inlet=inlet, capacity=capacity, period=period,
+            increment_by=increment_by, fault=fault, profile=profile, hold=hold,
+            poll_interval=poll_interval, burst=burst, abandon_share=abandon_share,
+            noshow_share=noshow_share, expiry=expiry, abandon_after=abandon_after,
+            visitors_per_process=visitors_per_process, max_lost=max_lost,
+            max_refused=max_refused, max_gave_up=max_gave_up, report_dir=report,
+            config_path=config_path,
+        )  # fmt: skip
+    except DrillError as exc:
+        fail(str(exc), 2)
+    raise typer.Exit(main_surge(options, console))

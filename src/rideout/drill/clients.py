@@ -18,7 +18,7 @@ import queue
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -49,7 +49,7 @@ from rideout.drill.records import (
     RestoredRecord,
 )
 
-__all__ = ["ClientFleet", "GroupSpec", "run_group"]
+__all__ = ["ClientFleet", "GroupSpec", "flush_every", "run_group"]
 
 Sink = Callable[[list[DrillRecord]], None]
 
@@ -165,6 +165,16 @@ class _RecordingResolver:
         return answer
 
 
+async def flush_every(out: list[Any], sink: Callable[[list[Any]], None], interval: float) -> None:
+    """Hand ``out``'s records to ``sink`` in batches every ``interval`` s (until cancelled)."""
+    while True:
+        await asyncio.sleep(interval)
+        if out:
+            batch = out[:]
+            del out[: len(batch)]
+            sink(batch)
+
+
 async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
     """Run ``spec``'s clients until ``stop`` is set; bid while ``bidding`` is set."""
     config = spec.config
@@ -196,15 +206,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             with contextlib.suppress(QueueFull, ValueError):
                 await client.bid(room, amount)
 
-    async def flush() -> None:
-        while True:
-            await asyncio.sleep(0.05)
-            if out:
-                batch = out[:]
-                del out[: len(batch)]
-                sink(batch)
-
-    flusher = asyncio.create_task(flush())
+    flusher = asyncio.create_task(flush_every(out, sink, 0.05))
     try:
         for cid in range(spec.first, spec.first + spec.count):
             sub = spec.bidder(cid)
@@ -241,7 +243,12 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             out.clear()
 
 
-def _worker(spec: GroupSpec, results: Any, bidding: Any, stop: Any) -> None:
+Runner = Callable[..., Coroutine[Any, Any, None]]
+"""Runs one group spec until ``stop`` is set: :func:`run_group`, or the surge drill's
+visitors (a module-level function, so that spawned workers can import it)."""
+
+
+def _worker(runner: Runner, spec: Any, results: Any, bidding: Any, stop: Any) -> None:
     """A worker process: one group, records batched onto ``results``."""
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
@@ -250,16 +257,20 @@ def _worker(spec: GroupSpec, results: Any, bidding: Any, stop: Any) -> None:
         results.put(batch)
 
     try:
-        asyncio.run(run_group(spec, sink, bidding, stop))
+        asyncio.run(runner(spec, sink, bidding, stop))
     finally:
         results.put(None)
 
 
 class ClientFleet:
-    """Many groups of clients, in this process or in spawned workers."""
+    """Many groups of clients, in this process or in spawned workers. ``runner`` runs
+    one group (default: the region-outage drill's bidders, :func:`run_group`)."""
 
-    def __init__(self, specs: Sequence[GroupSpec], *, processes: bool) -> None:
+    def __init__(
+        self, specs: Sequence[Any], *, processes: bool, runner: Runner | None = None
+    ) -> None:
         self.specs = list(specs)
+        self.runner: Runner = runner or run_group
         self.processes = processes
         self.records: list[DrillRecord] = []
         self._lock = threading.Lock()
@@ -292,13 +303,13 @@ class ClientFleet:
         if not self.processes:
             for spec in self.specs:
                 self._tasks.append(
-                    asyncio.create_task(run_group(spec, self._add, self.bidding, self.stopping))
+                    asyncio.create_task(self.runner(spec, self._add, self.bidding, self.stopping))
                 )
             return
         for spec in self.specs:
             proc = self._ctx.Process(
                 target=_worker,
-                args=(spec, self._queue, self.bidding, self.stopping),
+                args=(self.runner, spec, self._queue, self.bidding, self.stopping),
                 name=f"rideout-drill-clients-{spec.first}",
                 daemon=True,
             )

@@ -16,6 +16,8 @@ from rideout.config import ConfigError, load_config
 from rideout.drill.analysis import HERDS
 from rideout.drill.report import HEADERS, default_report_dir, summary_rows, write_report
 from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
+from rideout.drill.surge import SurgeOptions, run_surge
+from rideout.drill.surge_report import surge_rows
 from rideout.drill.zone import (
     ZoneDrillOptions,
     render_zone_markdown,
@@ -23,7 +25,7 @@ from rideout.drill.zone import (
     write_zone_report,
 )
 
-__all__ = ["main_region_outage", "main_zone_outage"]
+__all__ = ["main_region_outage", "main_surge", "main_zone_outage"]
 
 log = logging.getLogger("rideout.drill")
 
@@ -118,5 +120,25 @@ def main_zone_outage(options: ZoneDrillOptions, console: Console | None = None) 
     report, directory = done
     files = write_zone_report(report, directory)
     out.print(render_zone_markdown(report), markup=False)
+    _print_objectives(out, report, files)
+    return 0 if report["ok"] else 1
+
+
+def main_surge(options: SurgeOptions, console: Console | None = None) -> int:
+    """Run the surge drill, write the report, print the summary; 0 when every objective
+    holds, 1 when one failed, 2 when the drill could not run."""
+    out = console or Console(highlight=False, soft_wrap=True)
+    done = _run_drill(out, options.config_path, options.report_dir,
+                      lambda progress: run_surge(options, progress))  # fmt: skip
+    if done is None:
+        return 2
+    report, directory = done
+    files = write_report(report, directory)
+    table = Table(title="surge drill", title_justify="left")
+    table.add_column("")
+    table.add_column("", justify="right")
+    for what, value in surge_rows(report):
+        table.add_row(what, value)
+    out.print(table)
     _print_objectives(out, report, files)
     return 0 if report["ok"] else 1

@@ -14,7 +14,14 @@ from typing import Any
 
 from rideout.drill.analysis import HERDS
 
-__all__ = ["default_report_dir", "fmt_seconds", "render_markdown", "summary_rows", "write_report"]
+__all__ = [
+    "default_report_dir",
+    "fmt_seconds",
+    "objective_lines",
+    "render_markdown",
+    "summary_rows",
+    "write_report",
+]
 
 
 def default_report_dir(data_dir: Path, now: float | None = None) -> Path:
@@ -199,6 +206,14 @@ def render_markdown(report: dict[str, Any]) -> str:
             else "No reconnects were seen with full jitter.",
             "",
         ]
+    lines += objective_lines(report)
+    return "\n".join(lines)
+
+
+def objective_lines(report: dict[str, Any]) -> list[str]:
+    """The report's objectives (a Markdown table) and its timeline image, or the note
+    saying why there is none."""
+    lines: list[str] = []
     if report.get("objectives"):
         lines += ["## Objectives", "", "| objective | limit | measured | |", "|---|---|---|---|"]
         for o in report["objectives"]:
@@ -216,25 +231,32 @@ def render_markdown(report: dict[str, Any]) -> str:
         lines += [f"![timeline]({report['timeline_png']})", ""]
     elif report.get("timeline_note"):
         lines += [f"_{report['timeline_note']}_", ""]
-    return "\n".join(lines)
+    return lines
 
 
 def write_report(report: dict[str, Any], directory: Path, *, png: bool = True) -> list[Path]:
-    """Write ``report.json``, ``report.md`` (and ``timeline.png``) into ``directory``."""
+    """Write ``report.json``, ``report.md`` (and ``timeline.png``) into ``directory``:
+    a region-outage report, or a surge's (``report["drill"] == "surge"``)."""
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
+    surge = report.get("drill") == "surge"
     if png:
         try:
-            from rideout.drill.timeline import plot_timeline
+            from rideout.drill.timeline import plot_surge, plot_timeline
         except ImportError:  # pragma: no cover - the drill extra is not installed
             report["timeline_note"] = "no timeline.png: install rideout[drill] (matplotlib)"
         else:
             path = directory / "timeline.png"
-            plot_timeline(report, path)
+            (plot_surge if surge else plot_timeline)(report, path)
             report["timeline_png"] = path.name
             written.append(path)
     json_path = directory / "report.json"
     json_path.write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
     md_path = directory / "report.md"
-    md_path.write_text(render_markdown(report), encoding="utf-8")
+    if surge:
+        from rideout.drill.surge_report import render_surge_markdown
+
+        md_path.write_text(render_surge_markdown(report), encoding="utf-8")
+    else:
+        md_path.write_text(render_markdown(report), encoding="utf-8")
     return [json_path, md_path, *written]

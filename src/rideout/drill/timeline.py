@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_timeline"]
+__all__ = ["plot_surge", "plot_timeline"]
 
 
 def plot_timeline(report: dict[str, Any], path: Path) -> None:
@@ -57,6 +57,45 @@ def plot_timeline(report: dict[str, Any], path: Path) -> None:
             low.legend(loc="best", fontsize="small")
         low.set_ylabel("acked bids / s")
         low.set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_surge(report: dict[str, Any], path: Path) -> None:
+    """A surge: arrivals and tokens per second, auction sessions open against the
+    capacity, and the room's counters (queue, served, waiting, expired, abandoned)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    s = report.get("surge") or {}
+    series = s.get("series", {})
+    start = series.get("start", 0.0)
+    fig, (top, mid, low) = plt.subplots(3, 1, figsize=(8, 9), sharex=True)
+    ts = series.get("t", [])
+    top.plot(ts, series.get("arrivals_per_second", []), label="arrivals / s")
+    top.plot(ts, series.get("served_per_second", []), label="tokens taken / s")
+    top.set_title(f"surge: {s.get('visitors')} visitors, {s.get('inlet', {}).get('kind')} inlet")
+    top.legend(loc="best", fontsize="small")
+    mid.step(ts, series.get("sessions", []), where="post", label="auction sessions open")
+    capacity = s.get("inlet", {}).get("capacity")
+    if capacity:
+        mid.axhline(capacity, color="red", linestyle=":", label=f"capacity {capacity}")
+    mid.legend(loc="best", fontsize="small")
+    samples = series.get("samples", [])
+    st = [x["t"] for x in samples]
+    for name, label in (("queue", "queue"), ("tokens", "served"), ("waiting", "waiting"),
+                        ("expired", "expired"), ("abandoned", "abandoned")):  # fmt: skip
+        low.plot(st, [x.get(name, 0) for x in samples], label=label)
+    low.plot(st, [x.get("holding", 0) for x in samples], label="capacity held", linestyle="--")
+    low.set_xlabel("seconds")
+    low.legend(loc="best", fontsize="small")
+    fault = s.get("fault")
+    if fault:
+        for ax in (top, mid, low):
+            ax.axvline(fault["at"] - start, color="red", linestyle="--", linewidth=1)
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)

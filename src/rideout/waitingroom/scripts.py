@@ -321,7 +321,9 @@ if KEYS[12] then
 end
 local by = tonumber(ARGV[4])
 if ARGV[3] == 'max_size' then
-  by = by - holding()
+  -- Capacity for positions that exist: an idle room's counter must not run ahead of
+  -- its queue, or the next burst would find itself admitted all at once.
+  by = math.min(by - holding(), counter('queue') - counter('serving'))
   if by < 0 then by = 0 end
 end
 local old, new = increment(by)
