@@ -74,11 +74,13 @@ async def room(redis_server: Redis) -> AsyncIterator[tuple[httpx.AsyncClient, Ro
     await store.create_event(EventSettings(EVENT, expiry=60))
     for _ in range(3):
         KNOWN_RID.append((await store.assign(EVENT)).request_id)
+    ring = RoomKeyRing.generate()  # signing configured, as every deployed zone has it
     api = RoomAPI(
         store,
         admin_token=ADMIN_TOKEN,
         issuer="http://room.test",
-        signer=RoomTokenIssuer(RoomKeyRing.generate(), issuer="http://room.test"),
+        signer=RoomTokenIssuer(ring, issuer="http://room.test"),
+        keys=ring,
         micro_cache_ttl=0,
     )
     app = Starlette(routes=api.routes())
