@@ -157,3 +157,24 @@ def test_evacuate_then_recover_restores_every_subnet(
     for step in recovery.steps:
         original = next(p for p in placements if (p.kind, p.resource) == (step.kind, step.resource))
         assert set(step.after) == set(original.subnets)
+
+
+def test_evacuation_follows_the_kind_order_and_recovery_reverses_it() -> None:
+    """Traffic is shifted before capacity is removed, and capacity is back before the
+    shift ends (the whitepaper's order), whatever the kinds' names sort as."""
+    from rideout.evacuate.model import Placement, Record, plan_evacuation, plan_recovery
+
+    order = ("zshift", "asg", "ecs")
+    placements = [
+        Placement("ecs", "svc", ("s1", "s2")),
+        Placement("asg", "grp", ("s1", "s2")),
+        Placement("zshift", "lb", ("s1", "s2")),
+    ]
+    plan = plan_evacuation(placements, {"s1"}, zone_id="z1", kind_order=order)
+    assert [s.kind for s in plan.actions] == ["zshift", "asg", "ecs"]
+    records = [Record("z1", p.resource, p.kind, ("s1",), 0.0, "op") for p in placements]
+    current = {(p.kind, p.resource): Placement(p.kind, p.resource, ("s2",)) for p in placements}
+    back = plan_recovery(records, current, zone_id="z1", kind_order=order)
+    assert [s.kind for s in back.actions] == ["ecs", "asg", "zshift"]
+    unnamed = plan_evacuation(placements, {"s1"}, zone_id="z1")
+    assert [s.kind for s in unnamed.actions] == ["asg", "ecs", "zshift"]  # by name

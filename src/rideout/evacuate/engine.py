@@ -245,6 +245,7 @@ class Engine:
             zone_of=self.provider.zones_of(used),
             min_healthy_zones=options.min_healthy_zones,
             recorded=recorded,
+            kind_order=self.provider.kinds(),
         )
 
     def evacuate(self, zone_id: str, options: Options | None = None) -> Outcome:
@@ -331,7 +332,8 @@ class Engine:
             except ProviderError as exc:
                 step = Step(r.zone_id, r.kind, r.resource, "skip", (), (), r.removed, "")
                 failures.append(Failure(step, str(exc)))
-        return plan_recovery(described, current, zone_id=zone_id), tuple(failures)
+        plan = plan_recovery(described, current, zone_id=zone_id, kind_order=self.provider.kinds())
+        return plan, tuple(failures)
 
     def recover(self, zone_id: str | None = None, options: Options | None = None) -> Outcome:
         """Merge back what the ledger records for ``zone_id`` (None: every zone)."""

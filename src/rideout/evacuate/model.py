@@ -27,7 +27,7 @@ The shape (seed 003, the whitepaper's control-plane-controlled evacuation):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -210,6 +210,12 @@ def _skip(zone_id: str, p: Placement, changed: tuple[str, ...], reason: str) -> 
     return Step(zone_id, p.kind, p.resource, "skip", p.subnets, p.subnets, changed, reason)
 
 
+def _ranks(order: Sequence[str]) -> Callable[[str], int]:
+    """A sort key: a kind's place in ``order``, kinds it does not name after them."""
+    places = {kind: i for i, kind in enumerate(order)}
+    return lambda kind: places.get(kind, len(places))
+
+
 def plan_evacuation(
     placements: Iterable[Placement],
     zone_subnets: Iterable[str],
@@ -218,6 +224,7 @@ def plan_evacuation(
     zone_of: Mapping[str, str] | None = None,
     min_healthy_zones: int = 1,
     recorded: Iterable[Record] = (),
+    kind_order: Sequence[str] = (),
 ) -> Plan:
     """Which subnets to remove from each resource to evacuate ``zone_id``.
 
@@ -226,7 +233,9 @@ def plan_evacuation(
     a zone of its own); ``recorded`` are the ledger's rows for this zone. A resource is
     skipped, with the reason, when removing the zone would leave it no subnet, or fewer
     than ``min_healthy_zones`` zones; a resource with none of the zone's subnets but a
-    row in the ledger is "already evacuated"; one with neither is left out.
+    row in the ledger is "already evacuated"; one with neither is left out. Steps come in
+    ``kind_order`` (``Provider.kinds()``: traffic shifted before capacity is removed),
+    kinds it does not name after, by name.
     """
     zone_id = _validate.text("zone_id", zone_id)
     minimum = _validate.count("min_healthy_zones", min_healthy_zones, low=1)
@@ -234,7 +243,8 @@ def plan_evacuation(
     zones = dict(zone_of or {})
     done = {(r.kind, r.resource) for r in recorded if r.zone_id == zone_id}
     steps = []
-    for p in sorted(placements, key=lambda p: (p.kind, p.resource)):
+    rank = _ranks(kind_order)
+    for p in sorted(placements, key=lambda p: (rank(p.kind), p.kind, p.resource)):
         removed = tuple(s for s in p.subnets if s in in_zone)
         kept = tuple(s for s in p.subnets if s not in in_zone)
         if not removed:
@@ -256,13 +266,16 @@ def plan_recovery(
     current: Mapping[tuple[str, str], Placement | None],
     *,
     zone_id: str | None = None,
+    kind_order: Sequence[str] = (),
 ) -> Plan:
     """What to merge back into each recorded resource: its subnets now (``current``,
     keyed by (kind, resource); None or missing = the resource is gone) plus the record's
     removed ones not already there. Idempotent: a resource whose subnets are all back is
-    a "restore" step that changes nothing (the engine then only deletes the record)."""
+    a "restore" step that changes nothing (the engine then only deletes the record).
+    Kinds come in the reverse of ``kind_order``: capacity back before traffic returns."""
     steps = []
-    for r in sorted(records, key=lambda r: (r.zone_id, r.kind, r.resource)):
+    rank = _ranks(tuple(reversed(kind_order)))
+    for r in sorted(records, key=lambda r: (r.zone_id, rank(r.kind), r.kind, r.resource)):
         if zone_id is not None and r.zone_id != zone_id:
             continue
         now = current.get((r.kind, r.resource))
