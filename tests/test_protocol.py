@@ -28,6 +28,8 @@ from rideout.protocol import (
     Heartbeat,
     Pong,
     Position,
+    Probe,
+    ProbeMsg,
     ProtocolError,
     ServerMessage,
     StateMsg,
@@ -88,6 +90,7 @@ _DROP = object()
     ("message", "wire"),
     [
         (Heartbeat(), '{"action":"heartbeat"}'),
+        (Probe(), '{"action":"probe"}'),
         (GetState("lot-1"), '{"action":"getState","room":"lot-1"}'),
         (
             GetState("a.b:c_D-9", Position(3, "1700000000000-0")),
@@ -554,6 +557,14 @@ server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
     st.builds(
         ErrorMsg, st.sampled_from(list(ErrorCode)), st.text(max_size=30), st.none() | request_ids
     ),
+    st.builds(
+        ProbeMsg,
+        names,
+        names,
+        st.sampled_from(["writer", "replica"]),
+        st.integers(0, MAX_EPOCH),
+        st.none() | st.integers(0, 16),
+    ),
 )
 
 
@@ -731,3 +742,20 @@ def test_parse_retry_hint_tolerates_garbage(reason: Any) -> None:
 def test_offset_key_orders_numerically() -> None:
     assert offset_key("10-2") > offset_key("9-10")
     assert offset_key("7") == (7, 0)
+
+
+@pytest.mark.parametrize(
+    ("wire", "problem"),
+    [
+        ('{"type":"probe","region":"r","zone":"z","role":"boss","epoch":1}', "'role'"),
+        ('{"type":"probe","region":"r","zone":"z","role":"writer","epoch":-1}', "'epoch'"),
+        ('{"type":"probe","region":"r","zone":"z","role":"writer"}', "'epoch' is required"),
+        (
+            '{"type":"probe","region":"r","zone":"z","role":"writer","epoch":1,"replicas":-2}',
+            "'replicas'",
+        ),
+    ],
+)
+def test_a_malformed_probe_reply_is_refused(wire: str, problem: str) -> None:
+    with pytest.raises(ProtocolError, match=problem):
+        parse_server_message(wire)

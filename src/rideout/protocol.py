@@ -45,6 +45,8 @@ __all__ = [
     "OffsetKey",
     "Pong",
     "Position",
+    "Probe",
+    "ProbeMsg",
     "ProtocolError",
     "ServerMessage",
     "StateMsg",
@@ -52,6 +54,7 @@ __all__ = [
     "encode_ack",
     "encode_client_message",
     "encode_error",
+    "encode_probe",
     "encode_server_message",
     "encode_state",
     "encode_update",
@@ -191,7 +194,13 @@ class Bid:
     id: str
 
 
-ClientMessage: TypeAlias = Heartbeat | GetState | Bid
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """``{action:"probe"}`` (canary tokens only): answered with :class:`ProbeMsg` once a
+    write and a read of the zone's probe key went through the state store."""
+
+
+ClientMessage: TypeAlias = Heartbeat | GetState | Bid | Probe
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,7 +260,22 @@ class ErrorMsg:
     id: str | None = None
 
 
-ServerMessage: TypeAlias = Pong | StateMsg | Ack | Update | ErrorMsg
+@dataclass(frozen=True, slots=True)
+class ProbeMsg:
+    """``{type:"probe", region, zone, role, epoch, replicas}``: the store took the probe.
+
+    ``role`` is ``writer`` or ``replica``; ``replicas`` (sync mode, on the writer) is
+    how many replicas had the probe's write in time, else None.
+    """
+
+    region: str
+    zone: str
+    role: str
+    epoch: int
+    replicas: int | None = None
+
+
+ServerMessage: TypeAlias = Pong | StateMsg | Ack | Update | ErrorMsg | ProbeMsg
 
 
 # ------------------------------------------------------------------------- validation
@@ -425,7 +449,9 @@ def _client_message(obj: dict[str, Any]) -> ClientMessage:
         )
     if action == "bid":
         return Bid(room=_name(obj, "room"), amount=_amount(obj), id=_request_id(obj, "id"))
-    raise _Invalid(f"unknown action {_preview(action)}; expected heartbeat, getState or bid")
+    if action == "probe":
+        return Probe()
+    raise _Invalid(f"unknown action {_preview(action)}; expected heartbeat, getState, bid or probe")
 
 
 def parse_server_message(data: str | bytes) -> ServerMessage:
@@ -494,7 +520,24 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             message=_str(obj, "message"),
             id=_optional_request_id(obj, "id"),
         )
-    raise _Invalid(f"unknown type {_preview(kind)}; expected state, ack, update or error")
+    if kind == "probe":
+        role = _str(obj, "role")
+        if role not in _PROBE_ROLES:
+            raise _Invalid(f"'role' must be one of {', '.join(_PROBE_ROLES)}")
+        epoch = _require(obj, "epoch")
+        replicas = obj.get("replicas")
+        if not _is_int(epoch) or not 0 <= epoch <= MAX_EPOCH:
+            raise _Invalid(f"'epoch' must be an integer from 0 to {MAX_EPOCH}")
+        if replicas is not None and (not _is_int(replicas) or replicas < 0):
+            raise _Invalid("'replicas' must be a non-negative integer or null")
+        return ProbeMsg(
+            region=_name(obj, "region"), zone=_name(obj, "zone"), role=role,
+            epoch=epoch, replicas=replicas,
+        )  # fmt: skip
+    raise _Invalid(f"unknown type {_preview(kind)}; expected state, ack, update, error or probe")
+
+
+_PROBE_ROLES: Final = ("writer", "replica")
 
 
 # --------------------------------------------------------------------------- encoding
@@ -579,10 +622,23 @@ def encode_error(code: ErrorCode | str, message: str, request_id: str | None = N
     return _dump(obj)
 
 
+def encode_probe(*, region: str, zone: str, role: str, epoch: int, replicas: int | None) -> str:
+    """Encode the reply to a ``probe``."""
+    return _dump(
+        {"type": "probe", "region": region, "zone": zone, "role": role, "epoch": epoch,
+         "replicas": replicas}
+    )  # fmt: skip
+
+
 def encode_server_message(message: ServerMessage) -> str:
     """Encode any server → client message object."""
     if isinstance(message, Pong):
         return PONG
+    if isinstance(message, ProbeMsg):
+        return encode_probe(
+            region=message.region, zone=message.zone, role=message.role,
+            epoch=message.epoch, replicas=message.replicas,
+        )  # fmt: skip
     if isinstance(message, Update):
         return encode_update(
             room=message.room, state=message.state, position=message.position, region=message.region
@@ -613,6 +669,8 @@ def encode_client_message(message: ClientMessage) -> str:
     """Encode a client → server message (used by the Python client and canaries)."""
     if isinstance(message, Heartbeat):
         return _dump({"action": "heartbeat"})
+    if isinstance(message, Probe):
+        return _dump({"action": "probe"})
     if isinstance(message, GetState):
         obj: dict[str, object] = {"action": "getState", "room": message.room}
         if message.since is not None:

@@ -206,3 +206,45 @@ async def test_nothing_fails_before_the_canaries_start_and_a_silent_region_fails
             await plane.evaluate()
         assert plane.alarms[P].state == "ALARM"
         assert plane.alarms[S].state == "OK"
+
+
+def test_the_evaluation_offset_waits_for_the_periods_datapoints() -> None:
+    from rideout.config import PROFILES
+    from rideout.controlplane.runtime import evaluation_offset
+
+    # fast: a canary round 0.125 s into the period, probes within 0.4 s: in by 0.025 s
+    # into the next period, plus a tenth of a period for the post.
+    assert evaluation_offset(PROFILES["fast"]) == pytest.approx(0.075)
+    assert evaluation_offset(PROFILES["seed"]) == pytest.approx(6.0)
+
+
+async def test_rounds_run_just_after_each_period_boundary(
+    make_config: Callable[..., Config],
+) -> None:
+    """Before, rounds ran every period from whenever the control plane started, so a
+    period was judged up to a whole period after it ended (0.25 s late on average)."""
+    import asyncio
+    import statistics
+    import time
+
+    from rideout.controlplane.runtime import evaluation_offset
+
+    config = make_config()
+    plane = ControlPlane(config)  # no Redis: the controller reports it unreachable
+    phases: list[float] = []
+    evaluate = plane.evaluate
+
+    async def timed() -> None:
+        phases.append(time.time() % plane.period)
+        await evaluate()
+
+    plane.evaluate = timed  # type: ignore[method-assign]
+    await plane.start()
+    try:
+        while len(phases) < 6:
+            await asyncio.sleep(plane.period / 4)
+    finally:
+        await plane.stop()
+    offset = evaluation_offset(config.timing)
+    later = phases[1:]  # the first round runs at start
+    assert offset <= statistics.median(later) < offset + 0.1, phases

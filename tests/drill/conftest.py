@@ -40,6 +40,9 @@ def sample_phase(frm: str, to: str, p99: float) -> dict[str, Any]:
                      "bucket": 0.1, "series": [3, 3, 3, 1]},
         "scheduled": {"total": 30, "peak_per_bucket": 5, "peak_per_second": 50.0,
                       "bucket": 0.1, "series": [5, 0, 2]},
+        "write": {"clients": 10, "written": 10, "written_share": 1.0,
+                  "time_to_write": {"count": 10, "p50": 3.5, "p90": 4.5, "p99": p99 + 1,
+                                    "max": p99 + 1}},
     }  # fmt: skip
 
 

@@ -198,8 +198,19 @@ def test_a_failover_phase_from_the_clients_records() -> None:
         RestoredRecord(0, 11.0, "west"),
         RestoredRecord(1, 12.5, "west"),
         RestoredRecord(2, 11.0, "east"),
+        ack("r", "a", 1, "1-0")._replace(client=0, t=9.0, region="east"),  # before the fault
+        ack("r", "a", 2, "2-0")._replace(client=0, t=10.2, region="east"),  # the old region
+        ack("r", "a", 3, "3-0")._replace(client=0, t=11.5, region="west"),  # first in west
+        ack("r", "a", 4, "4-0")._replace(client=0, t=12.0, region="west"),
+        ack("r", "b", 5, "5-0")._replace(client=1, t=13.0, region="west"),
+        ack("r", "b", 6, "6-0")._replace(client=1, t=45.0, region="west"),  # past the window
     ]
     phase = phase_summary(TIMELINE, records, range(3), 10.0, 14.0, "east", "west", 30.0)
+    # Write RTO: fault -> each client's first bid the new region accepted.
+    write = phase["write"]
+    assert (write["clients"], write["written"]) == (3, 2)
+    assert write["written_share"] == pytest.approx(2 / 3)
+    assert sorted([write["time_to_write"]["p50"], write["time_to_write"]["max"]]) == [2.25, 3.0]
     assert (phase["from"], phase["to"], phase["at"]) == ("east", "west", 10.0)
     assert (phase["time_to_detect"], phase["time_to_writer"], phase["time_to_dns"]) == (
         1.0, 2.0, 3.5,

@@ -62,3 +62,26 @@ def test_the_summary_and_the_exit_code(
     assert ("ok lost" if lost == 0 else "FAILED lost: 3 (limit 0)") in text
     assert (tmp_path / "report" / "report.json").is_file()
     assert f"report: {tmp_path / 'report'}" in text
+
+
+def test_a_chaos_step_that_fails_mid_drill_exits_2_without_a_traceback(
+    make_config: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #11, finding 1: `restore` failed mid-drill and the drill ended in a
+    traceback, exit 1, no report. The run (which needs a deployment) is replaced by one
+    that fails as that one did."""
+    from rideout.cluster.chaos import ChaosError
+
+    config = make_config()
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(config))
+
+    async def run(options: DrillOptions, progress: Any) -> dict[str, Any]:
+        raise ChaosError("restore us-east-1 failed: You can't write against a read only replica.")
+
+    monkeypatch.setattr(console_module, "run_region_outage", run)
+    console, out = terminal()
+    assert main_region_outage(DrillOptions(config_path=path), console) == 2
+    text = out.getvalue()
+    assert text.startswith("error: the drill could not run: ChaosError: restore us-east-1")
+    assert "Traceback" not in text

@@ -28,20 +28,25 @@ pytestmark = pytest.mark.slow
 CLIENTS = int(os.environ.get("DRILL_E2E_CLIENTS", "200"))
 
 
-def run_drill(tmp_path: Path, *extra: str, timeout: float) -> tuple[str, dict[str, Any]]:
-    """`rideout drill region-outage` on its own fast-profile deployment (sync/reject):
-    its output, and its report.json (the drill must have succeeded)."""
-    config = parse_config(
-        config_data(
-            tmp_path / ".rideout",
-            failover={"replication": "sync", "sync_timeout": 0.5, "replica_down": "reject"},
-        )
-    )
+SYNC_REJECT = {"replication": "sync", "sync_timeout": 0.5, "replica_down": "reject"}
+
+
+def run_drill(
+    tmp_path: Path,
+    *extra: str,
+    timeout: float,
+    clients: int = CLIENTS,
+    failover: dict[str, Any] = SYNC_REJECT,
+) -> tuple[str, dict[str, Any]]:
+    """`rideout drill region-outage` on its own fast-profile deployment (sync/reject
+    unless `failover` says otherwise): its output, and its report.json (the drill must
+    have succeeded)."""
+    config = parse_config(config_data(tmp_path / ".rideout", failover=failover))
     (tmp_path / "rideout.toml").write_text(dump_toml(config))
     report_dir = tmp_path / "report"
     argv = [
         sys.executable, "-m", "rideout", "drill", "region-outage",
-        "--clients", str(CLIENTS), "--fault", "kill", "--replication", "sync",
+        "--clients", str(clients), "--fault", "kill", "--replication", failover["replication"],
         "--profile", "fast", "--max-rto", "30", "--max-lost", "0",
         "--report", str(report_dir), "--config", "rideout.toml", *extra,
     ]  # fmt: skip
@@ -84,6 +89,29 @@ def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
     assert failover["time_to_dns"] is not None
     assert failover["time_to_dns"] < 20
     assert failover["time_to_restored"]["p99"] < 30
+    # Write RTO is measured: with sync/reject the new writer has no replica and refuses
+    # every bid until the primary is back (issue #11, finding 3), and the report says so.
+    write = failover["write"]
+    assert write["clients"] == CLIENTS
+    assert write["written"] == 0, write
+
+
+def test_write_rto_is_reported_and_gated_where_writes_resume(tmp_path: Path) -> None:
+    """A small drill where the new region takes writes at once (async replication):
+    every client's first accepted bid there is timed, and --max-write-rto gates it."""
+    output, report = run_drill(
+        tmp_path, "--max-write-rto", "30", timeout=120, clients=40,
+        failover={"replication": "async"},
+    )  # fmt: skip
+    (run,) = report["passes"]
+    write = run["failover"]["write"]
+    assert write["written"] == write["clients"] == 40, write
+    restored, written = run["failover"]["time_to_restored"], write["time_to_write"]
+    assert 0 < written["p50"] <= written["p99"] < 30
+    assert written["p99"] >= restored["p50"]  # a write follows the client's restore
+    names = {o["name"]: o for o in report["objectives"]}
+    assert names["full-jitter failover: p99 write RTO (first accepted bid)"]["ok"]
+    assert "write RTO p50" in output
 
 
 def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: Path) -> None:
@@ -93,6 +121,7 @@ def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: 
     (run,) = report["passes"]
     failback = run["failback"]
     assert failback["recovered"] == CLIENTS
+    assert failback["write"]["written"] == CLIENTS  # writes resume on the primary
     assert failback["drained_by_drill"] is False
     assert run["writer_moves"] == {"failovers": 1, "failbacks": 1}
     assert run["final_writer"] == "us-east-1"

@@ -56,3 +56,18 @@ def test_write_report_files(tmp_path: Path) -> None:
 
 def test_default_report_dir() -> None:
     assert default_report_dir(Path("d"), 0.0).parent == Path("d/drills")
+
+
+def test_the_summary_shows_write_rto_beside_restored_state() -> None:
+    report = sample_report(p99=4.0)
+    text = render_markdown(report)
+    header = next(line for line in text.splitlines() if line.startswith("| pass |"))
+    assert (
+        "| restored p50 | p90 | p99 | max | recovered | write RTO p50 | p90 | p99 | wrote |"
+        in header
+    )
+    row = next(line for line in text.splitlines() if line.startswith("| full-jitter | failover"))
+    assert "| 3.50 s | 4.50 s | 5.00 s | 10/10 (100.0%) |" in row
+    # A report from before write RTO was measured still renders.
+    del report["passes"][0]["failover"]["write"]
+    assert "| - | - | - | 0/0 (0.0%) |" in render_markdown(report)

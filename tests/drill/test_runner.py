@@ -36,6 +36,18 @@ def test_objectives() -> None:
     ]
 
 
+def test_the_write_rto_objective_gates_each_phase() -> None:
+    passes = sample_report(p99=4.0)["passes"][:1]  # restored p99 4 s, write RTO p99 5 s
+    found = _objectives(DrillOptions(clients=10, max_rto=4.5, max_write_rto=4.5), passes)
+    assert [(o["name"], o["value"], o["ok"]) for o in found[:2]] == [
+        ("full-jitter failover: p99 time to restored state", 4.0, True),
+        ("full-jitter failover: p99 write RTO (first accepted bid)", 5.0, False),
+    ]
+    assert _objectives(DrillOptions(clients=10, max_write_rto=6.0), passes)[0]["ok"]
+    passes[0]["failover"]["write"]["written_share"] = 0.9  # some never wrote again
+    assert not _objectives(DrillOptions(clients=10, max_write_rto=6.0), passes)[0]["ok"]
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(DrillError, match="--fault"):
         DrillOptions(fault="nuke")

@@ -337,3 +337,84 @@ def test_the_damping_state_is_part_of_the_controller_state() -> None:
     legacy = state.to_dict()
     del legacy["damping"]
     assert ControllerState.from_dict(legacy).damping.merit == 0.0
+
+
+async def test_a_promotion_retried_after_a_lost_reply_raises_the_epoch_once(pair: Pair) -> None:
+    """The controller's epoch write went through but its reply timed out (a loaded
+    machine): the retry on the next tick must find the epoch in place, not raise it
+    again. Before the fix the epoch went 1 -> 2 -> 3 for one promotion."""
+    from redis.exceptions import TimeoutError as RedisTimeout
+
+    config, s, primary = pair.config, pair.s, pair.primary
+    controller = FailoverController(config)
+    try:
+        await controller.tick({P: True, S: True})
+        client = controller._clients[S]
+        real_eval = client.eval
+        lost: list[object] = []
+
+        async def eval_then_time_out(*args: object) -> object:
+            reply = await real_eval(*args)  # type: ignore[arg-type]
+            if not lost:
+                lost.append(reply)
+                raise RedisTimeout("Timeout reading from socket (injected after the write)")
+            return reply
+
+        client.eval = eval_then_time_out  # type: ignore[method-assign]
+        await primary.stop()
+        await controller.tick({P: False, S: True})
+        assert lost == [2]  # written, reply lost
+        assert await s.get(keys.EPOCH) == "2"
+        assert (controller.writer, controller.epoch) == (P, 1)  # the move did not count
+        assert controller.status()["events"][-1]["kind"] == "error"
+        await controller.tick({P: False, S: True})  # the retry
+        assert (controller.writer, controller.epoch) == (S, 2)
+        assert await s.get(keys.EPOCH) == "2"
+        status = controller.status()
+        assert status["failovers"] == 1
+        assert [e["kind"] for e in status["events"]].count("fail-over") == 1
+        await controller.tick({P: False, S: True})
+        assert controller.epoch == 2
+    finally:
+        await controller.close()
+
+
+async def test_bump_epoch_is_idempotent_and_never_lowers(pair: Pair) -> None:
+    from rideout.store.replication import bump_epoch
+
+    p = pair.p
+    assert await p.get(keys.EPOCH) == "1"
+    assert await bump_epoch(p, 1) == 2
+    assert await bump_epoch(p, 1) == 2  # again: already there
+    assert await bump_epoch(p, 5) == 6
+    assert await bump_epoch(p, 2) == 6  # a server past the target keeps its epoch
+    assert await p.get(keys.EPOCH) == "6"
+
+
+@pytest.mark.parametrize(
+    ("writer", "healthy", "local", "move", "target"),
+    [
+        # The writer's region fails: its in-region replica first, else the other region.
+        (P, {P: False, S: True}, {P: True}, "promote-in-region", P),
+        (P, {P: False, S: True}, {P: False}, "fail-over", S),
+        (P, {P: False, S: True}, {}, "fail-over", S),
+        (P, {P: False, S: False}, {P: True}, "promote-in-region", P),  # even with both down
+        (S, {P: True, S: False}, {S: True}, "promote-in-region", S),
+        (S, {P: True, S: False}, {P: True}, "fail-back", P),  # the other's replica: no matter
+        (P, {P: True, S: True}, {P: True}, "none", None),  # healthy: nothing to promote
+    ],
+)
+def test_decide_prefers_the_in_region_replica_when_there_is_one(
+    writer: str,
+    healthy: dict[str, bool],
+    local: dict[str, bool],
+    move: str,
+    target: str | None,
+) -> None:
+    decision = decide(
+        writer=writer, primary=P, secondary=S, healthy=healthy, auto_failback=True,
+        in_region_replica=local,
+    )  # fmt: skip
+    assert (decision.move, decision.target) == (move, target)
+    if move == "promote-in-region":
+        assert decision.urgent

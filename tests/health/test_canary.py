@@ -15,12 +15,18 @@ from starlette.routing import Route
 
 from rideout.config import Config
 from rideout.health.canary import METRIC_NAME, NAMESPACE, Canary, metric_data, probe
+from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
 from tests.conftest import FakeClock, free_port, serving
 from tests.realtime.conftest import Deployment
 
 
+def canary_token(deployment: Deployment) -> str:
+    """A token with the canary's probe claim (the probe is refused to others)."""
+    return deployment.token("canary", extra_claims={PROBE_CLAIM: CANARY_PROBE})
+
+
 async def test_probe_healthy_dead_and_degraded(deployment: Deployment) -> None:
-    token = deployment.token("canary")
+    token = canary_token(deployment)
     url = deployment.urls["a1"] + "/ws"
     assert await probe(url, token, 2.0) == (True, None)
     healthy, error = await probe(f"ws://127.0.1.1:{free_port('127.0.1.1')}/ws", token, 2.0)

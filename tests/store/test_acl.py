@@ -511,6 +511,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         keys.idempotency("rest", "k", "bob"),
         keys.idempotency("rest", "k"),
         keys.demo_name_claim("carol"),
+        keys.canary_probe("us-east-1", "use1-az1"),
         keys.REVOCATIONS,
         keys.REVOCATIONS_VERSION,
     ]
@@ -519,8 +520,8 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     # Every key function of store.keys is listed above (a new family needs a pattern).
     functions = {n for n in keys.__all__ if n.islower()}
     assert functions == {
-        "bid_ack", "demo_name_claim", "idempotency", "legacy_bid_ack", "room_state",
-        "room_stream", "user_session",
+        "bid_ack", "canary_probe", "demo_name_claim", "idempotency", "legacy_bid_ack",
+        "room_state", "room_stream", "user_session",
     }  # fmt: skip
 
 
@@ -529,10 +530,11 @@ def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:
     for source in (
         scripts.BID,
         scripts.GET_STATE,
+        scripts.PROBE,
         idempotency.CLAIM_SCRIPT,
         idempotency.FINISH_SCRIPT,
     ):
-        called |= {c.lower() for c in re.findall(r"redis\.call\('([A-Za-z]+)'", source)}
+        called |= {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", source)}
     assert called, "the scripts call Redis"
     assert called <= set(RULES[RedisRole.APP].commands)
 

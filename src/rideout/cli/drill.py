@@ -32,7 +32,15 @@ def drill_region_outage(
         bool, typer.Option(help="Run with full jitter and with none.")
     ] = False,
     max_rto: Annotated[
-        float | None, typer.Option(help="Objective: p99 seconds to restored state.")
+        float | None,
+        typer.Option(help="Objective: p99 seconds from the fault to restored state."),
+    ] = None,
+    max_write_rto: Annotated[
+        float | None,
+        typer.Option(
+            help="Objective: p99 write RTO, seconds from the fault to each client's first "
+            "bid accepted by the new region (failover and failback)."
+        ),
     ] = None,
     max_lost: Annotated[int | None, typer.Option(help="Objective: acknowledged bids lost.")] = None,
     report: Annotated[
@@ -48,7 +56,7 @@ def drill_region_outage(
         options = DrillOptions(
             clients=clients, fault=fault, replication=replication, profile=profile,
             failback=failback, compare_jitter=compare_jitter, max_rto=max_rto,
-            max_lost=max_lost, report_dir=report, config_path=config_path,
+            max_write_rto=max_write_rto, max_lost=max_lost, report_dir=report, config_path=config_path,
         )  # fmt: skip
     except DrillError as exc:
         fail(str(exc), 2)

@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from redis.exceptions import RedisError
 
 from rideout import routes
 from rideout._process import LineSink, ManagedProcess
@@ -253,7 +254,12 @@ class LocalCluster:
         self._keepers: set[asyncio.Task[None]] = set()
         self._control: asyncio.Server | None = None
         self._stopping = False
+        self._started = False  # start() finished: from now on the controller owns epochs
         self.started_at = time.time()
+        # Awaited with the region's name once a restarted Redis answers, before the epoch
+        # step: tests run a real controller step there to force the interleaving of
+        # issue #11's finding 1 (the controller demotes it first).
+        self.after_redis_start: Callable[[str], Awaitable[None]] | None = None
 
     @property
     def config_file(self) -> Path:
@@ -307,6 +313,7 @@ class LocalCluster:
             await self._start_servers([s for s in servers if s.record.kind != "canary"])
             await self._start_servers([s for s in servers if s.record.kind == "canary"])
             await self._serve_control_socket()
+            self._started = True
         except BaseException:
             await self.stop()
             raise
@@ -376,8 +383,9 @@ class LocalCluster:
 
     async def _spawn(self, child: _Child) -> None:
         """Start one process for `child` (a Redis is also waited for until ready)."""
+        note = None
         if isinstance(child, _Redis):
-            await self._spawn_redis(child)
+            note = await self._spawn_redis(child)
         else:
             assert isinstance(child, _Server)
             record = child.record
@@ -391,10 +399,10 @@ class LocalCluster:
             child.proc = proc
             await proc.start()
         child.generation += 1
-        child.state, child.note = "running", None
+        child.state, child.note = "running", note
         self._write_state()
 
-    async def _spawn_redis(self, child: _Redis) -> None:
+    async def _spawn_redis(self, child: _Redis) -> str | None:
         region = child.region
         assert region is not None
         primary = self.config.primary
@@ -415,13 +423,32 @@ class LocalCluster:
         child.server = server
         self._say(f"starting {child.name} on {region.redis.address}:{region.redis.port}")
         await server.start(timeout=self.ready_timeout)
-        if replica_of is None:
-            controller = credentials_for(self.config, RedisRole.CONTROLLER)
-            client = probe_client(region.redis.address, region.redis.port, credentials=controller)
-            try:
-                await ensure_epoch(client)
-            finally:
-                await client.aclose()
+        if self._started and self.after_redis_start is not None:
+            await self.after_redis_start(region.name)
+        return await self._first_epoch(region) if replica_of is None else None
+
+    async def _first_epoch(self, region: RegionConfig) -> str | None:
+        """Give a new writer epoch 1 (SET NX: an existing epoch is kept).
+
+        At start, before any controller runs, a failure stops ``up``. Later (a restart,
+        ``chaos restore``) the controller owns roles and epochs and may have demoted this
+        Redis already, or be syncing it: the step is best effort, and what it could not
+        do is returned for ``restore`` to report, never raised.
+        """
+        controller = credentials_for(self.config, RedisRole.CONTROLLER)
+        client = probe_client(region.redis.address, region.redis.port, credentials=controller)
+        try:
+            if await ensure_epoch(client) is None:
+                return "epoch left to the controller (a replica by now)"
+        except (RedisError, OSError, ValueError) as exc:
+            if not self._started:
+                raise ClusterError(
+                    f"cannot set the first epoch on redis-{region.name}: {exc}"
+                ) from exc
+            return f"epoch left to the controller ({type(exc).__name__}: {exc})"
+        finally:
+            await client.aclose()
+        return None
 
     async def _await_ready(self, client: httpx.AsyncClient, server: _Server) -> None:
         proc = server.proc
@@ -607,10 +634,14 @@ class LocalCluster:
         """Undo kill, kill-redis, freeze and throttle: the region comes back.
 
         Also brings back the global processes (control plane, DNS) if they are down,
-        and forgets the restart history of everything it restores.
+        and forgets the restart history of everything it restores. Every step is tried
+        whatever the others did (the controller may demote the Redis meanwhile: roles
+        and epochs are its business); if one fails, this raises :class:`ClusterError`
+        naming what was done and what failed, never leaving a region half-up silently.
         """
         self._region(region)
         done: list[str] = []
+        failed: list[str] = []
         if region in self._frozen:
             for pid in self._region_pids(region):
                 with contextlib.suppress(ProcessLookupError):
@@ -618,22 +649,46 @@ class LocalCluster:
             self._frozen.discard(region)
             done.append("resumed (SIGCONT)")
         redis = self._redis.get(region)
-        if redis is not None and await self._revive(redis):
-            done.append(f"restarted redis-{region}")
+        if redis is not None:
+            try:
+                if await self._revive(redis):
+                    done.append(f"restarted redis-{region}")
+                    if redis.note:
+                        done.append(redis.note)
+            except Exception as exc:
+                failed.append(f"redis-{region} ({exc})")
         candidates = [
             *(s for s in self._servers.values() if s.record.region is None),
             *self._region_servers(region),
         ]
-        dead = [s for s in candidates if await self._revive(s)]
+        dead: list[_Server] = []
+        for server in candidates:
+            try:
+                if await self._revive(server):
+                    dead.append(server)
+            except Exception as exc:
+                failed.append(f"{server.name} ({exc})")
         if dead:
             async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
-                await asyncio.gather(*(self._await_ready(client, s) for s in dead))
-            done.append(f"restarted {len(dead)} servers")
+                ready = await asyncio.gather(
+                    *(self._await_ready(client, s) for s in dead), return_exceptions=True
+                )
+            for server, outcome in zip(dead, ready, strict=True):
+                if isinstance(outcome, BaseException):
+                    failed.append(f"{server.name} ({outcome})")
+            up = len(dead) - sum(isinstance(o, BaseException) for o in ready)
+            done.append(f"restarted {up} servers")
         for server in self._region_servers(region, "app"):
-            if server.proc is not None:
+            if server.proc is not None and server.proc.running:
                 server.proc.signal(SERVE_SIGNAL)
         done.append("app servers serving")
         self._write_state()
+        if failed:
+            raise ClusterError(
+                f"restore {region} is incomplete: done: {', '.join(done)}; "
+                f"failed: {'; '.join(failed)} (what is not running is retried by its "
+                "keeper; see `rideout status`)"
+            )
         return f"restored {region}: " + ", ".join(done)
 
     async def _serve_control_socket(self) -> None:

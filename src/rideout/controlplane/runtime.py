@@ -25,6 +25,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
-from rideout.config import Config
+from rideout.config import Config, Timing
 from rideout.controlplane.drain import FailbackDrain
 from rideout.controlplane.errors import IngestError, IngestForbidden
 from rideout.dns.feed import DnsView, ViewPublisher
@@ -54,7 +55,7 @@ from rideout.health.metrics import MetricError, MetricKey, MetricStore
 from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
 from rideout.store.client import cancel_and_wait, check_cancelled
 
-__all__ = ["ControlPlane", "IngestError", "state_path"]
+__all__ = ["ControlPlane", "IngestError", "evaluation_offset", "state_path"]
 
 log = logging.getLogger("rideout.controlplane")
 
@@ -63,6 +64,15 @@ STATE_FILE = "state.json"
 # process's view age (rideout_dns_view_age_seconds) tells a stale view from a quiet one.
 VIEW_REPUBLISH = 5.0
 _ALARM_STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
+
+
+def evaluation_offset(timing: Timing) -> float:
+    """Seconds after a period boundary at which a round evaluates the period that just
+    ended: once its canary datapoints are in (each canary round starts a quarter into
+    the period and its probes take at most ``canary_timeout``), plus a tenth of a period
+    for the post. 0.075 s in the fast profile, 6 s in seed."""
+    period = timing.canary_interval
+    return max(0.0, 0.25 * period + timing.canary_timeout - period) + 0.1 * period
 
 
 def state_path(config: Config) -> Path:
@@ -347,18 +357,23 @@ class ControlPlane:
             self.save()
 
     async def _run(self) -> None:
-        next_round = time.monotonic()
+        """A round now, then one just after every period boundary (see
+        :func:`evaluation_offset`): a round at a random phase of the period would judge
+        each period up to a whole period late (0.25 s on average in the fast profile)."""
+        offset = evaluation_offset(self.config.timing)
+        next_round = self._clock()
         while True:
             check_cancelled()
-            self._round_delay.set(max(0.0, time.monotonic() - next_round))
+            self._round_delay.set(max(0.0, self._clock() - next_round))
             try:
                 await self.evaluate()
             except Exception:  # one bad round must not stop failover for good
                 log.exception("control plane evaluation failed")
             self.rounds += 1
             self._rounds.inc()
-            next_round += self.period
-            await asyncio.sleep(max(0.0, next_round - time.monotonic()))
+            now = self._clock()
+            next_round = (math.floor((now - offset) / self.period) + 1) * self.period + offset
+            await asyncio.sleep(max(0.0, next_round - now))
 
     # ------------------------------------------------------------------ views
 

@@ -45,6 +45,7 @@ __all__ = [
     "recovery_stats",
     "summarize",
     "timeline_series",
+    "write_stats",
 ]
 
 Row = Mapping[str, Any]
@@ -178,6 +179,15 @@ class RecoveryStats:
             "time_to_restored": summarize(self.seconds),
         }
 
+    def as_write_dict(self) -> dict[str, Any]:
+        """As write RTO (:func:`write_stats`): ``time_to_write`` per client."""
+        return {
+            "clients": self.clients,
+            "written": self.recovered,
+            "written_share": self.share,
+            "time_to_write": summarize(self.seconds),
+        }
+
 
 def recovery_stats(
     restores: Iterable[tuple[int, float, str]],
@@ -197,6 +207,21 @@ def recovery_stats(
     population = set(clients)
     seconds = sorted(first[c] - since for c in first if c in population)
     return RecoveryStats(len(population), len(seconds), seconds)
+
+
+def write_stats(
+    records: Iterable[DrillRecord],
+    clients: Iterable[int],
+    since: float,
+    region: str,
+    timeout: float,
+) -> RecoveryStats:
+    """Write RTO: each client's first *accepted* bid acknowledged from ``region`` after
+    ``since`` (the fault), within ``timeout`` seconds of it. It includes the client's
+    own pacing (a bid every ``bid_interval``): a client that restored its state bids
+    next when its schedule says so, as a user would."""
+    acks = ((a.client, a.t, a.region) for a in of_kind(records, AckRecord))
+    return recovery_stats(acks, clients, since, region, timeout)
 
 
 # ------------------------------------------------------------------------- bids
@@ -331,7 +356,9 @@ def phase_summary(
     detected = first_time(timeline, since, alarm)
     moved = first_time(timeline, since, lambda row: bool(row["dns"] == target))
     promoted = first_time(timeline, since, lambda row: bool(row["writer"] == target))
-    recovery = recovery_stats(of_kind(records, RestoredRecord), clients, since, target, timeout)
+    population = list(clients)
+    recovery = recovery_stats(of_kind(records, RestoredRecord), population, since, target, timeout)
+    writes = write_stats(records, population, since, target, timeout)
     window = (since, max(end, since + 0.1))
     attempts = [r for r in of_kind(records, AttemptRecord) if r.region == target and r.t >= since]
     accepted = [
@@ -349,6 +376,7 @@ def phase_summary(
         "time_to_writer": None if promoted is None else promoted - since,
         "time_to_dns": None if moved is None else moved - since,
         **recovery.as_dict(),
+        "write": writes.as_write_dict(),
         "scheduled": herd_stats([r.due for r in attempts], *window).as_dict(),
         "reconnects": herd_stats([r.t for r in attempts], *window).as_dict(),
         "accepted": herd_stats(accepted, *window).as_dict(),

@@ -17,6 +17,8 @@ from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
 
 __all__ = ["main_region_outage"]
 
+log = logging.getLogger("rideout.drill")
+
 
 def main_region_outage(options: DrillOptions, console: Console | None = None) -> int:
     """Run the drill, write the report, print the summary; 0 when every objective holds,
@@ -39,6 +41,12 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
             report = asyncio.run(run_region_outage(options, progress))
     except DrillError as exc:
         out.print(Text(f"error: {exc}", style="bold red"))
+        return 2
+    except Exception as exc:  # a chaos step refused, a deployment that broke: no traceback
+        log.debug("the drill could not run", exc_info=True)
+        out.print(
+            Text(f"error: the drill could not run: {type(exc).__name__}: {exc}", style="bold red")
+        )
         return 2
     files = write_report(report, Path(directory))
     # One column per pass and phase, one row per measurement: fits a terminal.

@@ -39,6 +39,13 @@ def peak(herd: dict[str, Any]) -> int:
     return int(herd.get("peak_in_window", herd["peak_per_bucket"]))
 
 
+# A report from before write RTO was measured.
+_NO_WRITE: dict[str, Any] = {
+    "clients": 0, "written": 0, "written_share": 0.0,
+    "time_to_write": {"p50": None, "p90": None, "p99": None},
+}  # fmt: skip
+
+
 def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     """One row per pass and phase: the headline numbers (shared by the CLI table and md)."""
     rows: list[tuple[str, ...]] = []
@@ -48,6 +55,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
             if not d:
                 continue
             rto = d["time_to_restored"]
+            write = d.get("write") or _NO_WRITE
+            wrto = write["time_to_write"]
             herd = d["reconnects"]
             bids = p["bids"]
             rows.append(
@@ -61,6 +70,10 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                     fmt_seconds(rto["p99"]),
                     fmt_seconds(rto["max"]),
                     f"{d['recovered']}/{d['clients']} ({100 * d['recovered_share']:.1f}%)",
+                    fmt_seconds(wrto["p50"]),
+                    fmt_seconds(wrto["p90"]),
+                    fmt_seconds(wrto["p99"]),
+                    f"{write['written']}/{write['clients']} ({100 * write['written_share']:.1f}%)",
                     str(peak(herd)),
                     str(bids["acked"]) if phase == "failover" else "″",
                     str(bids["lost"]) if phase == "failover" else "″",
@@ -80,6 +93,10 @@ HEADERS = (
     "p99",
     "max",
     "recovered",
+    "write RTO p50",
+    "p90",
+    "p99",
+    "wrote",
     "peak reconnects within 100 ms",
     "acked bids",
     "lost",
@@ -100,6 +117,11 @@ def render_markdown(report: dict[str, Any]) -> str:
         f"(replica_down = {dep.get('replica_down')}); {dep.get('profile')} profile; "
         + ("a deployment of its own" if dep.get("own_cluster") else "the running deployment"),
         f"- result: **{'PASS' if report.get('ok') else 'FAIL'}**",
+        "",
+        "",
+        "Restored: fault → the client's state restored from the new region. Write RTO: "
+        "fault → the client's first bid the new region took (acknowledged; it includes "
+        "the client's own pacing, a bid every ~bid interval).",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "---|" * len(HEADERS),

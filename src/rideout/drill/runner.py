@@ -41,6 +41,7 @@ from rideout.drill.analysis import (
     parse_stream_entry,
     phase_summary,
     timeline_series,
+    write_stats,
 )
 from rideout.drill.clients import ClientFleet, GroupSpec
 from rideout.drill.records import (
@@ -79,6 +80,7 @@ class DrillOptions:
     failback: bool = False
     compare_jitter: bool = False
     max_rto: float | None = None
+    max_write_rto: float | None = None
     max_lost: int | None = None
     report_dir: Path | None = None
     config_path: Path | None = None
@@ -391,6 +393,7 @@ class _Pass:
             _serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
         )
         await self._wait_recovered(fault_at, secondary)
+        await self._wait_written(fault_at, secondary)
         await asyncio.sleep(self.options.settle)
         return {"fault_message": message, "failover": self._phase(fault_at, primary, secondary)}
 
@@ -414,6 +417,7 @@ class _Pass:
                 await self._wait_recovered(back_at, primary)
             finally:
                 await _set_zone_mode(self.config, secondary, ZoneMode.SERVING)
+        await self._wait_written(back_at, primary)
         await asyncio.sleep(self.options.settle)
         phase = self._phase(back_at, secondary, primary, failback=True)
         phase["drained_by_drill"] = drained_by_drill
@@ -432,6 +436,33 @@ class _Pass:
             await self.plane.poll()  # the timeline keeps every move of the writer
             await asyncio.sleep(0.2)
         return False
+
+    async def _wait_written(self, since: float, region: str) -> bool:
+        """Once the clients restored their state: wait until every client has had a bid
+        accepted by `region` since `since`, for ten bid intervals at most (and never
+        past the recovery window); whether they did. (In sync mode with ``replica_down =
+        "reject"`` the new writer, with no replica, accepts nothing until the other region
+        is back: the wait runs out, and the report's write RTO says so.)"""
+        # Ten bids each: twenty clients share a room, and a bid that lost the race to a
+        # higher one (too_low) is no accepted write.
+        grace = max(5.0, 10 * self.plan.bid_interval)
+        end = min(since + self.recovery_timeout, time.time() + grace)
+        deadline = time.monotonic() + max(0.0, end - time.time())
+        while True:
+            done = write_stats(
+                self.fleet.snapshot(), range(self.plan.clients), since, region,
+                self.recovery_timeout,
+            )  # fmt: skip
+            self._progress(
+                f"{self.plan.name}: {done.recovered}/{self.fleet.clients} clients wrote to {region}"
+            )
+            if done.recovered >= self.fleet.clients:
+                return True
+            if time.monotonic() >= deadline:
+                self.say(f"not every client had a bid accepted by {region} in the window")
+                return False
+            await self.plane.poll()
+            await asyncio.sleep(0.2)
 
     def _phase(
         self, since: float, lost: str, target: str, *, failback: bool = False
@@ -489,6 +520,17 @@ def _objectives(options: DrillOptions, passes: list[dict[str, Any]]) -> list[dic
                 found.append({
                     "name": f"{p['name']} {phase}: p99 time to restored state",
                     "limit": options.max_rto, "value": p99, "ok": ok,
+                })  # fmt: skip
+            if options.max_write_rto is not None:
+                write = data["write"]
+                p99 = write["time_to_write"]["p99"]
+                ok = (
+                    p99 is not None and p99 <= options.max_write_rto
+                    and write["written_share"] == 1
+                )  # fmt: skip
+                found.append({
+                    "name": f"{p['name']} {phase}: p99 write RTO (first accepted bid)",
+                    "limit": options.max_write_rto, "value": p99, "ok": ok,
                 })  # fmt: skip
         if options.max_lost is not None:
             lost = p["bids"]["lost"]

@@ -47,6 +47,14 @@ def plot_timeline(report: dict[str, Any], path: Path) -> None:
         mid.set_ylim(-0.1, 1.2)
         mid.legend(loc="best", fontsize="small")
         low.plot(series.get("t", []), series.get("acks_per_second", []), color="purple")
+        for phase, colour in (("failover", "red"), ("failback", "green")):
+            d = p.get(phase)
+            p99 = ((d or {}).get("write") or {}).get("time_to_write", {}).get("p99")
+            if d and p99 is not None:  # write RTO p99: when 99% of clients wrote again
+                low.axvline(d["at"] - start + p99, color=colour, linestyle=":", linewidth=1.5,
+                            label=f"{phase} write RTO p99 {p99:.1f} s")  # fmt: skip
+        if low.get_legend_handles_labels()[0]:
+            low.legend(loc="best", fontsize="small")
         low.set_ylabel("acked bids / s")
         low.set_xlabel("seconds")
     fig.tight_layout()

@@ -26,6 +26,7 @@ The decision (:func:`decide`) is pure; :class:`FailoverController` executes it.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import deque
@@ -62,7 +63,7 @@ __all__ = [
 
 log = logging.getLogger("rideout.failover")
 
-Move = Literal["none", "fail-over", "fail-back"]
+Move = Literal["none", "fail-over", "fail-back", "promote-in-region"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,8 +84,13 @@ def decide(
     healthy: Mapping[str, bool],
     auto_failback: bool,
     failback_hold: float = 0.0,
+    in_region_replica: Mapping[str, bool] | None = None,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
+
+    - The writer's region unhealthy (its app servers, or its Redis: the canary's probe
+      goes through the store) with an in-sync replica of its own in another zone
+      (`in_region_replica`, region → ready): promote that one, in the region.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -95,6 +101,12 @@ def decide(
     """
     other = secondary if writer == primary else primary
     writer_ok, other_ok = healthy.get(writer, True), healthy.get(other, True)
+    if not writer_ok and (in_region_replica or {}).get(writer):
+        return Decision(
+            "promote-in-region", writer,
+            f"{writer} is unhealthy and has an in-sync replica in another zone",
+            urgent=True,
+        )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
@@ -271,8 +283,11 @@ class FailoverController:
             self._on_change(self.state)
 
     async def _observe(self) -> None:
-        for name, client in self._clients.items():
-            self.redis[name] = await replication_status(client)
+        # Side by side: a frozen Redis costs its timeout once per round, not once per
+        # region in turn (with the writer frozen, rounds took longer than a period).
+        names = list(self._clients)
+        views = await asyncio.gather(*(replication_status(self._clients[n]) for n in names))
+        self.redis.update(zip(names, views, strict=True))
 
     async def _bootstrap(self) -> None:
         """No remembered state: the writer is the reachable master (the primary if both)."""
@@ -302,6 +317,9 @@ class FailoverController:
         )
         self.last_decision = decision
         try:
+            if decision.move == "promote-in-region":
+                # decide() says so only when told of in-region replicas; none exist yet.
+                raise ReplicationError(f"no in-region replica to promote in {decision.target}")
             if decision.move != "none" and decision.target is not None:
                 await self._move(decision)
             await self._reconcile()

@@ -3,7 +3,11 @@
 One canary runs in each region, beside the region's servers (so it dies with the
 region). Every interval it opens a WebSocket to each of its region's zone endpoints
 directly (not through DNS), authenticates with a token of its own, sends a heartbeat
-and expects ``pong`` within the timeout. It pushes one datapoint per probe, 1 for
+and a ``probe``, and expects ``pong`` and the probe's answer within the timeout. The
+probe goes through the state store the way a bid does (a write and a read of the
+zone's probe key behind the epoch fence, ``WAIT`` in sync mode: see
+:mod:`rideout.realtime.backend`), so a dead, frozen or fenced writer Redis fails it
+even while the app servers answer. It pushes one datapoint per probe, 1 for
 healthy and 0 for unhealthy, as metric ``App/WebSocketHealth`` with dimensions
 ``ApiId=<region>`` and ``Zone=<zone>``, to the control plane's PutMetricData-like
 ingest endpoint, signed with the region's canary key (an HMAC over the exact body, a
@@ -38,7 +42,17 @@ from rideout.health.names import (
     REGION_DIMENSION,
     ZONE_DIMENSION,
 )
-from rideout.protocol import PONG
+from rideout.protocol import (
+    PONG,
+    ErrorMsg,
+    Heartbeat,
+    Pong,
+    Probe,
+    ProbeMsg,
+    ProtocolError,
+    encode_client_message,
+    parse_server_message,
+)
 
 __all__ = ["METRIC_NAME", "NAMESPACE", "Canary", "ProbeResult", "metric_data", "probe"]
 
@@ -58,7 +72,9 @@ class ProbeResult:
 
 
 async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
-    """Connect, heartbeat, expect ``pong``, all within `timeout`: (healthy, why not)."""
+    """Connect, heartbeat and probe the store, expect ``pong`` and the probe's answer,
+    all within `timeout`: (healthy, why not)."""
+    replies: list[str | bytes] = []
     try:
         async with asyncio.timeout(timeout):
             async with connect(
@@ -69,15 +85,40 @@ async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]
                 close_timeout=0.1,
                 ping_interval=None,
             ) as ws:
-                await ws.send(json.dumps({"action": "heartbeat"}))
-                reply = await ws.recv()
-        if reply == PONG:
-            return True, None
-        return False, f"expected pong, got {str(reply)[:80]!r}"
+                # Both at once: the server answers a connection's messages in order.
+                await ws.send(encode_client_message(Heartbeat()))
+                await ws.send(encode_client_message(Probe()))
+                replies.append(await ws.recv())
+                replies.append(await ws.recv())
     except TimeoutError:
-        return False, f"no pong within {timeout:g} s"
+        waiting = "pong" if not replies else "the store probe's answer"
+        return False, f"no {waiting} within {timeout:g} s"
     except (OSError, WebSocketException) as exc:
         return False, f"{type(exc).__name__}: {exc}"
+    return _judge(replies[0], replies[1])
+
+
+def _judge(heartbeat: str | bytes, store: str | bytes) -> tuple[bool, str | None]:
+    if heartbeat != PONG:
+        return False, f"expected pong, got {_said(heartbeat)}"
+    try:
+        message = parse_server_message(store)
+    except ProtocolError:
+        message = None
+    if isinstance(message, ProbeMsg):
+        return True, None
+    return False, f"expected the store probe's answer, got {_said(store)}"
+
+
+def _said(reply: str | bytes) -> str:
+    """A reply as a log line shows it: an error's message, else the start of the text."""
+    try:
+        message = parse_server_message(reply)
+    except ProtocolError:
+        return repr(str(reply)[:80])
+    if isinstance(message, ErrorMsg):
+        return f"{message.code}: {message.message[:160]}"
+    return "pong" if isinstance(message, Pong) else repr(str(reply)[:80])
 
 
 def metric_data(results: list[ProbeResult]) -> dict[str, object]:

@@ -40,6 +40,7 @@ from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
+from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.realtime.hub import Hub
@@ -234,6 +235,9 @@ async def _open_zone(
     await _follow_revocations(stack, server)
     hub.start()
     stack.push_async_callback(hub.stop)
+    prober = StoreProber(server)
+    prober.start()
+    stack.push_async_callback(prober.stop)
     return server
 
 

@@ -34,15 +34,18 @@ from rideout.protocol import (
     GetState,
     Heartbeat,
     OffsetKey,
+    Probe,
     ProtocolError,
     Update,
     encode_ack,
     encode_error,
+    encode_probe,
     encode_state,
     offset_key,
     overloaded_reason,
     parse_client_message,
 )
+from rideout.realtime.backend import probe_store, record_failure, record_ok
 from rideout.realtime.limits import TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
@@ -354,12 +357,15 @@ class Connection:
             return
         try:
             if isinstance(msg, Heartbeat):
-                self._send(PONG)
-                outcome = "ok"
+                outcome = self._heartbeat()
+            elif isinstance(msg, Probe):
+                outcome = await self._probe()
             elif isinstance(msg, GetState):
                 outcome = await self._get_state(msg)
             else:
                 outcome = await self._bid(msg)
+                if outcome != "fenced":  # the writer took it (a read alone proves less)
+                    record_ok(server)
         except NotWriter:
             metrics.store_errors.labels("not_writer").inc()
             outcome = "unavailable"
@@ -379,12 +385,44 @@ class Connection:
             metrics.store_errors.labels("unavailable").inc()
             outcome = "unavailable"
             log.warning("state store unavailable: %s", exc)
+            record_failure(server, str(exc))
             self._send(
                 encode_error(
                     ErrorCode.UNAVAILABLE, "the state store is unavailable; retry", request_id
                 )
             )
         metrics.count_message(action, outcome)
+
+    def _heartbeat(self) -> str:
+        """``pong``, or ``error/unavailable`` while the zone's state store is failing."""
+        backend = self.server.backend
+        if not backend.degraded:
+            self._send(PONG)
+            return "ok"
+        self._send(
+            encode_error(ErrorCode.UNAVAILABLE, f"the state store is failing: {backend.reason}")
+        )
+        return "degraded"
+
+    async def _probe(self) -> str:
+        """The canary's store probe: a write and a read through the bid's path."""
+        server = self.server
+        if not self.probe:
+            self._send(encode_error(ErrorCode.FORBIDDEN, "probe is for the canary's tokens"))
+            return "forbidden"
+        try:
+            result = await probe_store(server, record=False)
+        except StoreError as exc:
+            server.metrics.store_errors.labels("probe").inc()
+            self._send(encode_error(ErrorCode.UNAVAILABLE, f"store probe failed: {exc}"))
+            return "unavailable"
+        self._send(
+            encode_probe(
+                region=server.region.name, zone=server.zone.name, role=result.role,
+                epoch=result.epoch, replicas=result.replicas,
+            )
+        )  # fmt: skip
+        return "ok"
 
     def _throttled(self, why: str, wait: float, request_id: str | None = None) -> None:
         """``error/throttled``; the message carries the hint: ``…; retry-after=0.25``."""
@@ -504,4 +542,6 @@ class Connection:
         return outcome
 
 
-_ACTIONS: dict[type[Any], str] = {Heartbeat: "heartbeat", GetState: "getState", Bid: "bid"}
+_ACTIONS: dict[type[Any], str] = {
+    Heartbeat: "heartbeat", GetState: "getState", Bid: "bid", Probe: "probe",
+}  # fmt: skip

@@ -74,6 +74,13 @@ class AppMetrics:
             ["kind"],
             registry=r,
         )
+        self.backend_up = Gauge(
+            "rideout_store_backend_up",
+            "1 while this app server's latest call to its state store went through "
+            "(0: heartbeats are answered with error/unavailable).",
+            registry=r,
+        )
+        self.backend_up.set(1)
         self.sync_replication = Counter(
             "rideout_sync_replication",
             "Accepted bids in sync mode, by whether the replica had them before the ack.",

@@ -30,6 +30,7 @@ import asyncio
 import math
 import random
 import signal
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEGRADE_SIGNAL",
     "SERVE_SIGNAL",
+    "BackendHealth",
     "ZoneConnection",
     "ZoneMode",
     "ZoneServer",
@@ -110,6 +112,44 @@ class ZoneConnection(Protocol):
         """Drop what is queued and close with `code`."""
 
 
+class BackendHealth:
+    """The latest outcomes of this process's calls to its state store (pure; `clock`
+    stamps the changes). Degraded after `limit` failures in a row (one slow call on a
+    loaded machine is not an outage), until a call goes through."""
+
+    __slots__ = ("_clock", "failures", "limit", "reason", "since")
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic, *, limit: int = 2) -> None:
+        self._clock = clock
+        self.limit = limit
+        self.failures = 0  # in a row
+        self.reason: str | None = None  # why the latest call failed; None after a success
+        self.since = clock()  # when `degraded` last changed
+
+    @property
+    def degraded(self) -> bool:
+        """Whether the latest `limit` store calls failed for want of the store."""
+        return self.failures >= self.limit
+
+    def ok(self) -> bool:
+        """A store call went through; True when this ended a degradation."""
+        ended = self.degraded
+        self.failures, self.reason = 0, None
+        if ended:
+            self.since = self._clock()
+        return ended
+
+    def failed(self, reason: str) -> bool:
+        """A store call failed (unreachable, timed out, fenced); True when this began a
+        degradation."""
+        self.failures += 1
+        self.reason = reason
+        began = self.failures == self.limit
+        if began:
+            self.since = self._clock()
+        return began
+
+
 _DEFAULTS = RealtimeConfig()
 
 
@@ -140,6 +180,7 @@ class ZoneServer:
     caps: ConnectionCaps = field(default_factory=lambda: ConnectionCaps.for_config(_DEFAULTS))
     budget: CostBudget = field(default_factory=lambda: CostBudget.for_config(_DEFAULTS))
     draining: asyncio.Task[None] | None = field(default=None, repr=False)  # drain_gradually
+    backend: BackendHealth = field(default_factory=BackendHealth)  # see realtime.backend
 
     def __post_init__(self) -> None:
         self._show_mode()

@@ -10,7 +10,8 @@ CLIENT among them):
     the app servers: the bid and getState scripts (:mod:`.scripts`, called with EVALSHA,
     loaded with SCRIPT LOAD, followed by WAIT in sync mode), the commands those scripts
     and the ``Idempotency-Key`` scripts run (Redis checks them with the caller's rights),
-    the hub's XREAD, the epoch's GET, a room offset's HGET and ``/health``'s INFO.
+    the hub's XREAD, the epoch's GET, a room offset's HGET, ``/health``'s INFO and the
+    store probe's script (the canary's key, ``rideout:canary:*``).
 ``rideout-replication``
     a replica's link to its master (PSYNC, REPLCONF, PING). Every server authenticates
     with it (``masteruser``/``masterauth``): any of them can become a replica.
@@ -207,7 +208,8 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
             keys.USER_KEYS,
             keys.IDEMPOTENCY_KEYS,
             keys.REVOCATION_KEYS,
-        ),  # revocations: read by each app server's follower
+            keys.CANARY_KEYS,
+        ),  # revocations: read by each app server's follower; canary: the store probe
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
     RedisRole.CONTROLLER: UserRules(

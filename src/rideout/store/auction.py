@@ -100,6 +100,7 @@ __all__ = [
     "BidResult",
     "NotRecovered",
     "NotWriter",
+    "ProbeOutcome",
     "Reason",
     "RoomEntry",
     "StateResult",
@@ -205,6 +206,21 @@ class BidResult:
     state: dict[str, Any]
     duplicate: bool = False
     replicas: int | None = None  # replicas that had the write in time (with wait_replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeOutcome:
+    """What one store probe saw (:meth:`AuctionStore.probe`).
+
+    ``role`` is ``writer`` (the write and its read-back went through), ``replica``
+    (a read-only replica answered) or ``stale`` (fenced: the store's ``epoch`` is not
+    the caller's). ``replicas`` is how many replicas had the write in time when a
+    ``WAIT`` was asked for, else None.
+    """
+
+    role: str
+    epoch: int
+    replicas: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -456,6 +472,7 @@ class AuctionStore:
         self._server = _describe(client, region)
         self._bids = ScriptPipeliner(client, client.register_script(scripts.BID))
         self._state_script = client.register_script(scripts.GET_STATE)
+        self._probes = ScriptPipeliner(client, client.register_script(scripts.PROBE))
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         return _store_errors(self._server, what)
@@ -536,9 +553,53 @@ class AuctionStore:
         result = _bid_result(reply, f"bid in room {room!r}")
         return result if replicas is None else replace(result, replicas=replicas)
 
+    async def probe(
+        self,
+        key: str,
+        value: str,
+        *,
+        epoch: int,
+        wait_replicas: int = 0,
+        wait_timeout: float = 0.1,
+        ttl: float = 60.0,
+    ) -> ProbeOutcome:
+        """Write `value` to the probe `key` and read it back, the way a bid goes: one
+        script behind the epoch fence, pipelined, then ``WAIT`` when `wait_replicas`.
+
+        On a replica the write is refused inside the script and the read still answers
+        (role ``replica``). Raises :class:`StoreUnavailable` when the server cannot be
+        reached, :class:`StoreCorrupt` when the value read back is not `value`.
+        """
+        _check_text("key", key)
+        _check_text("value", value)
+        _check_epoch(epoch)
+        wait = (wait_replicas, _millis(wait_timeout)) if wait_replicas else None
+        script_keys, script_args = [keys.EPOCH, key], [str(epoch), value, str(_millis(ttl))]
+        with self._errors("store probe"):
+            try:
+                reply, replicas = await self._probes.call(script_keys, script_args, wait=wait)
+            except ResponseError as exc:
+                if wait is None or "WAIT cannot be used with replica" not in str(exc):
+                    raise
+                # A replica refuses WAIT (the script ran, writing nothing): once more
+                # without, for its answer.
+                reply, replicas = await self._probes.call(script_keys, script_args)
+        if not isinstance(reply, list) or len(reply) != 3:
+            raise StoreCorrupt(f"store probe: unexpected reply {reply!r:.80}")
+        role = _text(reply[0], "store probe")
+        stored = _epoch(reply[1], keys.EPOCH)
+        if role == "written" and reply[2] != value:
+            raise StoreCorrupt(
+                f"store probe: {key} read back {reply[2]!r:.40}, not the value written"
+            )
+        return ProbeOutcome(
+            "writer" if role == "written" else role, stored, replicas if role == "written" else None
+        )
+
     async def close(self) -> None:
         """Wait for the bids already sent to Redis (call before closing the client)."""
         await self._bids.close()
+        await self._probes.close()
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
         """The room's state, ``sub``'s session, the current position and, given

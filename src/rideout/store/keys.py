@@ -14,6 +14,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 __all__ = [
+    "CANARY_KEYS",
     "EPOCH",
     "IDEMPOTENCY_KEYS",
     "PREFIX",
@@ -24,6 +25,7 @@ __all__ = [
     "ROOM_STREAMS",
     "USER_KEYS",
     "bid_ack",
+    "canary_probe",
     "demo_name_claim",
     "idempotency",
     "legacy_bid_ack",
@@ -45,6 +47,8 @@ ROOM_KEYS = PREFIX + "room:*"
 ROOM_STREAMS = PREFIX + "room:*:stream"
 USER_KEYS = PREFIX + "user:*"
 IDEMPOTENCY_KEYS = PREFIX + "idem:*"
+# The canary's probe keys (see canary_probe).
+CANARY_KEYS = PREFIX + "canary:*"
 # Revoked tokens (hash: "sub:NAME" or "jti:ID" -> {"until","expires","at"} in ms), and
 # a value that changes with every revocation, which app servers poll (one tag: a
 # revocation writes both at once).
@@ -89,6 +93,15 @@ def legacy_bid_ack(sub: str, request_id: str) -> str:
     last expires ``ack_ttl`` after the upgrade.
     """
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
+
+
+def canary_probe(region: str, zone: str) -> str:
+    """String: what the last store probe of a zone wrote (expires after a minute or so).
+
+    The canary's probe (and each app server's own, for its heartbeats) writes and reads
+    it through the path a bid takes, so a writer that cannot take a write is seen.
+    """
+    return f"{PREFIX}canary:{_safe(region)}:{_safe(zone)}"
 
 
 def demo_name_claim(name: str) -> str:

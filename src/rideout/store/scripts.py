@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BID", "GET_STATE", "READ_REVOCATIONS", "REVOKE"]
+__all__ = ["BID", "GET_STATE", "PROBE", "READ_REVOCATIONS", "REVOKE"]
 
 _COMMON: Final = r"""
 local function canonical_epoch(value)
@@ -265,6 +265,33 @@ return {epoch, state, session, status, entries}
 """
 )
 """Read a room's state, a user's session and what was missed since a position."""
+
+PROBE: Final = (
+    _COMMON
+    + r"""
+-- KEYS: 1 epoch, 2 the probe key (rideout:canary:REGION:ZONE)
+-- ARGV: 1 epoch the caller believes in (canonical decimal), 2 value, 3 ttl (ms)
+-- Returns {kind, epoch, value read back}: kind is 'written' (the writer took the write),
+-- 'replica' (a read-only replica: it answered, the write was refused as on any
+-- replica) or 'stale' (fenced as a bid would be: nothing written).
+local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
+if epoch == nil then
+  return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
+end
+if epoch ~= ARGV[1] then
+  return {'stale', epoch, false}
+end
+local written = redis.pcall('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+if type(written) == 'table' and written.err then
+  if string.find(written.err, 'READONLY', 1, true) then
+    return {'replica', epoch, redis.call('GET', KEYS[2])}
+  end
+  return redis.error_reply(written.err)
+end
+return {'written', epoch, redis.call('GET', KEYS[2])}
+"""
+)
+"""The store probe: the epoch fence, then a write and a read of the zone's probe key."""
 
 REVOKE: Final = r"""
 -- KEYS: 1 revocations (hash), 2 revocations version (string)

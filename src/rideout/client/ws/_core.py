@@ -245,8 +245,10 @@ class ClientCore:
             self._apply_state(message, now, feedback)
         elif isinstance(message, Ack):
             self._apply_ack(message, feedback)
-        else:
+        elif isinstance(message, ErrorMsg):
             self._apply_error(message, now, feedback)
+        else:  # a probe reply: this client sends no probes
+            log.warning("ignoring an unrequested %s", type(message).__name__)
         if self.heartbeat.degraded:
             feedback.close = Cause.DEGRADED
         return feedback
