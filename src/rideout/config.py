@@ -135,12 +135,24 @@ class RedisConfig:
 
 @dataclass(frozen=True, slots=True)
 class RegionConfig:
-    """One region: its role in failover routing, its zones and its Redis."""
+    """One region: its role in failover routing, its zones and its Redis.
+
+    `redis` is the region's writer-side Redis, in its first zone; `replica`, when set, a
+    second Redis in the region's other zone that follows it (as managed Redis does with
+    Multi-AZ): after a failover to this region, sync-mode writes are acknowledged once
+    that replica has them (docs/control-plane.md, "What is guaranteed in each state").
+    """
 
     name: str
     role: Role
     zones: tuple[ZoneConfig, ...]
     redis: RedisConfig
+    replica: RedisConfig | None = None
+
+    @property
+    def redis_nodes(self) -> tuple[RedisConfig, ...]:
+        """The region's Redis servers: its main one, then its in-region replica if any."""
+        return (self.redis,) if self.replica is None else (self.redis, self.replica)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,12 +268,14 @@ def _default_regions() -> tuple[RegionConfig, ...]:
             role="primary",
             zones=(ZoneConfig("use1-az1", "127.0.1.1"), ZoneConfig("use1-az2", "127.0.1.2")),
             redis=RedisConfig("127.0.1.100", 6390),
+            replica=RedisConfig("127.0.1.101", 6390),
         ),
         RegionConfig(
             name="us-west-2",
             role="secondary",
             zones=(ZoneConfig("usw2-az1", "127.0.2.1"), ZoneConfig("usw2-az2", "127.0.2.2")),
             redis=RedisConfig("127.0.2.100", 6390),
+            replica=RedisConfig("127.0.2.101", 6390),
         ),
     )
 
@@ -696,6 +710,14 @@ def _parse_regions(root: _Reader) -> tuple[RegionConfig, ...]:
         redis = RedisConfig(
             address=_address(r, "address", ""), port=r.integer("port", 6379, maximum=65535)
         )
+        replica = None
+        if r.has("replica"):
+            rr = r.table("replica")
+            replica = RedisConfig(
+                address=_address(rr, "address", ""),
+                port=rr.integer("port", redis.port, maximum=65535),
+            )
+            rr.done()
         r.done()
         zone_items = t.raw("zones") if t.has("zones") else []
         if not isinstance(zone_items, list) or not zone_items:
@@ -711,7 +733,13 @@ def _parse_regions(root: _Reader) -> tuple[RegionConfig, ...]:
             zones.append(ZoneConfig(name=zone_name, address=_address(z, "address", "")))
             z.done()
         t.done()
-        regions.append(RegionConfig(name=name, role=role, zones=tuple(zones), redis=redis))  # type: ignore[arg-type]
+        if replica is not None and len(zones) < 2:
+            raise ConfigError(
+                r.key("replica"), "an in-region replica needs a second zone to live in"
+            )
+        regions.append(
+            RegionConfig(name=name, role=role, zones=tuple(zones), redis=redis, replica=replica)  # type: ignore[arg-type]
+        )
     return tuple(regions)
 
 
@@ -745,6 +773,12 @@ def _validate(config: Config) -> None:
     for i, region in enumerate(config.regions):
         claim_name(region.name, f"regions[{i}].name")
         claim(region.redis.address, region.redis.port, f"regions[{i}].redis.address")
+        if region.replica is not None:
+            claim(
+                region.replica.address,
+                region.replica.port,
+                f"regions[{i}].redis.replica.address",
+            )
         for j, zone in enumerate(region.zones):
             claim_name(zone.name, f"regions[{i}].zones[{j}].name")
             claim(zone.address, config.app_port, f"regions[{i}].zones[{j}].address")
@@ -770,7 +804,15 @@ def config_to_dict(config: Config) -> dict[str, Any]:
             {
                 "name": r.name,
                 "role": r.role,
-                "redis": {"address": r.redis.address, "port": r.redis.port},
+                "redis": {
+                    "address": r.redis.address,
+                    "port": r.redis.port,
+                    **(
+                        {"replica": {"address": r.replica.address, "port": r.replica.port}}
+                        if r.replica is not None
+                        else {}
+                    ),
+                },
                 "zones": [{"name": z.name, "address": z.address} for z in r.zones],
             }
             for r in config.regions

@@ -344,7 +344,10 @@ class FailoverController:
             new_view.role == "replica"
             and new_view.link == "up"
             and new_view.master == f"{source.address}:{source.port}"
-            and (old_view.replica_online or not old_view.reachable)
+            and (
+                old_view.replica_online_at(f"{target.address}:{target.port}")
+                or not old_view.reachable
+            )
         )
         now = self._clock()
         waited = now - self._waiting_since if self._waiting_since is not None else 0.0
