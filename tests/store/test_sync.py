@@ -17,8 +17,8 @@ from rideout.config import Config, parse_config
 from rideout.store.acl import RedisRole, load_or_create_users
 from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.client import probe_client, state_client
-from rideout.store.replication import ensure_epoch
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
+from rideout.store.replication import ensure_epoch
 from rideout.store.sync import Placement, ReplicaAck, judge, placements, replica_acks, rule_for
 from tests.conftest import config_data, credentials, free_port, locked_auth, until
 
@@ -135,9 +135,7 @@ def test_replicated_means_every_online_replica_has_it_and_one_is_elsewhere(
     holding = {a for a, o, _ in after if o >= offset}
     if verdict.replicated:
         assert all(a in holding for a, _, up in before if up)
-        elsewhere = [
-            WHERE[a] for a, _, up in before if up and a in WHERE and a in holding
-        ]
+        elsewhere = [WHERE[a] for a, _, up in before if up and a in WHERE and a in holding]
         if primary:
             assert any(p.region != writer.region for p in elsewhere)
         else:
@@ -233,6 +231,7 @@ async def test_a_bid_answered_only_in_region_is_not_called_replicated(tmp_path: 
             assert rule.expected == 2
 
             await servers["B1"].stop()
+
             # The writer notices the cross-region replica is gone (its link closes).
             async def one_replica() -> bool:
                 info = await client.info("replication")
