@@ -1,0 +1,159 @@
+"""Writes after a failover in sync mode, end to end (issue #11, finding 3): `rideout up`
+with an in-region replica per region, ``replication = "sync"``, ``replica_down =
+"reject"``. Kill the primary region: bids are acknowledged again in the secondary
+within the failover's time, while the primary is still down (before: every bid was
+refused until the primary returned, its Redis being the new writer's only replica).
+Each acknowledgement there means the bid is in both of the secondary's zones: its
+in-region replica holds every acknowledged bid when the writer's zone is lost next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from websockets.asyncio.client import connect
+
+from rideout.config import Config, parse_config
+from rideout.store import keys
+from rideout.store.acl import RedisRole, load_credentials
+from tests.cluster.conftest import rideout, started
+from tests.cluster.test_failover_e2e import _answers, _next, resolve, summary
+from tests.conftest import free_port, until
+
+pytestmark = pytest.mark.slow
+
+PRIMARY = ["127.0.1.1", "127.0.1.2"]
+SECONDARY = ["127.0.2.1", "127.0.2.2"]
+ROOM = "inregion"
+
+
+def _regions() -> list[dict[str, Any]]:
+    port = free_port("127.0.1.100", "127.0.1.101", "127.0.2.100", "127.0.2.101")
+    regions = []
+    for name, role, prefix, zones in (
+        ("us-east-1", "primary", "127.0.1", ("use1-az1", "use1-az2")),
+        ("us-west-2", "secondary", "127.0.2", ("usw2-az1", "usw2-az2")),
+    ):
+        regions.append(
+            {
+                "name": name, "role": role,
+                "redis": {
+                    "address": f"{prefix}.100", "port": port,
+                    "replica": {"address": f"{prefix}.101", "port": port},
+                },
+                "zones": [
+                    {"name": zones[0], "address": f"{prefix}.1"},
+                    {"name": zones[1], "address": f"{prefix}.2"},
+                ],
+            }
+        )  # fmt: skip
+    return regions
+
+
+def _config(workdir: Path) -> Config:
+    shown = rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir)
+    return parse_config(json.loads(shown.stdout))
+
+
+async def _bid_until_acked(config: Config, token: str, amount: int, within: float) -> float:
+    """Bid `amount` (one id, retried on `unavailable` and on a lost connection, following
+    DNS) until it is acknowledged; the time that took."""
+    start = time.monotonic()
+    bid = {"action": "bid", "room": ROOM, "amount": amount, "id": f"bid-{amount}"}
+    last: object = None
+    while time.monotonic() - start < within:
+        try:
+            address = (await resolve(config))[0]
+            url = f"ws://{address}:{config.app_port}/ws?token={token}"
+            async with connect(url, open_timeout=3) as ws:
+                while time.monotonic() - start < within:
+                    await ws.send(json.dumps(bid))
+                    reply = await _next(ws, "ack", "error")
+                    if reply["type"] == "ack":
+                        assert reply["accepted"], reply
+                        return time.monotonic() - start
+                    assert reply["code"] == "unavailable", reply
+                    last = reply
+                    await asyncio.sleep(0.1)
+        except (OSError, TimeoutError, ConnectionError, AssertionError) as exc:
+            if isinstance(exc, AssertionError) and "unavailable" not in str(exc):
+                raise
+            last = exc
+        except Exception as exc:  # websockets' ConnectionClosed and friends
+            last = exc
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"bid {amount} not acknowledged within {within} s (last: {last!r})")
+
+
+async def _amounts_in(config: Config, address: str, port: int) -> list[int]:
+    """The amounts of the room's accepted bids as one Redis holds them (read-only user)."""
+    monitor = load_credentials(config.keys_dir, RedisRole.MONITOR)
+    client = aioredis.Redis(
+        host=address, port=port, username=monitor.username, password=monitor.password,
+        decode_responses=True, socket_timeout=2,
+    )  # fmt: skip
+    try:
+        entries = await client.xrange(keys.room_stream(ROOM))
+    finally:
+        await client.aclose()
+    return [int(json.loads(fields["state"])["bid"]) for _, fields in entries]
+
+
+async def test_writes_return_in_the_secondary_while_the_primary_is_down(
+    make_workdir: Callable[..., Path],
+) -> None:
+    workdir = make_workdir(
+        regions=_regions(),
+        failover={"replication": "sync", "sync_timeout": 0.3, "replica_down": "reject"},
+    )
+    config = _config(workdir)
+    west = config.secondary
+    assert west.replica is not None
+    with started(workdir) as up:
+        view = up.wait_ready()
+        names = {p["name"] for p in json.loads(
+            (workdir / ".rideout" / "run" / "up.json").read_text()
+        )["processes"]}  # fmt: skip
+        assert {"redis-us-east-1-replica", "redis-us-west-2-replica"} <= names, view
+        token = rideout("token", "issue", "--sub", "alice", "-c", "rideout.toml", cwd=workdir)
+        token_text = token.stdout.strip()
+        assert await resolve(config) == PRIMARY
+        acked = []
+        for amount in (10, 20):
+            await _bid_until_acked(config, token_text, amount, 20)
+            acked.append(amount)
+
+        killed = rideout("chaos", "kill", "us-east-1", "-c", "rideout.toml", cwd=workdir)
+        assert "killed us-east-1" in killed.stdout, killed
+        fault = time.monotonic()
+        # Acknowledged again in the secondary, the primary still down: the failover's
+        # time (~2-3 s here) plus a client's reconnect; generous for a loaded machine.
+        await _bid_until_acked(config, token_text, 30, 45)
+        write_rto = time.monotonic() - fault
+        acked.append(30)
+        assert await _answers(config, SECONDARY)
+        state = await summary(config)
+        assert state["failover"]["writer"] == "us-west-2"
+        assert write_rto < 45
+        for amount in (40, 50):
+            await _bid_until_acked(config, token_text, amount, 20)
+            acked.append(amount)
+        # Every acknowledged bid is in the secondary's other zone too: losing the
+        # writer's zone now would lose none of them.
+        await until(
+            lambda: _holds(config, west.replica.address, west.replica.port, acked),  # type: ignore[union-attr]
+            10, interval=0.1, message="the in-region replica lacks acknowledged bids",
+        )  # fmt: skip
+        in_replica = await _amounts_in(config, west.replica.address, west.replica.port)
+        assert in_replica == acked  # nothing lost, nothing applied twice
+
+
+async def _holds(config: Config, address: str, port: int, acked: list[int]) -> bool:
+    return await _amounts_in(config, address, port) == acked
