@@ -154,6 +154,51 @@ async def test_writes_return_in_the_secondary_while_the_primary_is_down(
         in_replica = await _amounts_in(config, west.replica.address, west.replica.port)
         assert in_replica == acked  # nothing lost, nothing applied twice
 
+        # Then the secondary loses its writer's zone Redis: promoted in the region (no
+        # DNS move, a higher epoch), every acknowledged bid still there.
+        killed = rideout("chaos", "kill-redis", "us-west-2", "-c", "rideout.toml", cwd=workdir)
+        assert "killed redis-us-west-2" in killed.stdout, killed
+        await until(lambda: _writer_redis(config, "us-west-2/replica"), 45, interval=0.2,
+                    message="no in-region promotion")  # fmt: skip
+        state = await summary(config)
+        events = [e for e in state["failover"]["events"] if e["kind"] == "promote-in-region"]
+        assert len(events) == 1, state["failover"]["events"]
+        assert state["failover"]["writer"] == "us-west-2"
+        assert await _answers(config, SECONDARY)  # DNS did not move
+        assert await _amounts_in(config, west.replica.address, west.replica.port) == acked
+        # The app servers follow their region's new writer: reads answer from it (writes
+        # wait for a second failure domain: sync, replica_down = reject, nothing else up).
+        seen = await _state(config, token_text)
+        assert (seen["state"]["bid"], seen["state"]["bids"]) == (acked[-1], len(acked))
+
+        # The lost Redis comes back: it follows the new writer, writes are acknowledged.
+        rideout("chaos", "restore", "us-west-2", "-c", "rideout.toml", cwd=workdir)
+        await _bid_until_acked(config, token_text, 60, 60)
+        acked.append(60)
+        state = await summary(config)
+        assert state["failover"]["writer_redis"] == "us-west-2/replica"
+        parts = {row["redis"]: row for row in state["failover"]["topology"]}
+        assert parts["us-west-2/replica"]["part"] == "writer"
+        assert parts["us-west-2"]["part"] == "in-region replica"
+        assert parts["us-west-2"]["master"] == f"{west.replica.address}:{west.replica.port}"
+        assert await _amounts_in(config, west.redis.address, west.redis.port) == acked
+
 
 async def _holds(config: Config, address: str, port: int, acked: list[int]) -> bool:
     return await _amounts_in(config, address, port) == acked
+
+
+async def _writer_redis(config: Config, node: str) -> bool:
+    return bool((await summary(config))["failover"].get("writer_redis") == node)
+
+
+async def _state(config: Config, token: str) -> dict[str, Any]:
+    address = (await resolve(config))[0]
+    async with connect(f"ws://{address}:{config.app_port}/ws?token={token}", open_timeout=5) as ws:
+        for _ in range(50):  # until the zone has moved to the new writer
+            await ws.send(json.dumps({"action": "getState", "room": ROOM}))
+            reply = await _next(ws, "state", "error")
+            if reply["type"] == "state":
+                return reply
+            await asyncio.sleep(0.2)
+    raise AssertionError("no state from the secondary after the in-region promotion")

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Sequence
 from pathlib import Path
 from typing import Protocol
 
 import httpx
+import redis.asyncio as aioredis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -42,7 +44,7 @@ from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
 from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
-from rideout.realtime.epoch import EpochTracker, control_plane_epoch
+from rideout.realtime.epoch import EpochTracker, control_plane_writer
 from rideout.realtime.hub import Hub
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
@@ -57,11 +59,14 @@ from rideout.realtime.zone import (
 )
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
-from rideout.store.client import state_client
+from rideout.store.client import retarget, state_client
 from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
+from rideout.store.sync import placements
 
 __all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app"]
+
+log = logging.getLogger("rideout.realtime")
 
 
 def auction_settings(config: Config) -> AuctionSettings:
@@ -185,6 +190,34 @@ class ZoneExtension(Protocol):
         """Undo :meth:`start`, before the zone's own shutdown (last started, first stopped)."""
 
 
+class _WriterFollower:
+    """Keeps the zone's Redis clients on its region's writer: when the control plane
+    announces the writer on the region's other Redis (an in-region promotion), the
+    clients move there, and sync mode's rule learns the writer's new zone."""
+
+    def __init__(
+        self, config: Config, region: RegionConfig, clients: tuple[aioredis.Redis, ...]
+    ) -> None:
+        self.region = region
+        self.clients = clients
+        self.server: ZoneServer | None = None
+        self._places = placements(config)
+        self._nodes = {f"{n.address}:{n.port}" for n in region.redis_nodes}
+
+    async def poll(self, http: httpx.AsyncClient, url: str) -> int | None:
+        epoch, region, redis = await control_plane_writer(http, url)
+        if region == self.region.name and redis in self._nodes:
+            assert redis is not None
+            host, _, port = redis.rpartition(":")
+            moved = [await retarget(c, host, int(port)) for c in self.clients]
+            server = self.server
+            if any(moved) and server is not None:
+                log.warning("the region's writer is now %s: the zone follows it", redis)
+                if server.sync_rule is not None:
+                    server.sync_rule.writer = self._places[redis]
+        return epoch
+
+
 async def _open_zone(
     stack: contextlib.AsyncExitStack, config: Config, region: RegionConfig, zone: ZoneConfig
 ) -> ZoneServer:
@@ -209,13 +242,15 @@ async def _open_zone(
     )
     control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
     stack.push_async_callback(control_plane.aclose)
+    follow = _WriterFollower(config, region, (client, follower))
+    writer_url = routes.control_plane_url(config, routes.WRITER)
     epoch = EpochTracker(
-        lambda: control_plane_epoch(control_plane, routes.control_plane_url(config, routes.WRITER)),
+        lambda: follow.poll(control_plane, writer_url),
         interval=config.timing.canary_interval,
         on_change=app_metrics.epoch.set,
         fallback=lambda: read_epoch(client),
     )
-    server = ZoneServer(
+    server = follow.server = ZoneServer(
         config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
         epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
         issuer=TokenIssuer(
