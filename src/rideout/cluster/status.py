@@ -119,6 +119,13 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
     }
     for region in config.regions:
         redis_name = f"redis-{region.name}"
+        replica: dict[str, Any] = {}
+        if region.replica is not None:
+            replica["replica"] = {
+                "name": f"{redis_name}-replica",
+                "address": f"{region.replica.address}:{region.replica.port}",
+                **pid_of(f"{redis_name}-replica"),
+            }
         view["regions"].append(
             {
                 "name": region.name,
@@ -128,17 +135,7 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
                     "address": f"{region.redis.address}:{region.redis.port}",
                     **pid_of(redis_name),
                 },
-                **(
-                    {
-                        "replica": {
-                            "name": f"{redis_name}-replica",
-                            "address": f"{region.replica.address}:{region.replica.port}",
-                            **pid_of(f"{redis_name}-replica"),
-                        }
-                    }
-                    if region.replica is not None
-                    else {}
-                ),
+                **replica,
                 "canary": {"name": f"canary-{region.name}", **pid_of(f"canary-{region.name}")},
                 "zones": [
                     {
