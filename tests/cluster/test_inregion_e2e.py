@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -202,3 +204,54 @@ async def _state(config: Config, token: str) -> dict[str, Any]:
                 return reply
             await asyncio.sleep(0.2)
     raise AssertionError("no state from the secondary after the in-region promotion")
+
+
+async def test_a_frozen_writer_redis_is_replaced_in_its_region_and_fenced_when_it_resumes(
+    make_workdir: Callable[..., Path],
+) -> None:
+    """SIGSTOP of the primary's writer Redis alone: the canary's store probe fails, the
+    controller promotes the region's replica in the other zone (no DNS move, epoch 2),
+    the zone's servers follow it and bids are acknowledged again (the other region's
+    replica now follows the new writer). Resumed, the old writer is fenced and demoted."""
+    workdir = make_workdir(
+        regions=_regions(),
+        failover={"replication": "sync", "sync_timeout": 0.3, "replica_down": "reject"},
+    )
+    config = _config(workdir)
+    east = config.primary
+    assert east.replica is not None
+    with started(workdir) as up:
+        view = up.wait_ready()
+        token = rideout("token", "issue", "--sub", "bob", "-c", "rideout.toml", cwd=workdir)
+        token_text = token.stdout.strip()
+        acked = []
+        for amount in (10, 20):
+            await _bid_until_acked(config, token_text, amount, 20)
+            acked.append(amount)
+        pid = next(r["redis"]["pid"] for r in view["regions"] if r["name"] == "us-east-1")
+        assert pid
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            await until(lambda: _writer_redis(config, "us-east-1/replica"), 45, interval=0.2,
+                        message="no in-region promotion")  # fmt: skip
+            await _bid_until_acked(config, token_text, 30, 45)
+            acked.append(30)
+            assert await resolve(config) == PRIMARY  # DNS never moved
+            state = await summary(config)
+            assert state["failover"]["writer"] == "us-east-1"
+            assert state["failover"]["epoch"] == 2
+            assert state["failover"]["failovers"] == 0
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+        async def demoted() -> bool:
+            redis = (await summary(config))["failover"]["redis"].get("us-east-1", {})
+            return bool(redis.get("role") == "replica" and redis.get("link") == "up")
+
+        await until(demoted, 30, interval=0.2, message="the stale writer was never demoted")
+        await _bid_until_acked(config, token_text, 40, 30)
+        acked.append(40)
+        assert await _amounts_in(config, east.replica.address, east.replica.port) == acked
+        west = config.secondary.redis
+        await until(lambda: _holds(config, west.address, west.port, acked), 10, interval=0.2,
+                    message="the other region's replica lacks acknowledged bids")  # fmt: skip
