@@ -59,9 +59,18 @@ def _regions() -> list[dict[str, Any]]:
     return regions
 
 
-def _config(workdir: Path) -> Config:
+def _sync_deployment(make_workdir: Callable[..., Path]) -> tuple[Path, Config]:
+    """A workdir for sync/reject with an in-region replica per region, and its config."""
+    workdir = make_workdir(
+        regions=_regions(),
+        failover={"replication": "sync", "sync_timeout": 0.3, "replica_down": "reject"},
+    )
     shown = rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir)
-    return parse_config(json.loads(shown.stdout))
+    return workdir, parse_config(json.loads(shown.stdout))
+
+
+def _token(workdir: Path, sub: str) -> str:
+    return rideout("token", "issue", "--sub", sub, "-c", "rideout.toml", cwd=workdir).stdout.strip()
 
 
 async def _bid_until_acked(config: Config, token: str, amount: int, within: float) -> float:
@@ -111,11 +120,7 @@ async def _amounts_in(config: Config, address: str, port: int) -> list[int]:
 async def test_writes_return_in_the_secondary_while_the_primary_is_down(
     make_workdir: Callable[..., Path],
 ) -> None:
-    workdir = make_workdir(
-        regions=_regions(),
-        failover={"replication": "sync", "sync_timeout": 0.3, "replica_down": "reject"},
-    )
-    config = _config(workdir)
+    workdir, config = _sync_deployment(make_workdir)
     west = config.secondary
     assert west.replica is not None
     with started(workdir) as up:
@@ -124,8 +129,7 @@ async def test_writes_return_in_the_secondary_while_the_primary_is_down(
             (workdir / ".rideout" / "run" / "up.json").read_text()
         )["processes"]}  # fmt: skip
         assert {"redis-us-east-1-replica", "redis-us-west-2-replica"} <= names, view
-        token = rideout("token", "issue", "--sub", "alice", "-c", "rideout.toml", cwd=workdir)
-        token_text = token.stdout.strip()
+        token_text = _token(workdir, "alice")
         assert await resolve(config) == PRIMARY
         acked = []
         for amount in (10, 20):
@@ -213,17 +217,12 @@ async def test_a_frozen_writer_redis_is_replaced_in_its_region_and_fenced_when_i
     controller promotes the region's replica in the other zone (no DNS move, epoch 2),
     the zone's servers follow it and bids are acknowledged again (the other region's
     replica now follows the new writer). Resumed, the old writer is fenced and demoted."""
-    workdir = make_workdir(
-        regions=_regions(),
-        failover={"replication": "sync", "sync_timeout": 0.3, "replica_down": "reject"},
-    )
-    config = _config(workdir)
+    workdir, config = _sync_deployment(make_workdir)
     east = config.primary
     assert east.replica is not None
     with started(workdir) as up:
         view = up.wait_ready()
-        token = rideout("token", "issue", "--sub", "bob", "-c", "rideout.toml", cwd=workdir)
-        token_text = token.stdout.strip()
+        token_text = _token(workdir, "bob")
         acked = []
         for amount in (10, 20):
             await _bid_until_acked(config, token_text, amount, 20)

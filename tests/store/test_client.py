@@ -21,7 +21,8 @@ from rideout.store.client import (
     state_client,
 )
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
-from tests.conftest import TEST_ADMIN, free_port, locked_auth
+from tests.conftest import TEST_ADMIN, free_port
+from tests.store.conftest import writer_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -137,12 +138,7 @@ async def test_retarget_moves_every_pooled_connection_to_the_other_server(
     """An app server follows its region's writer to the region's other Redis (an
     in-region promotion): connections already pooled must not keep talking to the old
     one (redis-py reconnects each connection to its own host)."""
-    directory = tmp_path_factory.mktemp("redis-other")
-    address = "127.0.1.101"
-    other = RedisSpec(
-        "redis-other", address, free_port(address), directory, directory / "redis.log",
-        auth=locked_auth(directory / "keys"),
-    )  # fmt: skip
+    other = writer_spec(tmp_path_factory.mktemp("redis-other"), "127.0.1.101", "redis-other")
     client = state_client(redis_server.address, redis_server.port, credentials=TEST_ADMIN)
     async with EmbeddedRedis(other):
         try:
