@@ -96,6 +96,7 @@ def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
     assert write["written"] == 0, write
 
 
+@pytest.mark.timeout(180)  # the drill's own bound (120 s) plus its start and stop
 def test_write_rto_is_reported_and_gated_where_writes_resume(tmp_path: Path) -> None:
     """A small drill where the new region takes writes at once (async replication):
     every client's first accepted bid there is timed, and --max-write-rto gates it."""
@@ -114,6 +115,8 @@ def test_write_rto_is_reported_and_gated_where_writes_resume(tmp_path: Path) -> 
     assert "write RTO p50" in output
 
 
+@pytest.mark.timeout(240)  # the drill's own bound (180 s; two phases, each waiting for
+# writes after the restores) plus its start and stop
 def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: Path) -> None:
     """The control plane, not the drill, moves the secondary's clients after failback,
     spread out (no herd toward the primary), and the writer moves once each way."""
