@@ -188,6 +188,11 @@ async def test_writes_return_in_the_secondary_while_the_primary_is_down(
         assert parts["us-west-2"]["part"] == "in-region replica"
         assert parts["us-west-2"]["master"] == f"{west.replica.address}:{west.replica.port}"
         assert await _amounts_in(config, west.redis.address, west.redis.port) == acked
+        shown = rideout("status", "-c", "rideout.toml", cwd=workdir)
+        assert shown.returncode == 0, shown
+        text = " ".join(shown.stdout.split())
+        assert "redis us-west-2/replica (usw2-az2): writer" in text, shown.stdout
+        assert "redis us-west-2 (usw2-az1): in-region replica, link up" in text, shown.stdout
 
 
 async def _holds(config: Config, address: str, port: int, acked: list[int]) -> bool:
