@@ -194,6 +194,28 @@ async def test_writes_return_in_the_secondary_while_the_primary_is_down(
         assert "redis us-west-2/replica (usw2-az2): writer" in text, shown.stdout
         assert "redis us-west-2 (usw2-az1): in-region replica, link up" in text, shown.stdout
 
+        # The primary returns: it follows the writer, the writer fails back to it with a
+        # coordinated FAILOVER, and the topology is the one `up` started with.
+        rideout("chaos", "restore", "us-east-1", "-c", "rideout.toml", cwd=workdir)
+        await until(lambda: _answers(config, PRIMARY), 90, interval=0.2, message="no failback")
+        await _bid_until_acked(config, token_text, 70, 45)
+        acked.append(70)
+
+        async def restored() -> bool:
+            rows = (await summary(config))["failover"]["topology"]
+            return {r["redis"]: (r["part"], r["master"], r["link"]) for r in rows} == {
+                "us-east-1": ("writer", None, "n/a"),
+                "us-east-1/replica": ("in-region replica", east_main, "up"),
+                "us-west-2": ("cross-region replica", east_main, "up"),
+                "us-west-2/replica": ("cross-region replica", west_main, "up"),
+            }
+
+        east_main = f"{config.primary.redis.address}:{config.primary.redis.port}"
+        west_main = f"{west.redis.address}:{west.redis.port}"
+        await until(restored, 30, interval=0.2, message="the topology was not re-established")
+        east = config.primary.redis
+        assert await _amounts_in(config, east.address, east.port) == acked
+
 
 async def _holds(config: Config, address: str, port: int, acked: list[int]) -> bool:
     return await _amounts_in(config, address, port) == acked
