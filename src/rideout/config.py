@@ -191,12 +191,24 @@ class RedisAccessConfig:
 
 @dataclass(frozen=True, slots=True)
 class RegionConfig:
-    """One region: its role in failover routing, its zones and its Redis."""
+    """One region: its role in failover routing, its zones and its Redis.
+
+    `redis` is the region's writer-side Redis, in its first zone; `replica`, when set, a
+    second Redis in the region's other zone that follows it (as managed Redis does with
+    Multi-AZ): after a failover to this region, sync-mode writes are acknowledged once
+    that replica has them (docs/control-plane.md, "What is guaranteed in each state").
+    """
 
     name: str
     role: Role
     zones: tuple[ZoneConfig, ...]
     redis: RedisConfig
+    replica: RedisConfig | None = None
+
+    @property
+    def redis_nodes(self) -> tuple[RedisConfig, ...]:
+        """The region's Redis servers: its main one, then its in-region replica if any."""
+        return (self.redis,) if self.replica is None else (self.redis, self.replica)
 
 
 @dataclass(frozen=True, slots=True)
@@ -467,12 +479,14 @@ def _default_regions() -> tuple[RegionConfig, ...]:
             role="primary",
             zones=(ZoneConfig("use1-az1", "127.0.1.1"), ZoneConfig("use1-az2", "127.0.1.2")),
             redis=RedisConfig("127.0.1.100", 6390),
+            replica=RedisConfig("127.0.1.101", 6390),
         ),
         RegionConfig(
             name="us-west-2",
             role="secondary",
             zones=(ZoneConfig("usw2-az1", "127.0.2.1"), ZoneConfig("usw2-az2", "127.0.2.2")),
             redis=RedisConfig("127.0.2.100", 6390),
+            replica=RedisConfig("127.0.2.101", 6390),
         ),
     )
 
@@ -1269,7 +1283,17 @@ def _parse_regions(root: _Reader, config: Config) -> tuple[RegionConfig, ...]:
             raise ConfigError(
                 t.key("redis"), "missing: every region needs its Redis address and port"
             )
-        redis = _parse_region_redis(t.table("redis"), config.redis, config.mode)
+        r = t.table("redis")
+        replica_table = r.table("replica") if r.has("replica") else None
+        redis = _parse_region_redis(r, config.redis, config.mode)
+        replica = None
+        if replica_table is not None:  # the region's Redis in its other zone
+            replica = RedisConfig(
+                address=_address(replica_table, "address", ""),
+                port=replica_table.integer("port", redis.port, maximum=65535),
+                tls=redis.tls,
+            )
+            replica_table.done()
         zone_items = t.raw("zones") if t.has("zones") else []
         if not isinstance(zone_items, list) or not zone_items:
             raise ConfigError(t.key("zones"), f"region {name!r} has no zones")
@@ -1284,7 +1308,13 @@ def _parse_regions(root: _Reader, config: Config) -> tuple[RegionConfig, ...]:
             zones.append(ZoneConfig(name=zone_name, address=_address(z, "address", "")))
             z.done()
         t.done()
-        regions.append(RegionConfig(name=name, role=role, zones=tuple(zones), redis=redis))  # type: ignore[arg-type]
+        if replica is not None and len(zones) < 2:
+            raise ConfigError(
+                r.key("replica"), "an in-region replica needs a second zone to live in"
+            )
+        regions.append(
+            RegionConfig(name=name, role=role, zones=tuple(zones), redis=redis, replica=replica)  # type: ignore[arg-type]
+        )
     return tuple(regions)
 
 
@@ -1328,6 +1358,12 @@ def _validate(config: Config) -> None:
     for i, region in enumerate(config.regions):
         claim_name(region.name, f"regions[{i}].name")
         claim(region.redis.address, region.redis.port, f"regions[{i}].redis.address")
+        if region.replica is not None:
+            claim(
+                region.replica.address,
+                region.replica.port,
+                f"regions[{i}].redis.replica.address",
+            )
         for j, zone in enumerate(region.zones):
             claim_name(zone.name, f"regions[{i}].zones[{j}].name")
             claim(zone.address, config.app_port, f"regions[{i}].zones[{j}].address")
@@ -1360,7 +1396,14 @@ def config_to_dict(config: Config) -> dict[str, Any]:
             {
                 "name": r.name,
                 "role": r.role,
-                "redis": _region_redis(r.redis),
+                "redis": {
+                    **_region_redis(r.redis),
+                    **(
+                        {"replica": {"address": r.replica.address, "port": r.replica.port}}
+                        if r.replica is not None
+                        else {}
+                    ),
+                },
                 "zones": [{"name": z.name, "address": z.address} for z in r.zones],
             }
             for r in config.regions

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 import pytest_asyncio
@@ -11,14 +12,17 @@ from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from tests.conftest import free_port, locked_auth
 
 
+def writer_spec(directory: Path, address: str = "127.0.1.100", name: str = "redis") -> RedisSpec:
+    """A locked writer on a fresh port of `address`, its files under `directory`."""
+    return RedisSpec(
+        name, address, free_port(address), directory, directory / "redis.log",
+        auth=locked_auth(directory / "keys"),
+    )  # fmt: skip
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def redis_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RedisSpec]:
     """A running writer on a fresh port; tests connect with the client they exercise."""
-    directory = tmp_path_factory.mktemp("redis")
-    address = "127.0.1.100"
-    spec = RedisSpec(
-        "redis", address, free_port(address), directory, directory / "redis.log",
-        auth=locked_auth(directory / "keys"),
-    )  # fmt: skip
+    spec = writer_spec(tmp_path_factory.mktemp("redis"))
     async with EmbeddedRedis(spec):
         yield spec

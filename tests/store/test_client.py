@@ -13,9 +13,16 @@ import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from rideout.store.client import cancel_and_wait, check_cancelled, probe_client, state_client
-from rideout.store.embedded import RedisSpec
+from rideout.store.client import (
+    cancel_and_wait,
+    check_cancelled,
+    probe_client,
+    retarget,
+    state_client,
+)
+from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from tests.conftest import TEST_ADMIN, free_port
+from tests.store.conftest import writer_spec
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
@@ -123,3 +130,28 @@ async def test_cancel_and_wait_reports_what_did_not_stop_cleanly(
     assert "failing failed: OSError('boom')" in caplog.text
     release.set()
     await stubborn
+
+
+async def test_retarget_moves_every_pooled_connection_to_the_other_server(
+    redis_server: RedisSpec, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """An app server follows its region's writer to the region's other Redis (an
+    in-region promotion): connections already pooled must not keep talking to the old
+    one (redis-py reconnects each connection to its own host)."""
+    other = writer_spec(tmp_path_factory.mktemp("redis-other"), "127.0.1.101", "redis-other")
+    client = state_client(redis_server.address, redis_server.port, credentials=TEST_ADMIN)
+    async with EmbeddedRedis(other):
+        try:
+            await client.set("where", "first")
+            # several pooled connections, some idle, one held by a pipeline
+            await asyncio.gather(*(client.get("where") for _ in range(5)))
+            assert await retarget(client, other.address, other.port)
+            assert not await retarget(client, other.address, other.port)  # no change
+            results = await asyncio.gather(*(client.get("where") for _ in range(5)))
+            assert results == [None] * 5  # every call went to the other server
+            await client.set("where", "second")
+            seen = probe_client(other.address, other.port, credentials=TEST_ADMIN)
+            assert await seen.get("where") == "second"
+            await seen.aclose()
+        finally:
+            await client.aclose()

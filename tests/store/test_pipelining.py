@@ -106,10 +106,37 @@ async def test_one_wait_covers_the_batch_and_every_caller_gets_its_count(
     replies = await asyncio.gather(
         *(runner.call(["list"], [str(i)], wait=(1, 2000)) for i in range(10))
     )
-    assert [acked for _, acked in replies] == [1] * 10
+    assert [waited.acked for _, waited in replies if waited is not None] == [1] * 10
     calls = await client.info("commandstats")
     assert calls["cmdstat_wait"]["calls"] == 1
     assert calls["cmdstat_evalsha"]["calls"] == 10
+
+
+async def test_an_observed_wait_reads_the_replication_info_around_it(
+    client: aioredis.Redis,
+) -> None:
+    """Sync replication's rule (store.sync) needs the writer's offset just after the
+    batch and each replica's acknowledged offset just after the WAIT: one INFO each,
+    in the same pipeline, once per batch."""
+    runner = pipeliner(client)
+    await runner.call(["list"], ["loads the script"])
+    await client.config_resetstat()
+    replies = await asyncio.gather(
+        *(runner.call(["list"], [str(i)], wait=(1, 2000, True)) for i in range(5))
+    )
+    waited = {id(w) for _, w in replies}
+    assert len(waited) == 1  # one WAIT, one reply shared by the batch
+    reply = replies[0][1]
+    assert reply is not None
+    assert reply.acked == 1
+    assert reply.before is not None
+    assert reply.after is not None
+    assert reply.before["role"] == "master"
+    replica = reply.after["slave0"]
+    assert replica["offset"] >= reply.before["master_repl_offset"]
+    calls = await client.info("commandstats")
+    assert calls["cmdstat_info"]["calls"] == 2
+    assert calls["cmdstat_wait"]["calls"] == 1
 
 
 async def test_a_cancelled_caller_does_not_disturb_the_others(client: aioredis.Redis) -> None:

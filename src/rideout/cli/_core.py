@@ -325,6 +325,10 @@ def _print_status(view: dict[str, Any], title: str) -> None:
         redis = region["redis"]
         row("redis", f"{region['name']} ({region['role']})", redis["address"], redis,
             _redis_state(redis.get("state")))  # fmt: skip
+        replica = region.get("replica")
+        if replica is not None:
+            row("redis (in-region replica)", f"{region['name']} / its second zone",
+                replica["address"], replica, _redis_state(replica.get("state")))  # fmt: skip
         canary = region["canary"]
         row("canary", region["name"], "probes its zones every interval", canary,
             _state(canary["alive"] if canary["pid"] else None, "running", "stopped"))  # fmt: skip
@@ -366,6 +370,16 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
         f"{failover['failovers']} failovers, {failover['failbacks']} failbacks, "
         f"{failover['lost_writes']} writes lost  ·  alarms: {alarms}"
     )
+    for node in failover.get("topology") or []:
+        if len(failover["topology"]) <= len(summary["alarms"]):
+            break  # one Redis per region: the line above says it all
+        link = "" if node["part"] == "writer" else f", link {node['link']}"
+        lag = "" if node["lag_bytes"] is None else f", lag {node['lag_bytes']} B"
+        up = "" if node["reachable"] else " [bold red]unreachable[/]"
+        console.print(
+            f"  redis {node['redis']} ({node['zone']}): {node['part']}{link}{lag}{up}",
+            highlight=False,
+        )
     damping = _damping_line(failover.get("damping"))
     if damping:
         console.print(damping, highlight=False)

@@ -120,6 +120,13 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
     }
     for region in config.regions:
         redis_name = f"redis-{region.name}"
+        replica: dict[str, Any] = {}
+        if region.replica is not None:
+            replica["replica"] = {
+                "name": f"{redis_name}-replica",
+                "address": f"{region.replica.address}:{region.replica.port}",
+                **pid_of(f"{redis_name}-replica"),
+            }
         view["regions"].append(
             {
                 "name": region.name,
@@ -129,6 +136,7 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
                     "address": f"{region.redis.address}:{region.redis.port}",
                     **pid_of(redis_name),
                 },
+                **replica,
                 "canary": {"name": f"canary-{region.name}", **pid_of(f"canary-{region.name}")},
                 "zones": [
                     {
@@ -172,6 +180,14 @@ async def _add_probes(config: Config, view: dict[str, Any]) -> None:
                     _probe_redis(region.redis.address, region.redis.port, config),
                 )
             )
+            if region.replica is not None:
+                jobs.append(
+                    (
+                        region_view["replica"],
+                        "state",
+                        _probe_redis(region.replica.address, region.replica.port, config),
+                    )
+                )
             for zone_view in region_view["zones"]:
                 jobs.append(
                     (zone_view, "health", _probe_http(client, zone_view["url"] + routes.HEALTH))

@@ -52,7 +52,7 @@ from rideout.cluster.runstate import (
     RunLock,
     RunState,
 )
-from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, RegionConfig, dump_toml
+from rideout.config import ENV_NOT_KEYS, ENV_PREFIX, Config, RedisConfig, RegionConfig, dump_toml
 from rideout.realtime.zone import DEGRADE_SIGNAL, SERVE_SIGNAL
 from rideout.store.acl import (
     RedisRole,
@@ -90,6 +90,12 @@ def _endpoints(config: Config) -> list[_Endpoint]:
     ]
     for region in config.regions:
         found.append(_Endpoint(f"redis-{region.name}", region.redis.address, region.redis.port))
+        if region.replica is not None:
+            found.append(
+                _Endpoint(
+                    f"redis-{region.name}-replica", region.replica.address, region.replica.port
+                )
+            )
         found.extend(_Endpoint(f"app-{z.name}", z.address, config.app_port) for z in region.zones)
     return found
 
@@ -205,10 +211,19 @@ class _Server(_Child):
 
 @dataclass(eq=False)
 class _Redis(_Child):
-    """A region's redis-server."""
+    """A region's redis-server: its main one, or (`in_region`) its in-region replica."""
 
     region: RegionConfig | None = None
     server: EmbeddedRedis | None = None
+    in_region: bool = False
+
+    @property
+    def node(self) -> RedisConfig:
+        assert self.region is not None
+        if self.in_region:
+            assert self.region.replica is not None
+            return self.region.replica
+        return self.region.redis
 
     @property
     def pid(self) -> int | None:
@@ -223,6 +238,10 @@ class _Redis(_Child):
         while self.running:  # noqa: ASYNC110
             await asyncio.sleep(0.1)
         return None
+
+
+def _replica_key(region: str) -> str:
+    return f"{region}/replica"
 
 
 class LocalCluster:
@@ -300,13 +319,27 @@ class LocalCluster:
             for region in (self.config.primary, self.config.secondary):
                 redis = _Redis(
                     ProcessRecord(f"redis-{region.name}", "redis", 0, region=region.name,
-                                  address=region.redis.address, port=region.redis.port,
+                                  zone=region.zones[0].name, address=region.redis.address, port=region.redis.port,
                                   log=str(self.config.logs_dir / f"redis-{region.name}.log")),
                     self._history(), region=region,
                 )  # fmt: skip
                 self._redis[region.name] = redis
                 await self._spawn(redis)
                 self._keep(redis)
+            for region in (self.config.primary, self.config.secondary):
+                if region.replica is None:
+                    continue
+                name = f"redis-{region.name}-replica"
+                zone = region.zones[1].name
+                replica = _Redis(
+                    ProcessRecord(name, "redis", 0, region=region.name, zone=zone,
+                                  address=region.replica.address, port=region.replica.port,
+                                  log=str(self.config.logs_dir / f"{name}.log")),
+                    self._history(), region=region, in_region=True,
+                )  # fmt: skip
+                self._redis[_replica_key(region.name)] = replica
+                await self._spawn(replica)
+                self._keep(replica)
             self._plan_servers()
             # Canaries last: probing zones that are still starting would look like an outage.
             servers = list(self._servers.values())
@@ -406,14 +439,21 @@ class LocalCluster:
         region = child.region
         assert region is not None
         primary = self.config.primary
+        node = child.node
         replica_of = None if region is primary else (primary.redis.address, primary.redis.port)
+        data_dir = self.config.region_data_dir(region.name)
+        if child.in_region:
+            # It follows its region's main Redis (chained when that one is a replica
+            # itself); the controller re-points it when the writer moves elsewhere.
+            replica_of = (region.redis.address, region.redis.port)
+            data_dir = data_dir / "replica"
         assert self._redis_auth is not None, "start() prepares the Redis credentials"
         server = EmbeddedRedis(
             RedisSpec(
                 name=child.name,
-                address=region.redis.address,
-                port=region.redis.port,
-                data_dir=self.config.region_data_dir(region.name),
+                address=node.address,
+                port=node.port,
+                data_dir=data_dir,
                 log_file=self.config.logs_dir / f"{child.name}.log",
                 replica_of=replica_of,
                 auth=self._redis_auth,
@@ -421,9 +461,9 @@ class LocalCluster:
             sink=self._sink,
         )
         child.server = server
-        self._say(f"starting {child.name} on {region.redis.address}:{region.redis.port}")
+        self._say(f"starting {child.name} on {node.address}:{node.port}")
         await server.start(timeout=self.ready_timeout)
-        if self._started and self.after_redis_start is not None:
+        if self._started and self.after_redis_start is not None and not child.in_region:
             await self.after_redis_start(region.name)
         return await self._first_epoch(region) if replica_of is None else None
 
@@ -583,8 +623,9 @@ class LocalCluster:
 
     def _region_children(self, region: str) -> list[_Child]:
         children: list[_Child] = list(self._region_servers(region))
-        if region in self._redis:
-            children.append(self._redis[region])
+        for key in (region, _replica_key(region)):
+            if key in self._redis:
+                children.append(self._redis[key])
         return children
 
     def _region_pids(self, region: str) -> list[int]:
@@ -672,15 +713,17 @@ class LocalCluster:
                     os.kill(pid, signal.SIGCONT)
             self._frozen.discard(region)
             done.append("resumed (SIGCONT)")
-        redis = self._redis.get(region)
-        if redis is not None:
+        for key in (region, _replica_key(region)):  # the main Redis first: the replica follows it
+            redis = self._redis.get(key)
+            if redis is None:
+                continue
             try:
                 if await self._revive(redis):
-                    done.append(f"restarted redis-{region}")
+                    done.append(f"restarted {redis.name}")
                     if redis.note:
                         done.append(redis.note)
             except Exception as exc:
-                failed.append(f"redis-{region} ({exc})")
+                failed.append(f"{redis.name} ({exc})")
         candidates = [
             *(s for s in self._servers.values() if s.record.region is None),
             *self._region_servers(region),
@@ -803,10 +846,10 @@ class LocalCluster:
             if procs:
                 self._say("stopping app servers, canaries, DNS and control plane")
                 await asyncio.gather(*(p.stop(timeout) for p in procs))
-            for name in reversed(list(self._redis)):
-                server = self._redis[name].server
+            for child in reversed(list(self._redis.values())):
+                server = child.server
                 if server is not None:
-                    self._say(f"stopping redis-{name}")
+                    self._say(f"stopping {child.name}")
                     await server.stop(timeout)
         finally:
             if self._lock.held:

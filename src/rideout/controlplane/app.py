@@ -333,7 +333,13 @@ class ControlPlaneApi:
         controller = self.plane.controller
         if controller.epoch is None:
             return _error(503, "starting", "the writer is not known yet")
-        return JSONResponse({"region": controller.writer, "epoch": controller.epoch})
+        return JSONResponse(
+            {
+                "region": controller.writer,
+                "epoch": controller.epoch,
+                "redis": controller.writer_endpoint,
+            }
+        )
 
     async def put_metrics(self, request: Request) -> Response:
         """A canary's datapoints: signed for one region, about that region only."""

@@ -44,6 +44,13 @@ import redis.asyncio as aioredis
 from rideout.config import Config, FailoverConfig
 from rideout.failover.damping import DampingPolicy, DampingState
 from rideout.failover.mover import ManagedWriter, ReplicationMover, WriterMover
+from rideout.failover.topology import (
+    NodeView,
+    desired_masters,
+    head,
+    in_region_candidate,
+    nodes,
+)
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import (
@@ -90,12 +97,17 @@ def decide(
     auto_failback: bool,
     failback_hold: float = 0.0,
     in_region_replica: Mapping[str, bool] | None = None,
+    in_region_grace: bool = False,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
 
     - The writer's region unhealthy (its app servers, or its Redis: the canary's probe
       goes through the store) with an in-sync replica of its own in another zone
-      (`in_region_replica`, region → ready): promote that one, in the region.
+      (`in_region_replica`, region → ready; only when the writer's own Redis is lost):
+      promote that one, in the region.
+    - Within `in_region_grace` (just after such a promotion, while the alarm it raised
+      clears on the promoted Redis) an unhealthy writer region stays: the region is
+      given the time to recover before it is failed over.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -112,6 +124,10 @@ def decide(
             f"{writer} is unhealthy and has an in-sync replica in another zone",
             urgent=True,
         )  # fmt: skip
+    if not writer_ok and in_region_grace:
+        return Decision(
+            "none", None, f"{writer} promoted in the region just now: its alarm is clearing"
+        )
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
@@ -150,6 +166,10 @@ class ControllerState:
     failbacks: int = 0
     events: deque[FailoverEvent] = field(default_factory=lambda: deque(maxlen=100))
     damping: DampingState = field(default_factory=DampingState)
+    # The writer's Redis (a node key of failover.topology): None is the region's main one.
+    writer_node: str | None = None
+    in_region_promotions: int = 0
+    promoted_in_region_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -165,6 +185,11 @@ class ControllerState:
             lost_writes=int(data.get("lost_writes", 0)),
             failovers=int(data.get("failovers", 0)),
             failbacks=int(data.get("failbacks", 0)),
+            writer_node=str(data["writer_node"]) if data.get("writer_node") else None,
+            in_region_promotions=int(data.get("in_region_promotions", 0)),
+            promoted_in_region_at=float(data["promoted_in_region_at"])
+            if data.get("promoted_in_region_at") is not None
+            else None,
             damping=DampingState.from_dict(data["damping"])
             if "damping" in data
             else DampingState(),
@@ -200,11 +225,11 @@ class FailoverController:
         managed: ManagedWriter | None = None,
         guard: Callable[[], Awaitable[str | None]] | None = None,
     ) -> None:
-        """`mover` moves the writer (default: :class:`ReplicationMover` on the regions'
+        """`mover` moves the writer (default: :class:`ReplicationMover` on the topology's
         Redis); `managed`, when given, does the whole move instead and keeps the replicas
-        (the controller then only fences). `guard`, when given, is asked before every act that changes a Redis
-        (the control plane's lease): None to go ahead, else why not (the act is
-        skipped, and the tick records that as an error event)."""
+        (the controller then only fences). `guard`, when given, is asked before every act
+        that changes a Redis (the control plane's lease): None to go ahead, else why not
+        (the act is skipped, and the tick records that as an error event)."""
         self.config = config
         self.state = state
         self.managed = managed
@@ -212,13 +237,19 @@ class FailoverController:
         self._on_change = on_change
         self._guard = guard
         credentials = credentials_for(config, RedisRole.CONTROLLER)
+        # Every Redis by node key: a region's name for its main one, REGION/replica for
+        # its in-region replica.
+        self.topology = nodes(config)
         self._clients: dict[str, aioredis.Redis] = {
-            r.name: probe_client(
-                r.redis.address, r.redis.port, credentials=credentials, tls=r.redis.tls
+            key: probe_client(
+                node.address,
+                node.port,
+                credentials=credentials,
+                tls=config.region(node.region).redis.tls,
             )
-            for r in config.regions
+            for key, node in self.topology.items()
         }
-        self.mover: WriterMover = mover or ReplicationMover(config, self._clients)
+        self.mover: WriterMover = mover or ReplicationMover(self.topology, self._clients)
         self.redis: dict[str, ReplicationStatus] = {}
         self.last_decision: Decision | None = None
         self._waiting_since: float | None = None
@@ -235,8 +266,31 @@ class FailoverController:
         return self.state.writer if self.state else self.config.primary.name
 
     @property
+    def writer_node(self) -> str:
+        """The node key of the writer's Redis."""
+        if self.state is not None and self.state.writer_node:
+            return self.state.writer_node
+        return self.writer
+
+    @property
+    def writer_endpoint(self) -> str:
+        """host:port of the writer's Redis (app servers of its region connect there)."""
+        return self.topology[self.writer_node].endpoint
+
+    @property
     def epoch(self) -> int | None:
         return self.state.epoch if self.state else None
+
+    def _grace(self) -> float:
+        timing = self.config.timing
+        periods = timing.failback_datapoints + timing.failover_datapoints + 4
+        return periods * timing.canary_interval
+
+    def in_region_grace(self) -> bool:
+        """Whether an in-region promotion is recent enough that its region's alarm is
+        still expected to be clearing."""
+        at = self.state.promoted_in_region_at if self.state else None
+        return at is not None and self._clock() - at < self._grace()
 
     def failback_hold(self) -> float:
         """Seconds a failback is still held by flap damping (0: not held)."""
@@ -265,7 +319,7 @@ class FailoverController:
 
     def status(self) -> dict[str, Any]:
         """Writer, epoch, counters, recent events, and each Redis's replication view."""
-        writer_view = self.redis.get(self.writer)
+        writer_view = self.redis.get(self.writer_node)
         lag_bytes = None
         if (
             writer_view
@@ -275,7 +329,10 @@ class FailoverController:
             lag_bytes = max(0, writer_view.offset - writer_view.replica_offset)
         return {
             "writer": self.writer,
+            "writer_redis": self.writer_node,
+            "writer_endpoint": self.writer_endpoint,
             "epoch": self.epoch,
+            "in_region_promotions": self.state.in_region_promotions if self.state else 0,
             "replication": self.config.failover.replication,
             "auto_failback": self.config.failover.auto_failback,
             "decision": asdict(self.last_decision) if self.last_decision else None,
@@ -286,8 +343,45 @@ class FailoverController:
             "lag_seconds": writer_view.replica_lag if writer_view else None,
             "damping": self.damping_status(),
             "redis": {name: view.to_dict() for name, view in self.redis.items()},
+            "topology": self.topology_view(),
             "events": [asdict(e) for e in (self.state.events if self.state else ())][-20:],
         }
+
+    def topology_view(self) -> list[dict[str, Any]]:
+        """Each Redis: where it lives, its part (writer / in-region replica /
+        cross-region replica), its link and lag as last observed."""
+        writer = self.writer_node
+        w_region = self.topology[writer].region
+        w_view = self.redis.get(writer)
+        acked = {r["address"]: r for r in (w_view.replicas if w_view else ())}
+        rows = []
+        for key, node in self.topology.items():
+            view = self.redis.get(key)
+            if key == writer:
+                part = "writer"
+            elif node.region == w_region:
+                part = "in-region replica"
+            else:
+                part = "cross-region replica"
+            row: dict[str, Any] = {
+                "redis": key, "region": node.region, "zone": node.zone,
+                "endpoint": node.endpoint, "part": part,
+                "reachable": bool(view and view.reachable),
+                "role": view.role if view else "unknown",
+                "link": view.link if view else "n/a",
+                "master": view.master if view else None,
+                "lag_bytes": None,
+            }  # fmt: skip
+            direct = acked.get(node.endpoint)
+            if (
+                direct is not None
+                and w_view
+                and w_view.offset is not None
+                and direct["offset"] is not None
+            ):
+                row["lag_bytes"] = max(0, w_view.offset - int(direct["offset"]))
+            rows.append(row)
+        return rows
 
     # ------------------------------------------------------------------ ticking
 
@@ -317,14 +411,17 @@ class FailoverController:
     async def _bootstrap(self) -> None:
         """No remembered state: the writer is the reachable master (the primary if both)."""
         masters = [n for n, v in self.redis.items() if v.reachable and v.role == "master"]
-        writer = (
+        node = (
             self.config.primary.name
             if (not masters or self.config.primary.name in masters)
             else masters[0]
         )
-        epoch = await read_epoch(self._clients[writer]) or 1
-        self.state = ControllerState(writer=writer, epoch=epoch)
-        self._event("start", f"writer {writer} at epoch {epoch}")
+        writer = self.topology[node].region
+        epoch = await read_epoch(self._clients[node]) or 1
+        self.state = ControllerState(
+            writer=writer, epoch=epoch, writer_node=None if node == writer else node
+        )
+        self._event("start", f"writer {writer} ({node}) at epoch {epoch}")
 
     async def tick(self, healthy: Mapping[str, bool]) -> Decision:
         """Observe, decide, act; returns the decision (steps and errors become events)."""
@@ -332,6 +429,7 @@ class FailoverController:
         if self.state is None:
             await self._bootstrap()
         assert self.state is not None
+        candidate = self.in_region_candidate()
         decision = decide(
             writer=self.state.writer,
             primary=self.config.primary.name,
@@ -339,38 +437,72 @@ class FailoverController:
             healthy=healthy,
             auto_failback=self.config.failover.auto_failback,
             failback_hold=self.failback_hold(),
+            in_region_replica={self.state.writer: candidate is not None},
+            in_region_grace=self.in_region_grace(),
         )
         self.last_decision = decision
         try:
             if decision.move == "promote-in-region":
-                # decide() says so only when told of in-region replicas; none exist yet.
-                raise ReplicationError(f"no in-region replica to promote in {decision.target}")
-            if decision.move != "none" and decision.target is not None:
+                assert candidate is not None
+                await self._promote_in_region(candidate, decision)
+            elif decision.move != "none" and decision.target is not None:
                 await self._move(decision)
             await self._reconcile()
         except ReplicationError as exc:
             self._event("error", str(exc))
         return decision
 
+    def in_region_candidate(self) -> str | None:
+        """The writer region's other Redis, when it may be promoted now (topology)."""
+        views = {key: NodeView(v.reachable, v.role, v.offset) for key, v in self.redis.items()}
+        return in_region_candidate(self.writer_node, self.topology, views)
+
+    async def _promote_in_region(self, candidate: str, decision: Decision) -> None:
+        """The writer's Redis is lost, its region's other one holds every acknowledged
+        write: promote it, raise the epoch; DNS does not change."""
+        assert self.state is not None
+        old = self.writer_node
+        await self._may_act()
+        await promote(self._clients[candidate])
+        epoch = await bump_epoch(self._clients[candidate], self.state.epoch)
+        region = self.topology[candidate].region
+        self.state.writer_node = None if candidate == region else candidate
+        self.state.epoch = epoch
+        self.state.in_region_promotions += 1
+        self.state.promoted_in_region_at = self._clock()
+        self._event(
+            "promote-in-region",
+            f"writer {old} -> {candidate} (REPLICAOF NO ONE; {old} unreachable); "
+            f"epoch {epoch}; {decision.reason}",
+        )
+        await self._observe()
+
     async def _move(self, decision: Decision) -> None:
         assert self.state is not None
         assert decision.target is not None
-        old, new = self.state.writer, decision.target
+        new_region = decision.target
+        reachable = {k: v.reachable for k, v in self.redis.items()}
+        old, new = self.writer_node, head(new_region, self.topology, reachable)
         old_view, new_view = self.redis[old], self.redis[new]
         if not new_view.reachable:
             raise ReplicationError(
-                f"cannot move the writer to {new}: its Redis is unreachable ({new_view.error})"
+                f"cannot move the writer to {new_region}: its Redis is unreachable "
+                f"({new_view.error})"
             )
         if self.managed is not None:
             await self._may_act()
-            how: str | None = await self.managed.move(old, new, old_reachable=old_view.reachable)
+            how: str | None = await self.managed.move(
+                self.state.writer, new_region, old_reachable=old_view.reachable
+            )
         else:
-            how = await self._move_by_redis(decision, old_view, new_view)
+            how = await self._move_by_redis(decision, old, new, old_view, new_view)
         if how is None:  # waiting for the target to catch up
             return
         self._waiting_since = None
         epoch = await bump_epoch(self._clients[new], self.state.epoch)
-        self.state.writer, self.state.epoch = new, epoch
+        self.state.writer, self.state.epoch = new_region, epoch
+        self.state.writer_node = None if new == new_region else new
+        self.state.promoted_in_region_at = None
         if self.damping is not None:
             self.state.damping = self.state.damping.record_move(self.damping, self._clock())
         if decision.move == "fail-over":
@@ -383,20 +515,27 @@ class FailoverController:
         await self._observe()
 
     async def _move_by_redis(
-        self, decision: Decision, old_view: ReplicationStatus, new_view: ReplicationStatus
+        self,
+        decision: Decision,
+        old: str,
+        new: str,
+        old_view: ReplicationStatus,
+        new_view: ReplicationStatus,
     ) -> str | None:
-        """Move the writer with Redis's commands: how it moved, or None while waiting."""
-        assert self.state is not None
-        assert decision.target is not None
-        old, new = self.state.writer, decision.target
-        source = self.config.region(old).redis
+        """Move the writer from node `old` to node `new` with Redis's commands: how it
+        moved, or None while waiting."""
+        target = self.topology[new]
+        source = self.topology[old]
         # Both sides must agree the target follows the writer: the writer's view of its
         # replica lags the replica's own, and FAILOVER TO refuses a replica not online.
         linked = (
             new_view.role == "replica"
             and new_view.link == "up"
             and new_view.master == f"{source.address}:{source.port}"
-            and (old_view.replica_online or not old_view.reachable)
+            and (
+                old_view.replica_online_at(f"{target.address}:{target.port}")
+                or not old_view.reachable
+            )
         )
         now = self._clock()
         waited = now - self._waiting_since if self._waiting_since is not None else 0.0
@@ -444,12 +583,12 @@ class FailoverController:
                 )
 
     async def _reconcile(self) -> None:
-        """Make the writer's Redis a master and every other Redis its replica."""
+        """Make the writer's Redis a master and every other Redis follow its place in
+        the topology (:func:`~rideout.failover.topology.desired_masters`)."""
         assert self.state is not None
-        writer = self.state.writer
+        writer = self.writer_node
         w_view = self.redis[writer]
         w_client = self._clients[writer]
-        w_redis = self.config.region(writer).redis
         if self.managed is not None:
             # The managed service keeps the replicas (and refuses REPLICAOF): only fence.
             await self._fence(writer, w_view)
@@ -459,9 +598,12 @@ class FailoverController:
             await promote(w_client)
             self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
         await self._fence(writer, w_view)
+        reachable = {k: v.reachable for k, v in self.redis.items()}
+        wanted = desired_masters(writer, self.topology, reachable)
         for name, view in self.redis.items():
             if name == writer or not view.reachable:
                 continue
+            master = self.topology[wanted[name]]
             if view.role == "master":
                 await self._may_act()
                 lost = (
@@ -469,16 +611,16 @@ class FailoverController:
                     if w_view.reachable
                     else 0
                 )
-                await follow(self._clients[name], w_redis.address, w_redis.port)
+                await follow(self._clients[name], master.address, master.port)
                 self.state.lost_writes += lost
                 self._event(
                     "demote",
-                    f"{name}'s Redis was a stale writer: now a replica of {writer}; "
+                    f"{name}'s Redis was a stale writer: now a replica of {master.key}; "
                     f"{lost} writes it held that never reached {writer} were discarded",
                 )
-            elif view.master != f"{w_redis.address}:{w_redis.port}":
+            elif view.master != master.endpoint:
                 await self._may_act()
-                await follow(self._clients[name], w_redis.address, w_redis.port)
+                await follow(self._clients[name], master.address, master.port)
                 self._event(
-                    "follow", f"{name}'s Redis followed {view.master}: now follows {writer}"
+                    "follow", f"{name}'s Redis followed {view.master}: now follows {master.key}"
                 )

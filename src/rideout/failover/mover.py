@@ -15,10 +15,19 @@ from typing import Protocol
 
 import redis.asyncio as aioredis
 
-from rideout.config import Config
 from rideout.store.replication import promote, switch_over
 
 __all__ = ["ManagedWriter", "ReplicationMover", "WriterMover"]
+
+
+class Endpoint(Protocol):
+    """Where a Redis listens (a :class:`rideout.failover.topology.Node`, say)."""
+
+    @property
+    def address(self) -> str: ...
+
+    @property
+    def port(self) -> int: ...
 
 
 class WriterMover(Protocol):
@@ -38,12 +47,14 @@ class WriterMover(Protocol):
 class ReplicationMover:
     """:class:`WriterMover` over Redis replication: ``FAILOVER TO`` and ``REPLICAOF NO ONE``."""
 
-    def __init__(self, config: Config, clients: Mapping[str, aioredis.Redis]) -> None:
-        self.config = config
+    def __init__(
+        self, topology: Mapping[str, Endpoint], clients: Mapping[str, aioredis.Redis]
+    ) -> None:
+        self.topology = topology  # every Redis by node key (failover.topology.nodes)
         self.clients = clients
 
     async def hand_over(self, old: str, new: str, *, timeout: float) -> None:
-        target = self.config.region(new).redis
+        target = self.topology[new]
         await switch_over(
             self.clients[old], self.clients[new], target.address, target.port, timeout
         )

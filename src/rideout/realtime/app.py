@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 import httpx
+import redis.asyncio as aioredis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -61,11 +62,14 @@ from rideout.realtime.zone import (
 )
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
-from rideout.store.client import state_client
+from rideout.store.client import retarget, state_client
 from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
+from rideout.store.sync import placements
 
 __all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app", "drain_for_exit"]
+
+log = logging.getLogger("rideout.realtime")
 
 log = logging.getLogger("rideout.realtime")
 
@@ -226,6 +230,36 @@ class ZoneExtension(Protocol):
         """Undo :meth:`start`, before the zone's own shutdown (last started, first stopped)."""
 
 
+class _WriterFollower:
+    """Keeps the zone's Redis clients on its region's writer: when the control plane
+    announces the writer on the region's other Redis (an in-region promotion), the
+    clients move there, and sync mode's rule learns the writer's new zone."""
+
+    def __init__(
+        self, config: Config, region: RegionConfig, clients: tuple[aioredis.Redis, ...]
+    ) -> None:
+        self.region = region
+        self.clients = clients
+        self.server: ZoneServer | None = None
+        self._places = placements(config)
+        self._nodes = {f"{n.address}:{n.port}" for n in region.redis_nodes}
+
+    async def poll(self, http: httpx.AsyncClient, url: str) -> tuple[int | None, str | None]:
+        """The writer's epoch and region the control plane at `url` announces (None for
+        what it cannot say), the zone's clients moved to the writer's Redis first."""
+        epoch, region, redis = await control_plane_writer(http, url)
+        if region == self.region.name and redis in self._nodes:
+            assert redis is not None
+            host, _, port = redis.rpartition(":")
+            moved = [await retarget(c, host, int(port)) for c in self.clients]
+            server = self.server
+            if any(moved) and server is not None:
+                log.warning("the region's writer is now %s: the zone follows it", redis)
+                if server.sync_rule is not None:
+                    server.sync_rule.writer = self._places[redis]
+        return epoch, region
+
+
 async def _open_zone(
     stack: contextlib.AsyncExitStack,
     config: Config,
@@ -258,18 +292,18 @@ async def _open_zone(
     )
     control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
     stack.push_async_callback(control_plane.aclose)
+    follow = _WriterFollower(config, region, (client, follower))
     writer_urls = routes.control_plane_urls(config, routes.WRITER)
-    zone_server: list[ZoneServer] = []  # set below, once built
     writer_region: list[str] = []
 
     async def writer_epoch() -> int | None:
         for url in writer_urls:  # several control plane instances: the first that answers
-            writer = await control_plane_writer(control_plane, url)
-            if writer is not None:
-                if zone_server and config.mode == "external":
-                    _leave_with_the_writer(zone_server[0], writer_region, writer[0])
-                writer_region[:] = [writer[0]]
-                return writer[1]
+            epoch, writer = await follow.poll(control_plane, url)
+            if epoch is not None and writer is not None:
+                if follow.server is not None and config.mode == "external":
+                    _leave_with_the_writer(follow.server, writer_region, writer)
+                writer_region[:] = [writer]
+                return epoch
         return None
 
     epoch = EpochTracker(
@@ -278,7 +312,7 @@ async def _open_zone(
         on_change=app_metrics.epoch.set,
         fallback=lambda: read_epoch(client),
     )
-    server = ZoneServer(
+    server = follow.server = ZoneServer(
         config=config, region=region, zone=zone, redis=client, store=store, hub=hub,
         epoch=epoch, verifier=verifier, jwks=dict(key.jwks()),
         issuer=TokenIssuer(
@@ -292,7 +326,6 @@ async def _open_zone(
         budget=CostBudget.for_config(config.realtime),
         revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
     )  # fmt: skip
-    zone_server.append(server)
     await epoch.refresh()
     epoch.start()
     stack.push_async_callback(epoch.stop)

@@ -523,7 +523,7 @@ class Connection:
         sync = failover.replication == "sync"
         result = await server.store.bid(
             msg.room, self.sub, msg.amount, msg.id, epoch=epoch,
-            wait_replicas=1 if sync else 0, wait_timeout=failover.sync_timeout,
+            wait_timeout=failover.sync_timeout, sync=server.sync_rule if sync else None,
         )  # fmt: skip
         if result.reason == Reason.STALE_EPOCH:
             # Fenced: this server's idea of the writer is out of date. Nothing changed;
@@ -533,18 +533,18 @@ class Connection:
             return "fenced"
         outcome = "accepted" if result.accepted else "rejected"
         if sync and result.accepted:
-            if (result.replicas or 0) >= 1:
+            verdict = result.sync
+            if verdict is not None and verdict.replicated:
                 server.metrics.sync_replication.labels("replicated").inc()
             elif failover.replica_down == "reject":
-                # Applied on the writer but not yet in the other region: do not promise
-                # it. The client retries with the same id; the retry is acknowledged
-                # once the replica has it.
+                # Applied on the writer but not yet in a second failure domain (store.sync):
+                # do not promise it. The client retries with the same id; the retry is
+                # acknowledged once the replicas have it.
                 server.metrics.sync_replication.labels("rejected").inc()
+                why = verdict.detail if verdict is not None else "no replication verdict"
                 self._send(
                     encode_error(
-                        ErrorCode.UNAVAILABLE,
-                        "not yet replicated to the other region; retry",
-                        msg.id,
+                        ErrorCode.UNAVAILABLE, f"not yet replicated ({why}); retry", msg.id
                     )
                 )
                 return "unreplicated"

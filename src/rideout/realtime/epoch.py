@@ -25,26 +25,30 @@ __all__ = ["EpochTracker", "control_plane_epoch", "control_plane_writer"]
 log = logging.getLogger("rideout.realtime.epoch")
 
 
-async def control_plane_writer(http: httpx.AsyncClient, url: str) -> tuple[str, int] | None:
-    """The writer's (region, epoch) the control plane announces at `url`; None if it
-    cannot say."""
+async def control_plane_epoch(http: httpx.AsyncClient, url: str) -> int | None:
+    """The writer epoch the control plane announces at `url`; None if it cannot say."""
+    return (await control_plane_writer(http, url))[0]
+
+
+async def control_plane_writer(
+    http: httpx.AsyncClient, url: str
+) -> tuple[int | None, str | None, str | None]:
+    """The writer's epoch, region and Redis (``host:port``) announced at `url`; None
+    for what it cannot say."""
     try:
         response = await http.get(url)
         if response.status_code != 200:
-            return None
-        body = response.json()
-        region, epoch = body.get("region"), body.get("epoch")
+            return None, None, None
+        data = response.json()
+        epoch, region, redis = data.get("epoch"), data.get("region"), data.get("redis")
     except (httpx.HTTPError, ValueError, AttributeError):
-        return None
-    if not isinstance(epoch, int) or isinstance(epoch, bool) or not isinstance(region, str):
-        return None
-    return region, epoch
-
-
-async def control_plane_epoch(http: httpx.AsyncClient, url: str) -> int | None:
-    """The writer epoch the control plane announces at `url`; None if it cannot say."""
-    writer = await control_plane_writer(http, url)
-    return writer[1] if writer is not None else None
+        return None, None, None
+    good = isinstance(epoch, int) and not isinstance(epoch, bool)
+    return (
+        epoch if good else None,
+        region if isinstance(region, str) else None,
+        redis if isinstance(redis, str) else None,
+    )
 
 
 class EpochTracker:

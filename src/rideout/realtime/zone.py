@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
 from rideout.realtime.limits import ConnectionCaps, CostBudget
+from rideout.store.sync import SyncRule, rule_for
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -199,8 +200,14 @@ class ZoneServer:
     budget: CostBudget = field(default_factory=lambda: CostBudget.for_config(_DEFAULTS))
     draining: asyncio.Task[None] | None = field(default=None, repr=False)  # drain_gradually
     backend: BackendHealth = field(default_factory=BackendHealth)  # see realtime.backend
+    # Sync replication's rule for this region's writer (store.sync); None in async mode.
+    sync_rule: SyncRule | None = None
 
     def __post_init__(self) -> None:
+        # (Unit tests build servers without a config: no sync rule for them.)
+        failover = getattr(self.config, "failover", None)
+        if self.sync_rule is None and failover is not None and failover.replication == "sync":
+            self.sync_rule = rule_for(self.config, self.region)
         self._show_mode()
 
     def origin_allowed(self, origin: str) -> bool:

@@ -92,6 +92,7 @@ from rideout.store import keys, scripts
 from rideout.store.acl import CredentialsRejected, PermissionDenied
 from rideout.store.errors import NotWriter, StoreCorrupt, StoreError, StoreUnavailable
 from rideout.store.pipelining import ScriptPipeliner
+from rideout.store.sync import SyncRule, SyncVerdict
 
 __all__ = [
     "START",
@@ -208,6 +209,7 @@ class BidResult:
     state: dict[str, Any]
     duplicate: bool = False
     replicas: int | None = None  # replicas that had the write in time (with wait_replicas)
+    sync: SyncVerdict | None = None  # sync replication's verdict (with a SyncRule)
 
 
 @dataclass(frozen=True, slots=True)
@@ -512,6 +514,7 @@ class AuctionStore:
         epoch: int,
         wait_replicas: int = 0,
         wait_timeout: float = 0.5,
+        sync: SyncRule | None = None,
     ) -> BidResult:
         """Place ``sub``'s bid of ``amount`` in ``room``: one atomic script, pipelined with
         the other bids made in the same event-loop iteration (:mod:`.pipelining`).
@@ -520,9 +523,11 @@ class AuctionStore:
         server's epoch differs the bid is refused with ``stale_epoch`` and nothing
         changes. With ``wait_replicas``, ``WAIT wait_replicas timeout`` follows the
         script on the same connection (one per pipeline, after all its scripts) and
-        :attr:`BidResult.replicas` says how many replicas had the write in time. Raises
-        :class:`NotWriter` on a replica, :class:`StoreUnavailable` when the server
-        cannot be reached.
+        :attr:`BidResult.replicas` says how many replicas had the write in time. With
+        `sync` (and no `wait_replicas`), the WAIT is judged by that rule instead
+        (:mod:`.sync`: the right replicas, not just how many) into
+        :attr:`BidResult.sync`. Raises :class:`NotWriter` on a replica,
+        :class:`StoreUnavailable` when the server cannot be reached.
         """
         _check_text("room", room)
         _check_text("sub", sub)
@@ -554,11 +559,22 @@ class AuctionStore:
                 str(_millis(s.ack_ttl)),
             ],
         )
-        wait = (wait_replicas, _millis(wait_timeout)) if wait_replicas else None
+        wait: tuple[int, int] | tuple[int, int, bool] | None = None
+        if wait_replicas:
+            wait = (wait_replicas, _millis(wait_timeout))
+        elif sync is not None:
+            wait = (sync.expected, _millis(wait_timeout), True)
         with self._errors(f"bid in room {room!r}"):
-            reply, replicas = await self._bids.call(script_keys, script_args, wait=wait)
+            reply, waited = await self._bids.call(script_keys, script_args, wait=wait)
         result = _bid_result(reply, f"bid in room {room!r}")
-        return result if replicas is None else replace(result, replicas=replicas)
+        if waited is None:
+            return result
+        if sync is not None and not wait_replicas:
+            assert waited.before is not None
+            assert waited.after is not None
+            verdict = sync.judge(waited.before, waited.after)
+            return replace(result, replicas=verdict.acked, sync=verdict)
+        return replace(result, replicas=waited.acked)
 
     async def probe(
         self,
@@ -584,13 +600,13 @@ class AuctionStore:
         script_keys, script_args = [keys.EPOCH, key], [str(epoch), value, str(_millis(ttl))]
         with self._errors("store probe"):
             try:
-                reply, replicas = await self._probes.call(script_keys, script_args, wait=wait)
+                reply, waited = await self._probes.call(script_keys, script_args, wait=wait)
             except ResponseError as exc:
                 if wait is None or "WAIT cannot be used with replica" not in str(exc):
                     raise
                 # A replica refuses WAIT (the script ran, writing nothing): once more
                 # without, for its answer.
-                reply, replicas = await self._probes.call(script_keys, script_args)
+                reply, waited = await self._probes.call(script_keys, script_args)
         if not isinstance(reply, list) or len(reply) != 3:
             raise StoreCorrupt(f"store probe: unexpected reply {reply!r:.80}")
         role = _text(reply[0], "store probe")
@@ -599,9 +615,8 @@ class AuctionStore:
             raise StoreCorrupt(
                 f"store probe: {key} read back {reply[2]!r:.40}, not the value written"
             )
-        return ProbeOutcome(
-            "writer" if role == "written" else role, stored, replicas if role == "written" else None
-        )
+        replicas = waited.acked if waited is not None and role == "written" else None
+        return ProbeOutcome("writer" if role == "written" else role, stored, replicas)
 
     async def close(self) -> None:
         """Wait for the bids already sent to Redis (call before closing the client)."""

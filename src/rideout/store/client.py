@@ -32,7 +32,13 @@ from rideout.store.acl import (
     rejected_message,
 )
 
-__all__ = ["cancel_and_wait", "check_cancelled", "probe_client", "state_client"]
+__all__ = [
+    "cancel_and_wait",
+    "check_cancelled",
+    "probe_client",
+    "retarget",
+    "state_client",
+]
 
 log = logging.getLogger("rideout.store")
 
@@ -183,3 +189,22 @@ def state_client(
         **_connection_kwargs(address, port, credentials, timeout, 1, tls),
     )
     return aioredis.Redis.from_pool(pool)
+
+
+async def retarget(client: aioredis.Redis, address: str, port: int) -> bool:
+    """Point `client`'s pool at another server (its region's writer moved to the
+    region's other Redis); whether it changed. Open connections are closed: calls in
+    flight fail as after a dropped connection, later ones connect to the new server.
+    """
+    pool = client.connection_pool
+    kwargs = pool.connection_kwargs
+    if (kwargs.get("host"), kwargs.get("port")) == (address, port):
+        return False
+    pool.connection_kwargs.update(host=address, port=port)
+    # redis-py keeps each connection's own host and port, reconnecting there; the pool's
+    # connections are all re-pointed (its lists are redis-py internals, read only here).
+    for attr in ("_available_connections", "_in_use_connections"):
+        for connection in list(getattr(pool, attr, ())):
+            connection.host, connection.port = address, port
+    await pool.disconnect(inuse_connections=True)
+    return True

@@ -7,7 +7,8 @@ a read) and a round trip; batched, those costs are paid once per batch, as a pip
 client pays them. The calls of one pipeline run in the order they were made (pipelines
 run side by side on their own connections), and every caller gets its own reply or
 error. A batch with ``WAIT`` ends with a single
-``WAIT``: it covers every write before it on that connection.
+``WAIT``: it covers every write before it on that connection. An observed WAIT (sync
+replication's rule, :mod:`.sync`) is framed by ``INFO replication`` before and after.
 """
 
 from __future__ import annotations
@@ -21,9 +22,20 @@ import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
 from redis.exceptions import NoScriptError
 
-__all__ = ["ScriptPipeliner"]
+__all__ = ["ScriptPipeliner", "WaitReply"]
 
 _Arg = str | int | bytes
+# WAIT numreplicas timeout-ms, and whether INFO replication frames it.
+_Wait = tuple[int, int] | tuple[int, int, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class WaitReply:
+    """WAIT's count; with an observed WAIT, ``INFO replication`` just before and after it."""
+
+    acked: int
+    before: dict[str, Any] | None = None
+    after: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -35,9 +47,9 @@ class _Call:
 
 @dataclass(slots=True)
 class _Batch:
-    wait: tuple[int, int] | None  # WAIT numreplicas timeout-ms after the scripts
+    wait: _Wait | None  # WAIT after the scripts
     calls: list[_Call] = field(default_factory=list)
-    waited: asyncio.Future[int] | None = None
+    waited: asyncio.Future[WaitReply] | None = None
 
 
 class ScriptPipeliner:
@@ -52,14 +64,15 @@ class ScriptPipeliner:
         self._client = client
         self._script = script
         self._max_batch = max_batch
-        self._open: dict[tuple[int, int] | None, _Batch] = {}
+        self._open: dict[_Wait | None, _Batch] = {}
         self._running: set[asyncio.Task[None]] = set()
 
     async def call(
-        self, keys: Sequence[_Arg], args: Sequence[_Arg], *, wait: tuple[int, int] | None = None
-    ) -> tuple[Any, int | None]:
+        self, keys: Sequence[_Arg], args: Sequence[_Arg], *, wait: _Wait | None = None
+    ) -> tuple[Any, WaitReply | None]:
         """The script's reply for `keys` and `args`, and with ``wait=(replicas,
-        timeout_ms)`` how many replicas acknowledged it (``WAIT``) — else None.
+        timeout_ms)`` how many replicas acknowledged it (``WAIT``) — else None;
+        ``wait=(replicas, timeout_ms, True)`` also reads INFO replication around it.
 
         Raises what redis-py raises for this call (a failed batch fails every call in it).
         """
@@ -111,21 +124,31 @@ class ScriptPipeliner:
             return
         for call, reply in zip(calls, replies, strict=True):
             _settle(call.future, reply)
-        _settle(batch.waited, acked if isinstance(acked, Exception) else int(acked or 0))
+        _settle(batch.waited, acked)
 
-    async def _execute(
-        self, calls: list[_Call], wait: tuple[int, int] | None
-    ) -> tuple[list[Any], Any]:
+    async def _execute(self, calls: list[_Call], wait: _Wait | None) -> tuple[list[Any], Any]:
         """One pipeline: the calls' replies (exceptions in place) and WAIT's reply."""
         sha = self._script.sha
+        observed = wait is not None and len(wait) == 3 and bool(wait[2])
         async with self._client.pipeline(transaction=False) as pipe:
             for call in calls:
                 pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
             if wait is not None:
-                pipe.execute_command("WAIT", *wait)
+                if observed:
+                    pipe.info("replication")
+                pipe.execute_command("WAIT", wait[0], wait[1])
+                if observed:
+                    pipe.info("replication")
             replies = list(await pipe.execute(raise_on_error=False))
-        acked = replies.pop() if wait is not None else None
-        return replies, acked
+        if wait is None:
+            return replies, None
+        after = replies.pop() if observed else None
+        acked = replies.pop()
+        before = replies.pop() if observed else None
+        for part in (acked, before, after):
+            if isinstance(part, Exception):
+                return replies, part
+        return replies, WaitReply(int(acked or 0), before, after)
 
 
 def _settle(future: asyncio.Future[Any] | None, outcome: Any) -> None:

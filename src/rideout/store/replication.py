@@ -50,6 +50,13 @@ class ReplicationStatus:
     replica_offset: int | None = None  # a writer's: the offset its replica acknowledged
     failover_state: str | None = None  # master_failover_state while FAILOVER runs
     replica_online: bool = False  # a writer's: it counts its replica online (FAILOVER TO needs it)
+    # A writer's replicas, each {address, offset, lag, online}; the replica_* fields
+    # above are the first of them (a writer with an in-region replica has two).
+    replicas: tuple[dict[str, Any], ...] = ()
+
+    def replica_online_at(self, address: str) -> bool:
+        """Whether this writer counts the replica announcing `address` (host:port) online."""
+        return any(r["address"] == address and r["online"] for r in self.replicas)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -76,6 +83,16 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
             connected_replicas=_int(info.get("connected_slaves")) or 0,
         )
     replica = info.get("slave0")  # redis-py parses "ip=..,port=..,offset=..,lag=.." into a dict
+    replicas = tuple(
+        {
+            "address": f"{entry.get('ip')}:{entry.get('port')}",
+            "offset": _int(entry.get("offset")),
+            "lag": _int(entry.get("lag")),
+            "online": entry.get("state") == "online",
+        }
+        for name, entry in sorted(info.items())
+        if name.startswith("slave") and name[5:].isdigit() and isinstance(entry, dict)
+    )
     return ReplicationStatus(
         reachable=True,
         role="master",
@@ -91,6 +108,7 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
         failover_state=str(info.get("master_failover_state"))
         if "master_failover_state" in info
         else None,
+        replicas=replicas,
     )
 
 

@@ -20,6 +20,7 @@ function regionCard(name) {
     el("div", { class: "kv" }, el("span", {}, "health check"), el("b", { id: `health-${name}` }, "—")),
     el("div", { class: "kv" }, el("span", {}, "connected clients"), el("b", { id: `clients-${name}` }, "—")),
     el("div", { class: "kv" }, el("span", {}, "redis"), el("b", { id: `redis-${name}` }, "—")),
+    el("div", { class: "kv" }, el("span", {}, "redis, second zone"), el("b", { id: `redis-replica-${name}` }, "—")),
   );
   if (settings.local && !settings.session) {
     card.append(el("div", { class: "chaos-login" }, "Chaos buttons need an operator session: open the link ",
@@ -112,9 +113,12 @@ function render(view) {
     $(`health-${name}`).textContent = view.health_checks[name] ? "healthy" : "UNHEALTHY";
     const clients = view.clients[name];
     $(`clients-${name}`).textContent = clients == null ? "no answer" : clients;
-    const redis = failover.redis[name];
-    $(`redis-${name}`).textContent = !redis ? "—" : !redis.reachable ? "unreachable"
-      : `${redis.role}${redis.role === "replica" ? ` (link ${redis.link})` : ""}`;
+    // Each Redis of the region: its part around the writer, link and lag (failover.topology).
+    for (const [id, key] of [[`redis-${name}`, name], [`redis-replica-${name}`, `${name}/replica`]]) {
+      const node = (failover.topology || []).find((n) => n.redis === key);
+      $(id).textContent = !node ? "none" : !node.reachable ? `${node.zone}: unreachable`
+        : `${node.zone}: ${node.part}${node.part === "writer" ? "" : ` (link ${node.link}${node.lag_bytes == null ? "" : `, lag ${node.lag_bytes} B`})`}`;
+    }
     strip(name, view.canary[name] || [], view.now);
   }
   for (const event of failover.events) addEvent(event);
