@@ -181,6 +181,15 @@ async def test_writes_return_in_the_secondary_while_the_primary_is_down(
         rideout("chaos", "restore", "us-west-2", "-c", "rideout.toml", cwd=workdir)
         await _bid_until_acked(config, token_text, 60, 60)
         acked.append(60)
+        master = f"{west.replica.address}:{west.replica.port}"
+
+        async def followed() -> bool:  # the controller's view is as of its last round
+            rows = (await summary(config))["failover"]["topology"]
+            return any(r["redis"] == "us-west-2" and r["master"] == master for r in rows)
+
+        await until(
+            followed, 30, interval=0.2, message="us-west-2's view never showed it following"
+        )
         state = await summary(config)
         assert state["failover"]["writer_redis"] == "us-west-2/replica"
         parts = {row["redis"]: row for row in state["failover"]["topology"]}

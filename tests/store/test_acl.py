@@ -527,7 +527,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     assert functions == {
         "bid_ack", "canary_probe", "demo_name_claim", "idempotency", "legacy_bid_ack",
         "room_state", "room_stream", "user_session", "waitingroom_event_keys",
-        "waitingroom_stamp", "waitingroom_tick",
+        "waitingroom_oidc", "waitingroom_stamp", "waitingroom_tick",
     }  # fmt: skip
 
 
