@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import os
 import random
 import socket
 import time
@@ -18,6 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+# The CLI's rich consoles take their width when rideout.cli is imported: one width for
+# every test, in one process or in xdist's workers (whose terminal is not a terminal).
+os.environ.setdefault("COLUMNS", "200")
 
 from rideout.config import Config, parse_config
 from rideout.store.acl import load_or_create_users

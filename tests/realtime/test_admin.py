@@ -113,7 +113,7 @@ async def test_a_failback_drain_closes_over_the_spread_and_keeps_serving(
         assert {code for code, _ in closes} == {1012}
         times = sorted(t - start for _, t in closes)
         assert times[-1] - times[0] > 0.3, times  # over the spread, not in one instant
-        assert times[-1] < 1.5 + 1.0, times
+        assert times[-1] < 1.5 + 3.0, times  # the spread, plus a loaded machine's scheduling
         assert (await http.get(admin, headers=auth)).json()["mode"] == "serving"
 
 

@@ -13,7 +13,6 @@ takes over on its next look.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -68,6 +67,10 @@ class PassReport:
     released: int = 0
     metrics: int = 0
     skipped: int = 0  # events whose changes the replica refused
+
+
+STOP_TIMEOUT = 2.0
+"""Seconds :meth:`RoomScheduler.stop` waits for a pass under way to end."""
 
 
 class RoomScheduler:
@@ -176,5 +179,10 @@ class RoomScheduler:
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            # Bounded: a pass stuck in a Redis call that ignores the cancellation must not
+            # keep the process from exiting (an app server that could not bind hung here).
+            done, _ = await asyncio.wait({task}, timeout=STOP_TIMEOUT)
+            if not done:
+                log.warning("waiting room: the scheduler did not stop within %g s", STOP_TIMEOUT)
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("waiting room: the scheduler ended with %r", task.exception())
