@@ -245,7 +245,8 @@ async def test_a_request_id_is_scoped_to_its_room(pair: Pair) -> None:
     assert first.accepted
     assert elsewhere.accepted
     assert not elsewhere.duplicate
-    assert elsewhere.position != first.position
+    # (Their positions may be equal: each room's stream numbers its own entries, and two
+    # entries in one millisecond in two streams both get <ms>-0.)
     assert (await store.get_state(other, "alice")).state["bid"] == 70
     assert (await store.get_state(room, "alice")).state["bid"] == 10
     # Each is still idempotent in its own room.
