@@ -386,6 +386,44 @@ async def test_a_silent_position_is_abandoned_after_the_hold(
     invariant(c)
 
 
+async def test_an_outage_restarts_the_abandonment_clock(
+    redis_server: Redis, clock: FakeClock
+) -> None:
+    """Visitors who could not poll while no writer swept (a failover, a store outage)
+    are not abandoned for it: the first sweep after the gap restarts every waiting
+    position's clock, and only silence after that counts."""
+    store = redis_server.store(clock)
+    event = await new_event(store, abandon_after=10, expiry=0)
+    back, gone = await store.assign(event.event_id), await store.assign(event.event_id)
+    assert (await store.sweep(event.event_id, outage_after=5)).abandoned == 0
+    clock.advance(4)
+    assert (await store.sweep(event.event_id, outage_after=5)).abandoned == 0
+    clock.advance(30)  # an outage: nobody swept, nobody could poll
+    assert (await store.sweep(event.event_id, outage_after=5)).abandoned == 0
+    for _ in range(2):  # sweeping as usual again; one visitor polls again, one never does
+        clock.advance(4)
+        await store.poll(event.event_id, back.request_id)
+        assert (await store.sweep(event.event_id, outage_after=5)).abandoned == 0
+    clock.advance(4)  # 12 s since the sweeps resumed: `gone` has been silent for the hold
+    await store.poll(event.event_id, back.request_id)
+    assert (await store.sweep(event.event_id, outage_after=5)).abandoned == 1
+    states = [(await store.position(event.event_id, p.request_id)).status for p in (back, gone)]
+    assert states == [PositionState.WAITING, PositionState.ABANDONED]
+    invariant(await store.counters(event.event_id))
+
+
+async def test_regular_sweeps_abandon_on_time(redis_server: Redis, clock: FakeClock) -> None:
+    store = redis_server.store(clock)
+    event = await new_event(store, abandon_after=10, expiry=0)
+    silent = await store.assign(event.event_id)
+    abandoned = 0
+    for _ in range(6):  # every 2 s: no gap is an outage
+        clock.advance(2)
+        abandoned += (await store.sweep(event.event_id, outage_after=5)).abandoned
+    assert abandoned == 1
+    assert (await store.position(event.event_id, silent.request_id)).status is PositionState.ABANDONED
+
+
 # ---------------------------------------------------------------- pre-queue and reset
 
 

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from rideout.config import ConfigError, load_config
 from rideout.drill.analysis import HERDS
-from rideout.drill.report import HEADERS, default_report_dir, summary_rows, write_report
+from rideout.drill.report import HEADERS, default_report_dir, move_lines, summary_rows, write_report
 from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
 from rideout.drill.surge import SurgeOptions, run_surge
 from rideout.drill.surge_report import surge_rows
@@ -94,8 +94,20 @@ def main_region_outage(options: DrillOptions, console: Console | None = None) ->
                 f"{cmp[f'{prefix}peak_full_jitter_per_100ms']}, no jitter "
                 f"{cmp[f'{prefix}peak_no_jitter_per_100ms']} ([bold]{ratio:.1f}×[/])"
             )
+    _print_moves(out, report)
     _print_objectives(out, report, files)
     return 0 if report["ok"] else 1
+
+
+def _print_moves(out: Console, report: dict[str, Any]) -> None:
+    """What the control plane did during each pass, and why: its writer moves and alarm
+    changes in time order, seconds from the pass's fault (so that a flap explains itself)."""
+    for p in report["passes"]:
+        lines = move_lines(p)
+        if lines:
+            out.print(f"{p['name']}: what the control plane did")
+            for line in lines:
+                out.print(f"  {line}", markup=False)
 
 
 def _print_objectives(out: Console, report: dict[str, Any], files: list[Path]) -> None:

@@ -17,6 +17,7 @@ from rideout.drill.analysis import HERDS
 __all__ = [
     "default_report_dir",
     "fmt_seconds",
+    "move_lines",
     "objective_lines",
     "render_markdown",
     "summary_rows",
@@ -38,6 +39,29 @@ def _drained(failback: dict[str, Any]) -> str:
 
 def fmt_seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
+
+
+_MOVES = {"fail-over", "fail-back", "promote-in-region", "demote", "error", "wait"}
+
+
+def move_lines(p: dict[str, Any]) -> list[str]:
+    """What the control plane did during pass `p`, in time order: its writer moves (and
+    their reasons) and its alarms' changes, each at seconds since the fault."""
+    history = p.get("control_plane") or {}
+    failover = p.get("failover") or {}
+    zero = failover.get("at")
+    found: list[tuple[float, str]] = []
+    for e in history.get("events", []):
+        if e.get("kind") in _MOVES:
+            found.append((e["at"], f"{e['kind']}: {e.get('message', '')}"))
+    for region, changes in (history.get("alarms") or {}).items():
+        for c in changes:
+            found.append(
+                (c["timestamp"], f"alarm {region} {c['old']} -> {c['new']}: {c.get('reason', '')}")
+            )
+    if zero is None and found:
+        zero = min(t for t, _ in found)
+    return [f"{t - zero:+8.2f} s  {text}" for t, text in sorted(found)]
 
 
 def peak(herd: dict[str, Any]) -> int:
@@ -174,6 +198,16 @@ def render_markdown(report: dict[str, Any]) -> str:
                 f"- the writer moved {moves['failovers']} time(s) to the secondary and "
                 f"{moves['failbacks']} time(s) back during the pass"
             )
+        done = move_lines(p)
+        if done:
+            lines += [
+                "",
+                "What the control plane did (seconds from the fault):",
+                "",
+                "```",
+                *done,
+                "```",
+            ]
         lines.append("")
     cmp = report.get("jitter_comparison")
     if cmp:

@@ -30,7 +30,7 @@ from rideout.waitingroom.model import (
     periodic_increment,
     tick_of,
 )
-from rideout.waitingroom.store import RoomStore
+from rideout.waitingroom.store import OUTAGE_AFTER, RoomStore
 
 __all__ = ["AlarmState", "PassReport", "RoomScheduler", "control_plane_alarm_state"]
 
@@ -121,7 +121,7 @@ class RoomScheduler:
                 left = await store.release_prequeue(event_id)
                 report.released += before - left
         if event.expiry > 0 or event.abandon_after > 0:
-            swept = await store.sweep(event_id)
+            swept = await store.sweep(event_id, outage_after=max(OUTAGE_AFTER, 5 * self.interval))
             report.expired += swept.expired
             report.abandoned += swept.abandoned
             report.recycled += swept.incremented

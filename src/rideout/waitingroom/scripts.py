@@ -335,11 +335,20 @@ return {old, new}
 SWEEP: Final = (
     _COMMON
     + r"""
--- ARGV[3] most positions to look at. Marks expired and abandoned positions, then,
--- with incr_on_expiry, moves the serving counter past the dead ones it reached.
+-- ARGV[3] most positions to look at, ARGV[4] the longest pause between two sweeps
+-- that is not an outage (ms). Marks expired and abandoned positions, then, with
+-- incr_on_expiry, moves the serving counter past the dead ones it reached.
 -- Returns {expired, abandoned, incremented}.
 if redis.call('EXISTS', K.event) == 0 then return {-1, 0, 0} end
 local batch = tonumber(ARGV[3])
+-- Nobody is abandoned for the time the room could not be reached: a sweep that finds
+-- the previous one longer ago than ARGV[4] (a failover, a store outage: no writer took
+-- a sweep or a poll meanwhile) restarts every waiting position's abandonment clock.
+local last = counter('swept_at')
+if last > 0 and NOW - last > tonumber(ARGV[4]) then
+  redis.call('HSET', K.counters, 'resumed_at', d(NOW))
+end
+redis.call('HSET', K.counters, 'swept_at', d(NOW))
 local expired, abandoned, incremented = 0, 0, 0
 local period = setting('expiry_ms')
 if period > 0 then
@@ -361,7 +370,7 @@ if period > 0 then
   redis.call('HSET', K.counters, 'max_expired', d(cursor))
 end
 local hold = setting('abandon_ms')
-if hold > 0 then
+if hold > 0 and NOW - counter('resumed_at') > hold then
   local rids = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. d(NOW - hold), 'LIMIT', 0, batch)
   for _, rid in ipairs(rids) do
     local r = parse(redis.call('HGET', K.requests, rid))

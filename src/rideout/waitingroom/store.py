@@ -68,10 +68,13 @@ from rideout.waitingroom.model import (
     pow_digest,
 )
 
-__all__ = ["DEFAULT_STREAM_LENGTH", "RoomStore", "SweepResult", "new_request_id"]
+__all__ = ["DEFAULT_STREAM_LENGTH", "OUTAGE_AFTER", "RoomStore", "SweepResult", "new_request_id"]
 
 DEFAULT_STREAM_LENGTH: Final = 10_000
 """About how many events each event's stream keeps (``XADD MAXLEN ~``)."""
+
+OUTAGE_AFTER: Final = 5.0
+"""Seconds between two sweeps of an event past which the room was unreachable."""
 
 
 def new_request_id() -> str:
@@ -504,11 +507,22 @@ class RoomStore:
         with self.errors(f"claim_tick {event_id}"):
             return bool(await self.redis.set(key, "1", nx=True, px=max(1, round(ttl * 1000))))
 
-    async def sweep(self, event_id: str, *, batch: int = 500) -> SweepResult:
+    async def sweep(
+        self, event_id: str, *, batch: int = 500, outage_after: float = OUTAGE_AFTER
+    ) -> SweepResult:
         """Expire and abandon due positions (one batch of each), and, with
-        ``incr_on_expiry``, move the serving counter past the dead ones it reached."""
+        ``incr_on_expiry``, move the serving counter past the dead ones it reached.
+
+        A sweep more than `outage_after` seconds after the previous one follows an
+        outage (no writer could sweep, nor count a poll): it restarts every waiting
+        position's abandonment clock, so that nobody is abandoned for not polling while
+        the room could not be reached (a region failover, a store outage).
+        """
         self._check_event(event_id)
-        reply = await self._run("SWEEP", event_id, _validate.count("batch", batch, low=1))
+        reply = await self._run(
+            "SWEEP", event_id, _validate.count("batch", batch, low=1),
+            round(_validate.seconds("outage_after", outage_after) * 1000),
+        )  # fmt: skip
         if _int(reply[0], "sweep") < 0:
             raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
         return SweepResult(_int(x, "sweep") for x in reply)
