@@ -388,6 +388,15 @@ async def test_a_bid_on_the_replica_raises_not_writer(pair: Pair) -> None:
     assert isinstance(NotWriter("x"), StoreUnavailable)
 
 
+async def test_a_fenced_bid_waiting_on_the_replica_raises_not_writer(pair: Pair) -> None:
+    """A bid script that writes nothing on a replica (fenced: the epoch moved on) is
+    followed by a WAIT the replica refuses: that too says "not the writer", never that
+    the store fails (which would degrade the zone's heartbeats and its canary)."""
+    replica = pair.replica_store()
+    with pytest.raises(NotWriter, match="read-only replica"):
+        await replica.bid(fresh(), "alice", 10, "r2", epoch=0, wait_replicas=1, wait_timeout=0.1)
+
+
 async def test_a_dead_server_raises_store_unavailable() -> None:
     port = free_port("127.0.1.100")
     for client in (

@@ -421,7 +421,9 @@ async def test_regular_sweeps_abandon_on_time(redis_server: Redis, clock: FakeCl
         clock.advance(2)
         abandoned += (await store.sweep(event.event_id, outage_after=5)).abandoned
     assert abandoned == 1
-    assert (await store.position(event.event_id, silent.request_id)).status is PositionState.ABANDONED
+    assert (
+        await store.position(event.event_id, silent.request_id)
+    ).status is PositionState.ABANDONED
 
 
 # ---------------------------------------------------------------- pre-queue and reset

@@ -59,9 +59,10 @@ def move_lines(p: dict[str, Any]) -> list[str]:
             found.append(
                 (c["timestamp"], f"alarm {region} {c['old']} -> {c['new']}: {c.get('reason', '')}")
             )
-    if zero is None and found:
-        zero = min(t for t, _ in found)
-    return [f"{t - zero:+8.2f} s  {text}" for t, text in sorted(found)]
+    if not found:
+        return []
+    origin: float = zero if zero is not None else min(t for t, _ in found)
+    return [f"{t - origin:+8.2f} s  {text}" for t, text in sorted(found)]
 
 
 def peak(herd: dict[str, Any]) -> int:

@@ -420,6 +420,9 @@ def _bid_result(reply: object, what: str) -> BidResult:
 # -------------------------------------------------------------------------- the store
 
 
+_WAIT_ON_REPLICA: Final = "WAIT cannot be used with replica"
+
+
 def describe_server(client: aioredis.Redis, region: str) -> str:
     """How errors name `client`'s server: its region and address."""
     kwargs = client.connection_pool.connection_kwargs
@@ -433,8 +436,12 @@ def _translate(exc: BaseException, server: str, what: str) -> StoreError:
         return CredentialsRejected(f"{what}: {text}")  # the text names server and file
     if isinstance(exc, NoPermissionError):
         return PermissionDenied(f"{what}: {server}: {text}")
-    if isinstance(exc, ReadOnlyError) or (isinstance(exc, ResponseError) and "READONLY" in text):
-        # a write inside a script on a replica fails with "... -READONLY ..."
+    if isinstance(exc, ReadOnlyError) or (
+        isinstance(exc, ResponseError) and ("READONLY" in text or _WAIT_ON_REPLICA in text)
+    ):
+        # A write inside a script on a replica fails with "... -READONLY ...", and a
+        # script that wrote nothing (fenced, or a duplicate) then has its WAIT refused:
+        # either way the region is not the writer (not a failing store).
         return NotWriter(f"{what}: {server} is a read-only replica, not the region's writer")
     if isinstance(exc, ResponseError):
         if text.startswith("rideout:") or "WRONGTYPE" in text:
@@ -602,7 +609,7 @@ class AuctionStore:
             try:
                 reply, waited = await self._probes.call(script_keys, script_args, wait=wait)
             except ResponseError as exc:
-                if wait is None or "WAIT cannot be used with replica" not in str(exc):
+                if wait is None or _WAIT_ON_REPLICA not in str(exc):
                     raise
                 # A replica refuses WAIT (the script ran, writing nothing): once more
                 # without, for its answer.

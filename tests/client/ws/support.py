@@ -32,8 +32,11 @@ DEAD = "127.0.1.9"  # nothing ever listens here: connections are refused
 
 
 def fast_settings(**overrides: Any) -> ClientSettings:
-    """Heartbeats and backoff scaled down for tests (still real timers and sockets)."""
+    """Heartbeats and backoff scaled down for tests (still real timers and sockets),
+    and a name's addresses tried in the answer's order, so that a test knows which zone
+    a client reaches (the shuffle has its own tests)."""
     values: dict[str, Any] = {
+        "shuffle_addresses": False,
         "heartbeat_interval": 0.25,
         "heartbeat_timeout": 2.0,
         "heartbeat_failures": 2,

@@ -8,6 +8,7 @@ import contextlib
 import logging
 import random
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -102,6 +103,27 @@ async def pointed_at_a_silent_server(config: Config) -> AsyncIterator[tuple[Depl
 def config_with_spare(make_config: Callable[..., Config]) -> Config:
     """Zones on a port that the tiny servers' (and the dead) address have free too."""
     return make_config(app_port=free_port(*ZONE_ADDRESSES, SPARE, DEAD))
+
+
+async def test_clients_of_one_answer_spread_over_the_regions_zones(
+    make_config: Callable[..., Config], events: list[Event]
+) -> None:
+    """The name server answers every client with the region's zones in one order; with
+    the default settings the clients shuffle it, so they do not all land on the first."""
+    config = make_config()
+    async with running_deployment(config) as d, running_dns(config) as dns:
+        settings = fast_settings(shuffle_addresses=True)
+        clients = [
+            make_client(config, dns, events, d.token(f"user-{i}"), settings=settings)
+            for i in range(16)
+        ]
+        async with contextlib.AsyncExitStack() as stack:
+            for client in clients:
+                await stack.enter_async_context(client)
+            for client in clients:
+                await client.wait_ready(10)
+            zones = Counter(client.address for client in clients)
+        assert set(zones) == {"127.0.1.1", "127.0.1.2"}, zones  # 2 in 2**16 to fail by chance
 
 
 async def test_connects_through_the_name_restores_state_and_bids(

@@ -7,6 +7,7 @@ import random
 import subprocess
 import sys
 import textwrap
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -310,6 +311,15 @@ def test_full_jitter_and_the_give_up_bounds() -> None:
 def test_pure_helpers() -> None:
     assert order_addresses(["a", "b", "c", "a"], {"a"}) == ("b", "c", "a")
     assert order_addresses(["a", "b"]) == ("a", "b")
+
+
+def test_order_addresses_shuffled_spreads_clients_over_zones() -> None:
+    rng = random.Random(7)
+    firsts = Counter(order_addresses(["a", "b", "c"], rng=rng)[0] for _ in range(3000))
+    assert set(firsts) == {"a", "b", "c"}
+    assert min(firsts.values()) > 800  # about 1,000 each
+    for _ in range(50):  # the avoided address is still last, whatever the shuffle
+        assert order_addresses(["a", "b", "c", "a"], {"a"}, rng)[-1] == "a"
     assert is_newer(pos(2), pos(1))
     assert not is_newer(pos(1), pos(1))
     assert is_newer(Position(1, "10-1"), Position(1, "10-0"))

@@ -174,6 +174,8 @@ class AuctionClient:
         self._ws: ClientConnection | None = None
         self._hung_up: Cause | None = None  # why the client closed the open connection
         self._avoid: set[str] = set()
+        # Its own generator: the reconnect schedule's draws stay those of `rng`.
+        self._shuffle = random.Random() if self.settings.shuffle_addresses else None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._finished = False
@@ -440,7 +442,7 @@ class AuctionClient:
             log.warning("cannot resolve %s: %s", self.name, exc)
             return _ConnectResult(Cause.RESOLVE_FAILED, detail=str(exc))
         failures: list[str] = []
-        for address in order_addresses(resolved.addresses, self._avoid):
+        for address in order_addresses(resolved.addresses, self._avoid, self._shuffle):
             opened = await self._open(address)
             if isinstance(opened, _ConnectResult):
                 log.warning("cannot connect to %s (%s): %s", address, self.name, opened.detail)

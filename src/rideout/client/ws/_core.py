@@ -66,9 +66,16 @@ def is_newer(position: Position, than: Position | None) -> bool:
     )
 
 
-def order_addresses(addresses: Iterable[str], avoid: Iterable[str] = ()) -> tuple[str, ...]:
-    """The answer's addresses in its order, those in ``avoid`` (that just failed) last."""
-    unique = tuple(dict.fromkeys(addresses))
+def order_addresses(
+    addresses: Iterable[str], avoid: Iterable[str] = (), rng: random.Random | None = None
+) -> tuple[str, ...]:
+    """The order in which to try an answer's addresses, those in ``avoid`` (that just
+    failed) last. With `rng` shuffled first (gRPC's pick_first ``shuffleAddressList``):
+    a name server that answers every client with its zones in the same order (as
+    rideout's does) would otherwise send every client of a region to its first zone."""
+    unique = list(dict.fromkeys(addresses))
+    if rng is not None:
+        rng.shuffle(unique)
     avoided = set(avoid)
     return tuple(a for a in unique if a not in avoided) + tuple(a for a in unique if a in avoided)
 

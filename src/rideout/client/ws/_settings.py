@@ -65,6 +65,9 @@ class ClientSettings:
     """permessage-deflate costs ~33 KB per connection: off unless asked for."""
     path: str = "/ws"
     """The WebSocket endpoint's path."""
+    shuffle_addresses: bool = True
+    """Try a name's addresses in random order, so that clients spread over its zones
+    (False: in the answer's order)."""
     event_buffer: int = 1000
     """Events each :meth:`AuctionClient.events` stream holds before dropping the oldest."""
 
@@ -104,6 +107,10 @@ class ClientSettings:
             )
         if not isinstance(self.path, str) or not self.path.startswith("/"):
             raise InvalidArgument(f"path must start with '/', not {self.path!r}")
+        if not isinstance(self.shuffle_addresses, bool):
+            raise InvalidArgumentType(
+                f"shuffle_addresses must be a bool, not {type(self.shuffle_addresses).__name__}"
+            )
 
     @classmethod
     def from_config(cls, config: Config, **overrides: Any) -> ClientSettings:
