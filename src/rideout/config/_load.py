@@ -38,8 +38,6 @@ __all__ = ["DEFAULT_CONFIG_FILE", "ENV_NOT_KEYS", "ENV_PREFIX", "load_config", "
 
 DEFAULT_CONFIG_FILE = "rideout.toml"
 ENV_PREFIX = "RIDEOUT_"
-
-
 # Environment variables that are not configuration keys but belong to rideout.
 ENV_NOT_KEYS = frozenset({"RIDEOUT_CONFIG", "RIDEOUT_LOG_FORMAT"})
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
