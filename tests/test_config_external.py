@@ -150,7 +150,7 @@ def test_every_region_name_has_its_variable(name: str) -> None:
     region = config.primary.name
     # A file's regions, one of them moved by its variable.
     variable = region_env_name(region)
-    from rideout.config import _apply_region_env  # the env step of load_config
+    from rideout.config._load import _apply_region_env  # the env step of load_config
 
     moved = parse_config(_apply_region_env(data, {variable: "rediss://moved:2"}, {}))
     assert moved.primary.redis.url == "rediss://moved:2"

@@ -51,8 +51,14 @@ def test_the_contracts_hold() -> None:
             "rideout.client never imports the server stack BROKEN",
             "rideout.client.resolve -> starlette",  # external packages by their top name
         ),
+        (
+            "config/_services.py",
+            "import rideout.config._config",
+            "rideout.config: each module imports only the ones below it BROKEN",
+            "rideout.config._services -> rideout.config._config",
+        ),
     ],
-    ids=["controlplane-cluster", "client-starlette"],
+    ids=["controlplane-cluster", "client-starlette", "config-one-way"],
 )
 def test_a_broken_contract_fails(
     tmp_path: Path, module: str, line: str, contract: str, chain: str
