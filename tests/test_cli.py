@@ -31,6 +31,14 @@ def test_version_and_help() -> None:
         assert command in result.stdout
 
 
+def test_help_keeps_what_the_docstrings_say() -> None:
+    """Help is rendered as Markdown (paragraphs rewrapped to the terminal): a TOML
+    section name such as ``[control_plane]`` is shown, not eaten as a rich style tag."""
+    result = runner.invoke(app, ["canary", "--help"])
+    assert result.exit_code == 0
+    assert "[control_plane] urls" in " ".join(result.stdout.split())
+
+
 def test_config_show_prints_the_effective_config(config_file: Path) -> None:
     result = runner.invoke(
         app, ["config", "show", "-c", str(config_file)], env={"RIDEOUT_TIMING__DNS_TTL": "7"}

@@ -40,24 +40,32 @@ if TYPE_CHECKING:
 __all__ = ["ConfigOption", "app", "console", "err", "fail", "load"]
 
 app = typer.Typer(
+    rich_markup_mode="markdown",
     name="rideout",
     help="Keep live services up through regional outages, zone failures and traffic surges.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-config_app = typer.Typer(help="Inspect the configuration.", no_args_is_help=True)
+config_app = typer.Typer(
+    rich_markup_mode="markdown", help="Inspect the configuration.", no_args_is_help=True
+)
 app.add_typer(config_app, name="config")
 chaos_app = typer.Typer(
-    help="Break a region of a running deployment on purpose (and mend it).", no_args_is_help=True
+    rich_markup_mode="markdown",
+    help="Break a region of a running deployment on purpose (and mend it).",
+    no_args_is_help=True,
 )
 app.add_typer(chaos_app, name="chaos")
 token_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Mint and revoke access tokens with the deployment's signing key.",
     no_args_is_help=True,
 )
 app.add_typer(token_app, name="token")
-dashboard_app = typer.Typer(help="The operations dashboard.", no_args_is_help=True)
+dashboard_app = typer.Typer(
+    rich_markup_mode="markdown", help="The operations dashboard.", no_args_is_help=True
+)
 app.add_typer(dashboard_app, name="dashboard")
 
 console = Console(highlight=False, soft_wrap=True)

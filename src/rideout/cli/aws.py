@@ -33,6 +33,7 @@ like `terraform plan -detailed-exitcode`'s 2, which rideout uses for a bad confi
 """
 
 aws_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Keep the deployment's AWS resources (Route 53 failover records and health "
     "checks, CloudWatch canary alarms, the ElastiCache Global Datastore) as rideout.toml "
     "describes them. Credentials and region endpoints come from boto3's usual sources "

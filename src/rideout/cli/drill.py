@@ -11,7 +11,11 @@ from rideout.cli._core import ConfigOption, app, console, fail
 
 __all__ = ["drill_app"]
 
-drill_app = typer.Typer(help="Measured game days against a local deployment.", no_args_is_help=True)
+drill_app = typer.Typer(
+    rich_markup_mode="markdown",
+    help="Measured game days against a local deployment.",
+    no_args_is_help=True,
+)
 app.add_typer(drill_app, name="drill")
 
 

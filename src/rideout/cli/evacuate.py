@@ -32,6 +32,7 @@ _EXITS = (
 )
 
 evacuate_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="Evacuate an availability zone: take it out of every resource's network "
     "configuration, recorded in a ledger so that `rideout recover` restores exactly what "
     "was removed. " + _EXITS,

@@ -39,6 +39,7 @@ EXIT_NOT_RUNNING = 3
 EXIT_UNAUTHORIZED = 4
 
 room_app = typer.Typer(
+    rich_markup_mode="markdown",
     help=(
         "The waiting room of a running deployment: events, counters, keys. "
         "Exit status: 0 done, 1 refused by the room, 2 bad usage, 3 the deployment is "

@@ -16,6 +16,7 @@ from rideout.errors import RideoutError
 __all__ = ["secrets_app"]
 
 secrets_app = typer.Typer(
+    rich_markup_mode="markdown",
     help="The deployment's shared secrets (external mode: made once, mounted on every host).",
     no_args_is_help=True,
 )
