@@ -403,3 +403,24 @@ async def test_a_renewed_sessions_access_token_is_accepted_past_the_first_exp(
     assert claims.exp == renewal.expires_at
     assert counting.reads == 1  # the first handshake's read only
     assert await refusal(check, renewed.refresh_token) == (403, "wrong_token_use")
+
+
+async def test_a_refreshed_access_token_connects_and_the_refresh_token_never_does(
+    make_config: Callable[..., Config],
+) -> None:
+    async with room_deployment(make_config) as (deployment, http, admin):
+        request_id, _ = await visitor_token(http, admin)
+        taken = await http.post(
+            routes.ROOM_GENERATE_TOKEN, json={"event_id": "auction", "request_id": request_id}
+        )
+        refreshed = await http.post(
+            routes.ROOM_REFRESH_TOKEN,
+            json={"event_id": "auction", "refresh_token": taken.json()["refresh_token"]},
+        )
+        assert refreshed.status_code == 200, refreshed.text
+        tokens = refreshed.json()
+        for name in ("a1", "b1"):
+            base = f"{deployment.urls[name]}/ws?token="
+            url = base + tokens["access_token"]
+            await until(lambda url=url: _is(handshake(url), 101), 15, message=f"{url} accepts")
+            assert await handshake(base + tokens["refresh_token"]) == (403, "wrong_token_use")

@@ -538,9 +538,11 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         )  # fmt: skip
         try:
             return anyio.from_thread.run(renew)
+        except RoomUnavailable:
+            raise  # 503 temporarily_unavailable: retry shortly
         except RefreshTokenReused as exc:
             raise InvalidGrantError(f"The refresh token cannot be used: {exc}") from exc
-        except (SessionEnded, UnknownRequest) as exc:
+        except RoomError as exc:  # ended, expired, capped; the event reset or deleted
             raise InvalidGrantError(f"The waiting-room session has ended: {exc}") from exc
 
     async def _run(self, script: Any, key: str, *args: str | int) -> str | None:
