@@ -16,6 +16,8 @@ Guarantees (each a test in tests/waitingroom/test_store.py):
   False);
 - the serving counter never goes below the highest position that took a token, nor
   below 0.
+- a refresh token renews its session at most once (:meth:`RoomStore.renew`: of
+  concurrent renewals with one token exactly one wins; tests/waitingroom/test_store_renew.py).
 
 Errors: :class:`~rideout.waitingroom.errors.UnknownEvent`,
 :class:`~rideout.waitingroom.errors.UnknownRequest`, ... for the room's refusals;
