@@ -419,6 +419,15 @@ async def test_a_refreshed_access_token_connects_and_the_refresh_token_never_doe
         )
         assert refreshed.status_code == 200, refreshed.text
         tokens = refreshed.json()
+        # us-west-2's Redis is a replica: a renewal is a write, for the writer region
+        async with httpx.AsyncClient(
+            base_url=deployment.urls["b1"].replace("ws:", "http:")
+        ) as west:
+            r = await west.post(
+                routes.ROOM_REFRESH_TOKEN,
+                json={"event_id": "auction", "refresh_token": tokens["refresh_token"]},
+            )
+            assert (r.status_code, r.headers.get("retry-after")) == (503, "1"), r.text
         for name in ("a1", "b1"):
             base = f"{deployment.urls[name]}/ws?token="
             url = base + tokens["access_token"]
