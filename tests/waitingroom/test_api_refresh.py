@@ -5,6 +5,7 @@ and changes nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
@@ -108,6 +109,14 @@ async def test_a_refresh_token_renews_the_session_and_rotates(room: Room) -> Non
     r = await room.http.post("/generate_token", json={"event_id": event_id, "request_id": rid})
     assert r.json()["expires_in"] == 600
     assert (await room.refresh(event_id, r.json()["refresh_token"])).status_code == 401
+
+
+async def test_concurrent_refreshes_with_one_token_one_wins(room: Room) -> None:
+    event_id, _, first = await room.served()
+    answers = await asyncio.gather(
+        *(room.refresh(event_id, first["refresh_token"]) for _ in range(20))
+    )
+    assert sorted(r.status_code for r in answers) == [200] + [401] * 19
 
 
 async def test_a_retry_with_the_idempotency_key_gets_the_same_answer(room: Room) -> None:

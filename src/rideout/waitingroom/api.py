@@ -288,7 +288,8 @@ class RoomAPI:
     """The room's routes over one :class:`RoomStore`.
 
     ``admin_token`` guards the private API. ``signer`` and ``keys`` sign and publish
-    the room's tokens (without them ``generate_token`` and ``public_key`` answer 503).
+    the room's tokens (without them ``generate_token``, ``refresh_token`` and
+    ``public_key`` answer 503).
     ``issuer`` is the tokens' ``iss``.
     """
 
