@@ -32,6 +32,7 @@ PATHS = {
     "ROOM_GENERATE_TOKEN": "/generate_token",
     "ROOM_PUBLIC_KEY": "/public_key",
     "ROOM_ESTIMATED_WAIT": "/estimated_wait",
+    "ROOM_REFRESH_TOKEN": "/refresh_token",
     "ROOM_ISSUER_PATH": "/waitingroom",
     "ROOM_JWKS": "/waitingroom/.well-known/jwks.json",
     "ROOM_PRIVATE_INCREMENT": "/private/increment_serving_counter",

@@ -49,6 +49,7 @@ __all__ = [
     "ROOM_PUBLIC_KEY",
     "ROOM_QUEUE_NUM",
     "ROOM_QUEUE_POS_EXPIRY",
+    "ROOM_REFRESH_TOKEN",
     "ROOM_SERVING_NUM",
     "ROOM_WAITING_NUM",
     "STATUS",
@@ -114,6 +115,8 @@ ROOM_QUEUE_POS_EXPIRY: Final = "/queue_pos_expiry"
 ROOM_GENERATE_TOKEN: Final = "/generate_token"
 ROOM_PUBLIC_KEY: Final = "/public_key"
 ROOM_ESTIMATED_WAIT: Final = "/estimated_wait"
+ROOM_REFRESH_TOKEN: Final = "/refresh_token"
+"""POST ``{event_id, refresh_token}``: renew an active session (rideout's; AWS has none)."""
 ROOM_ISSUER_PATH: Final = "/waitingroom"
 """The room tokens' ``iss`` is the app domain's URL with this path (AWS's is its API
 stage's URL, ``https://DOMAIN/api``); the room's JWKS is under it."""

@@ -147,6 +147,23 @@ def test_the_nonce_goes_in_the_id_token_only(
     assert claims.nonce == "n-0S6_WzA2Mj"
 
 
+def test_a_renewals_jti_goes_in_the_refresh_token_only(
+    rings: dict[str, RoomKeyRing], clock: FakeClock
+) -> None:
+    tokens = issue(rings["EdDSA"], clock, refresh_jti="Xq3-r7_k2Lw0aBcDeFgHiJ")
+    assert parts(tokens.refresh_token)[1]["jti"] == "Xq3-r7_k2Lw0aBcDeFgHiJ"
+    assert "jti" not in parts(tokens.access_token)[1]
+    assert "jti" not in parts(tokens.id_token)[1]
+    check = verifier(rings["EdDSA"], clock)
+    claims = check.verify(tokens.refresh_token, token_use="refresh")
+    assert claims.jti == "Xq3-r7_k2Lw0aBcDeFgHiJ"  # the claim itself, not a digest
+    first = check.verify(issue(rings["EdDSA"], clock).refresh_token, token_use="refresh")
+    assert "jti" not in first.raw
+    assert first.jti  # derived from the payload, as for AWS's tokens
+    with pytest.raises(InvalidArgument, match="refresh_jti"):
+        issue(rings["EdDSA"], clock, refresh_jti="")
+
+
 def test_an_issuer_override_is_per_call(rings: dict[str, RoomKeyRing], clock: FakeClock) -> None:
     ring = rings["EdDSA"]
     issuer = RoomTokenIssuer(ring, issuer=ISSUER, clock=clock)
@@ -263,7 +280,8 @@ def test_signed_but_malformed_claims_are_malformed(ring: RoomKeyRing, clock: Fak
     _, claims = parts(issue(ring, clock).access_token)
     check = verifier(ring, clock)
     for change in ({"queue_position": "7"}, {"queue_position": 0}, {"sub": ""}, {"aud": ["a"]},
-                   {"token_use": "other"}, {"exp": "soon"}, {"nonce": 5}):  # fmt: skip
+                   {"token_use": "other"}, {"exp": "soon"}, {"nonce": 5}, {"jti": 5},
+                   {"jti": ""}):  # fmt: skip
         token = ring.current.sign(json.dumps({**claims, **change}).encode())
         assert refused(check, token) == (401, "malformed"), change
 

@@ -519,6 +519,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         *keys.waitingroom_event_keys("ev{1}*").values(),
         keys.waitingroom_tick("ev", "periodic", 7),
         keys.waitingroom_stamp("ev", "ab" * 32),
+        keys.waitingroom_refresh("ev", "r*1"),
     ]
     for name in names:
         assert any(fnmatch.fnmatchcase(name, pattern) for pattern in app), name
@@ -527,7 +528,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     assert functions == {
         "bid_ack", "canary_probe", "demo_name_claim", "idempotency", "legacy_bid_ack",
         "room_state", "room_stream", "user_session", "waitingroom_event_keys",
-        "waitingroom_oidc", "waitingroom_stamp", "waitingroom_tick",
+        "waitingroom_oidc", "waitingroom_refresh", "waitingroom_stamp", "waitingroom_tick",
     }  # fmt: skip
 
 

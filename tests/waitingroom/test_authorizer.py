@@ -368,3 +368,68 @@ async def _is(
     outcome: Awaitable[tuple[int, str | None]], status: int, error: str | None = None
 ) -> bool:
     return await outcome == (status, error)
+
+
+async def test_a_renewed_sessions_access_token_is_accepted_past_the_first_exp(
+    ring: RoomKeyRing, redis_server: Redis
+) -> None:
+    # The session cache holds statuses, not expiries: a renewal (same session, still
+    # 0) is never seen as expired, and costs no session read while the entry is fresh.
+    clock = FakeClock(time.time())
+    store = redis_server.store(clock)
+    event = await new_event(store, validity=60)
+    _, grant = await served_session(store, event.event_id)
+    counting = Counting(store)
+    verifier = RoomTokenVerifier(
+        ring, issuer=ISSUER, audiences=frozenset({event.event_id}), clock=clock
+    )
+    check = RoomAuthorizer(verifier, counting, cache=SessionCache(3600, clock=clock))
+    first = token_set(ring, grant)
+    assert await check.authorize(first.access_token) is not None
+    clock.advance(30)
+    renewal = await store.renew(
+        event.event_id, grant.request_id, jti=None, issued_at=grant.issued_at,
+        queue_position=grant.queue_position,
+    )  # fmt: skip
+    renewed = RoomTokenIssuer(ring, issuer=ISSUER, clock=clock).issue(
+        event_id=event.event_id, request_id=grant.request_id,
+        queue_position=renewal.queue_position, issued_at=renewal.issued_at,
+        expires_at=renewal.expires_at, refresh_jti=renewal.refresh_jti,
+    )  # fmt: skip
+    clock.advance(60)  # the first access token's exp (and leeway) passed
+    assert await refusal(check, first.access_token) == (401, "token_expired")
+    claims = await check.authorize(renewed.access_token)
+    assert claims is not None
+    assert claims.exp == renewal.expires_at
+    assert counting.reads == 1  # the first handshake's read only
+    assert await refusal(check, renewed.refresh_token) == (403, "wrong_token_use")
+
+
+async def test_a_refreshed_access_token_connects_and_the_refresh_token_never_does(
+    make_config: Callable[..., Config],
+) -> None:
+    async with room_deployment(make_config) as (deployment, http, admin):
+        request_id, _ = await visitor_token(http, admin)
+        taken = await http.post(
+            routes.ROOM_GENERATE_TOKEN, json={"event_id": "auction", "request_id": request_id}
+        )
+        refreshed = await http.post(
+            routes.ROOM_REFRESH_TOKEN,
+            json={"event_id": "auction", "refresh_token": taken.json()["refresh_token"]},
+        )
+        assert refreshed.status_code == 200, refreshed.text
+        tokens = refreshed.json()
+        # us-west-2's Redis is a replica: a renewal is a write, for the writer region
+        async with httpx.AsyncClient(
+            base_url=deployment.urls["b1"].replace("ws:", "http:")
+        ) as west:
+            r = await west.post(
+                routes.ROOM_REFRESH_TOKEN,
+                json={"event_id": "auction", "refresh_token": tokens["refresh_token"]},
+            )
+            assert (r.status_code, r.headers.get("retry-after")) == (503, "1"), r.text
+        for name in ("a1", "b1"):
+            base = f"{deployment.urls[name]}/ws?token="
+            url = base + tokens["access_token"]
+            await until(lambda url=url: _is(handshake(url), 101), 15, message=f"{url} accepts")
+            assert await handshake(base + tokens["refresh_token"]) == (403, "wrong_token_use")

@@ -28,7 +28,7 @@ from rideout.waitingroom.model import (
 
 def test_settings_round_trip_through_json_data() -> None:
     event = EventSettings(
-        "launch", validity=120, expiry=0, abandon_after=300, open=False,
+        "launch", validity=120, expiry=0, abandon_after=300, open=False, max_session=7200,
         inlet=InletSettings("max_size", max_size=50, period=5),
     )  # fmt: skip
     assert EventSettings.from_dict(event.to_dict()) == event
@@ -50,6 +50,9 @@ def test_settings_round_trip_through_json_data() -> None:
         {"event_id": "ok", "expiry": float("nan")},
         {"event_id": "ok", "open": 1},
         {"event_id": "ok", "pow_bits": 33},
+        {"event_id": "ok", "max_session": -1},
+        {"event_id": "ok", "max_session": "1h"},
+        {"event_id": "ok", "max_session": 1e10},
         {"event_id": "ok", "auto_open_threshold": -1},
         {"event_id": "ok", "surprise": 1},
         {"event_id": "ok", "inlet": []},

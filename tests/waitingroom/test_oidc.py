@@ -397,7 +397,7 @@ async def test_metadata_validates_and_lists_only_what_is_true(redis_server: Redi
         meta = s.provider.metadata()
         meta.validate()
         assert meta["token_endpoint_auth_methods_supported"] == ["none"]
-        assert meta["grant_types_supported"] == ["authorization_code"]
+        assert meta["grant_types_supported"] == ["authorization_code", "refresh_token"]
         assert meta["id_token_signing_alg_values_supported"] == ["RS256"]
 
 
@@ -407,7 +407,7 @@ _text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_si
 _param = st.sampled_from(
     ["client_id", "response_type", "scope", "redirect_uri", "state", "nonce",
      "code_challenge", "code_challenge_method", "grant_type", "code", "code_verifier",
-     "client_secret", "prompt", "response_mode", "x"]
+     "client_secret", "prompt", "response_mode", "refresh_token", "x"]
 )  # fmt: skip
 
 

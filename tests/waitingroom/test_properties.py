@@ -33,7 +33,7 @@ KNOWN_RID: list[str] = []
 PUBLIC = [
     ("POST", "/assign_queue_num"), ("GET", "/queue_num"), ("GET", "/serving_num"),
     ("GET", "/waiting_num"), ("GET", "/queue_pos_expiry"), ("POST", "/generate_token"),
-    ("GET", "/public_key"), ("GET", "/estimated_wait"),
+    ("GET", "/public_key"), ("GET", "/estimated_wait"), ("POST", "/refresh_token"),
 ]  # fmt: skip
 PRIVATE = [
     ("POST", "/private/increment_serving_counter"), ("POST", "/private/update_session"),
@@ -58,7 +58,7 @@ json_values = st.recursive(
 )
 field_names = st.sampled_from(
     ["event_id", "request_id", "increment_by", "status", "issuer", "validity_period", "open",
-     "validity", "expiry", "cursor", "limit", "inlet"]
+     "validity", "expiry", "cursor", "limit", "inlet", "refresh_token", "max_session"]
 )  # fmt: skip
 bodies = st.one_of(
     st.dictionaries(field_names, json_values, max_size=5),

@@ -435,14 +435,17 @@ class RoomTokenIssuer:
         expires_at: float,
         issuer: str | None = None,
         nonce: str | None = None,
+        refresh_jti: str | None = None,
         now: float | None = None,
     ) -> RoomTokenSet:
         """The set for one served request; the same arguments give the same claims.
 
         Times are whole seconds (``iat = nbf = floor(issued_at)``, ``exp =
         floor(expires_at)``); ``expires_in`` is what remains of it at ``now`` (default:
-        the clock), never below 0. Raises InvalidArgument for a bad argument or a
-        lifetime over ``max_ttl``.
+        the clock), never below 0. ``refresh_jti`` is the refresh token's ``jti`` (a
+        renewal's: the room records it, and takes only that refresh token next; the
+        first set's refresh token has none). Raises InvalidArgument for a bad argument
+        or a lifetime over ``max_ttl``.
         """
         iat = math.floor(_validate.number("issued_at", issued_at))
         exp = math.floor(_validate.number("expires_at", expires_at))
@@ -466,7 +469,10 @@ class RoomTokenIssuer:
             id_claims["nonce"] = _bounded_text("nonce", nonce)
         key = self._keys.ring().current
         access = key.sign(_payload(claims))
-        refresh = key.sign(_payload({**claims, "token_use": "refresh"}))
+        refresh_claims = {**claims, "token_use": "refresh"}
+        if refresh_jti is not None:
+            refresh_claims["jti"] = _bounded_text("refresh_jti", refresh_jti)
+        refresh = key.sign(_payload(refresh_claims))
         id_token = key.sign(_payload(id_claims))
         if max(len(access), len(refresh), len(id_token)) > MAX_TOKEN_LENGTH:
             raise InvalidArgument(f"the tokens would be longer than {MAX_TOKEN_LENGTH} characters")
@@ -494,7 +500,8 @@ def _bounded_text(name: str, value: object) -> str:
 class RoomClaims(Claims):
     """The verified claims of a room token. A :class:`~rideout.auth.tokens.Claims`
     (``sub`` is the request id), so the auction's handshake takes it as it is; ``jti``
-    (AWS's tokens have none) is derived from the payload, unique per token."""
+    is the token's own claim when it has one (a renewed refresh token), else (AWS's
+    tokens have none) derived from the payload, unique per token."""
 
     event_id: str = ""
     queue_position: int = 0
@@ -553,13 +560,13 @@ class RoomTokenVerifier:
         exp, iat, nbf = numeric_dates(payload)
         sub, aud = payload.get("sub"), payload.get("aud")
         position, use = payload.get("queue_position"), payload.get("token_use")
-        nonce = payload.get("nonce")
+        nonce, jti = payload.get("nonce"), payload.get("jti")
         if not (_is_text(sub) and _is_text(aud)):
             raise AuthError.of("malformed", "'sub' and 'aud' must be printable strings")
         if isinstance(position, bool) or not isinstance(position, int) or position < 1:
             raise AuthError.of("malformed", "'queue_position' must be a positive integer")
-        if use not in TOKEN_USES or (nonce is not None and not _is_text(nonce)):
-            raise AuthError.of("malformed", "'token_use' or 'nonce' is not valid")
+        if use not in TOKEN_USES or any(v is not None and not _is_text(v) for v in (nonce, jti)):
+            raise AuthError.of("malformed", "'token_use', 'nonce' or 'jti' is not valid")
         if payload.get("iss") != self.issuer:
             raise AuthError.of("wrong_issuer", "the token was not issued by this waiting room")
         check_validity(exp, iat, nbf, now=self._clock(), leeway=self.leeway, max_ttl=self.max_ttl)
@@ -569,7 +576,8 @@ class RoomTokenVerifier:
         if use != token_use:
             raise AuthError.of("wrong_token_use", f"a {use} token, where {token_use} is needed")
         return RoomClaims(
-            sub=sub, exp=exp, iat=iat, jti=_jti(segment), raw=MappingProxyType(payload),
+            sub=sub, exp=exp, iat=iat, jti=_jti(segment) if jti is None else jti,
+            raw=MappingProxyType(payload),
             event_id=aud, queue_position=position, token_use=use, issuer=self.issuer,
             nbf=nbf, nonce=nonce,
         )  # fmt: skip

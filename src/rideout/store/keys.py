@@ -40,6 +40,7 @@ __all__ = [
     "user_session",
     "waitingroom_event_keys",
     "waitingroom_oidc",
+    "waitingroom_refresh",
     "waitingroom_stamp",
     "waitingroom_tick",
 ]
@@ -183,3 +184,10 @@ def waitingroom_oidc(event_id: str, kind: str, digest: str) -> str:
     it entered with), "code" (an authorization code) or "nonce"; named by a digest, so
     a key never shows a secret."""
     return f"{PREFIX}wr:{{{_safe(event_id)}}}:oidc:{_safe(kind)}:{_safe(digest)}"
+
+
+def waitingroom_refresh(event_id: str, request_id: str) -> str:
+    """String: a renewed session's refresh-token rotation, ``entry_ms:start_s:jti`` (the
+    position's entry time, the session's first ``iat``, the one refresh token ``jti``
+    a renewal takes); it expires after the session does."""
+    return f"{PREFIX}wr:{{{_safe(event_id)}}}:refresh:{_safe(request_id)}"

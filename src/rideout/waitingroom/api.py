@@ -4,7 +4,8 @@ a private API behind the deployment's admin token (docs/waiting-room.md).
 Public (no credential; ``Access-Control-Allow-Origin: *`` and preflight, as AWS):
 ``POST /assign_queue_num``, ``GET /queue_num``, ``GET /serving_num``,
 ``GET /waiting_num``, ``GET /queue_pos_expiry``, ``POST /generate_token``,
-``GET /public_key``, ``GET /estimated_wait``. Field names and value types are those
+``GET /public_key``, ``GET /estimated_wait``, and rideout's ``POST /refresh_token``
+(a refresh token renews an active session; AWS has none). Field names and value types are those
 AWS's code returns (``serving_counter`` is a JSON string). Errors are
 ``{"error": "..."}`` with AWS's status where AWS has one.
 
@@ -40,7 +41,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rideout import _json, routes
 from rideout.auth.admin import check_admin_token
-from rideout.auth.room_tokens import KeySource, RoomTokenIssuer
+from rideout.auth.errors import AuthError
+from rideout.auth.room_tokens import KeySource, RoomTokenIssuer, RoomTokenVerifier
 from rideout.errors import InvalidArgument
 from rideout.idempotency import IdempotencyMiddleware
 from rideout.store.errors import StoreError
@@ -286,7 +288,8 @@ class RoomAPI:
     """The room's routes over one :class:`RoomStore`.
 
     ``admin_token`` guards the private API. ``signer`` and ``keys`` sign and publish
-    the room's tokens (without them ``generate_token`` and ``public_key`` answer 503).
+    the room's tokens (without them ``generate_token``, ``refresh_token`` and
+    ``public_key`` answer 503).
     ``issuer`` is the tokens' ``iss``.
     """
 
@@ -316,6 +319,11 @@ class RoomAPI:
         )
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
+        self.verifier = (
+            None if keys is None else RoomTokenVerifier(
+                keys, issuer=issuer, max_ttl=MAX_VALIDITY, clock=store.clock
+            )
+        )  # fmt: skip
 
     # ------------------------------------------------------------- composition
 
@@ -330,6 +338,7 @@ class RoomAPI:
             (routes.ROOM_GENERATE_TOKEN, "POST", self.generate_token),
             (routes.ROOM_PUBLIC_KEY, "GET", self.public_key),
             (routes.ROOM_ESTIMATED_WAIT, "GET", self.estimated_wait),
+            (routes.ROOM_REFRESH_TOKEN, "POST", self.refresh_token),
         ]
         private: list[tuple[str, str, Handler]] = [
             (routes.ROOM_PRIVATE_INCREMENT, "POST", self.increment_serving_counter),
@@ -500,6 +509,37 @@ class RoomAPI:
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
         return await self._token(event_id, request_id)
+
+    async def refresh_token(self, request: Request) -> Response:
+        """``{event_id, refresh_token}`` -> a renewed set, as ``generate_token``'s (a
+        new ``exp``: now + the event's ``validity``, within its ``max_session``; a new
+        refresh token, the only one the next renewal takes). 400 a malformed body, 401
+        a refresh token that does not verify for this event or was used already, 410
+        an expired or ended session."""
+        body = await _body(request, self.max_body)
+        event_id = _event_id(_field(body, "event_id"))
+        token = _field(body, "refresh_token")
+        if not isinstance(token, str) or not token:
+            raise _BadInput(400, "refresh_token must be a non-empty string")
+        if self.signer is None or self.verifier is None:
+            return _error(503, "Token signing is not configured on this server")
+        try:
+            claims = self.verifier.verify(token, token_use="refresh", audience=event_id)
+        except AuthError as exc:
+            if exc.reason == "token_expired":
+                return _error(410, "Refresh token has expired: the session has ended")
+            return _error(401, f"Invalid refresh token: {exc}")
+        jti = claims.raw.get("jti")
+        renewal = await self.store.renew(
+            event_id, claims.sub, jti=jti if isinstance(jti, str) else None,
+            issued_at=math.floor(claims.iat), queue_position=claims.queue_position,
+        )  # fmt: skip
+        tokens = self.signer.issue(
+            event_id=event_id, request_id=claims.sub, queue_position=renewal.queue_position,
+            issued_at=renewal.issued_at, expires_at=renewal.expires_at, issuer=self.issuer,
+            refresh_jti=renewal.refresh_jti, now=self.store.clock(),
+        )  # fmt: skip
+        return _json_response(tokens.to_dict())
 
     async def public_key(self, request: Request) -> Response:
         """The room's current public JWK (AWS's ``/public_key``)."""

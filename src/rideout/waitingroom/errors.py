@@ -13,6 +13,7 @@ __all__ = [
     "InvalidRequest",
     "NotServedYet",
     "PositionExpired",
+    "RefreshTokenReused",
     "RoomClosed",
     "RoomError",
     "RoomNotWriter",
@@ -69,6 +70,13 @@ class PositionExpired(RoomError):
     """The position expired, or was abandoned, before it took a token (410, as AWS)."""
 
     status = 410
+
+
+class RefreshTokenReused(RoomError):
+    """A refresh token that a renewal already took (they rotate: only the latest one
+    renews the session) (401)."""
+
+    status = 401
 
 
 class SessionEnded(RoomError):

@@ -8,6 +8,8 @@ type                               detail                                      w
 ``token_generated``                ``event_id, request_id, queue_position``    the first token of a position
 ``session_updated``                ``event_id, request_id, status``            ``update_session``
                                    (``completed`` | ``abandoned``)
+``session_renewed``                ``event_id, request_id, queue_position,``   a refresh token's renewal
+                                   ``expires_at`` (the new ``exp``)            (rideout's; AWS has none)
 ``automatic_serving_counter_incr`` ``event_id, previous_serving_counter_``     the expiry sweep
                                    ``position, increment_by, current_...``     (``incr_on_expiry``)
 ``waiting_room_metrics``           ``event_id, num_active_tokens`` (int), and  every ``metrics_interval``
@@ -39,6 +41,7 @@ __all__ = [
     "AUTOMATIC_SERVING_COUNTER_INCR",
     "EVENT_TYPES",
     "RESET",
+    "SESSION_RENEWED",
     "SESSION_UPDATED",
     "TOKEN_GENERATED",
     "WAITING_ROOM_METRICS",
@@ -50,11 +53,13 @@ __all__ = [
 
 TOKEN_GENERATED: Final = "token_generated"
 SESSION_UPDATED: Final = "session_updated"
+SESSION_RENEWED: Final = "session_renewed"
 AUTOMATIC_SERVING_COUNTER_INCR: Final = "automatic_serving_counter_incr"
 WAITING_ROOM_METRICS: Final = "waiting_room_metrics"
 RESET: Final = "reset"
 EVENT_TYPES: Final = (
-    TOKEN_GENERATED, SESSION_UPDATED, AUTOMATIC_SERVING_COUNTER_INCR, WAITING_ROOM_METRICS, RESET,
+    TOKEN_GENERATED, SESSION_UPDATED, SESSION_RENEWED, AUTOMATIC_SERVING_COUNTER_INCR,
+    WAITING_ROOM_METRICS, RESET,
 )  # fmt: skip
 
 

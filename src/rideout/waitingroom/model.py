@@ -51,6 +51,7 @@ __all__ = [
     "InletSettings",
     "Position",
     "PositionState",
+    "Renewal",
     "TokenGrant",
     "check_event_id",
     "check_request_id",
@@ -204,7 +205,9 @@ class EventSettings:
     once; from it on they queue (0: always queue). ``prequeue_until``: arrivals before
     this epoch second are numbered in a random order at that time (0: off).
     ``pow_bits``: leading zero bits of proof of work ``assign_queue_num`` asks for
-    (:func:`pow_valid`; 0: none).
+    (:func:`pow_valid`; 0: none). ``max_session``: the longest a session may last,
+    renewals included, in seconds from its first token (0: no cap; a renewal gives
+    ``validity`` more seconds each time).
     """
 
     event_id: str
@@ -216,6 +219,7 @@ class EventSettings:
     auto_open_threshold: int = 0
     prequeue_until: float = 0.0
     pow_bits: int = 0
+    max_session: float = 0.0
     inlet: InletSettings = field(default_factory=InletSettings)
 
     def __post_init__(self) -> None:
@@ -224,7 +228,7 @@ class EventSettings:
         if validity > MAX_VALIDITY:
             raise InvalidArgument(f"validity must be at most {MAX_VALIDITY:g} seconds")
         object.__setattr__(self, "validity", validity)
-        for name in ("expiry", "abandon_after", "prequeue_until"):
+        for name in ("expiry", "abandon_after", "prequeue_until", "max_session"):
             value = _validate.seconds(name, getattr(self, name), zero_ok=True)
             if name != "prequeue_until" and value > _MAX_SECONDS:
                 raise InvalidArgument(f"{name} must be at most {_MAX_SECONDS:g} seconds")
@@ -327,6 +331,16 @@ class TokenGrant:
     def expires_in(self, now: float) -> int:
         """Seconds left (0 once expired: AWS still answers 200 then)."""
         return max(0, math.floor(self.expires_at - now))
+
+
+@dataclass(frozen=True, slots=True)
+class Renewal(TokenGrant):
+    """A session's renewed claims (``issued_at`` the renewal, ``expires_at`` its new
+    end), the ``jti`` its new refresh token must carry (the only one the next renewal
+    takes), and when the session began (its first token's ``iat``)."""
+
+    refresh_jti: str
+    started_at: int
 
 
 @dataclass(frozen=True, slots=True)

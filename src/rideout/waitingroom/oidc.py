@@ -14,8 +14,13 @@ redirect URI, else a page shows it), keeps it in Redis and sends the browser to 
 waiting-room page; the page enters the queue through ``/enter`` (one position per
 authorize request) and, once served, goes to ``/resume``, which issues the code only
 when a token can be minted. ``/token`` answers the room's access token (the auction's
-``/ws`` accepts it too) and an id token with the nonce; ``/userinfo`` verifies the
-bearer token (signature, expiry, audience, session status) before answering.
+``/ws`` accepts it too), its refresh token and an id token with the nonce; with
+``grant_type=refresh_token`` it renews the session (Authlib's ``RefreshTokenGrant`` over
+:meth:`RoomStore.renew`: a new ``exp``, a new refresh token, the old one refused from
+then on) and answers a new set with a refreshed id token (OpenID Core 12.2: same
+``iss``, ``sub``, ``aud``, the original ``auth_time``, a new ``iat``, no nonce);
+``/userinfo`` verifies the bearer token (signature, expiry, audience, session status)
+before answering.
 
 Authlib's server is synchronous: each endpoint runs it in a worker thread, and the
 grant's storage calls come back to the event loop (``anyio.from_thread``).
@@ -33,6 +38,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, ClassVar, Final
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
@@ -48,10 +54,10 @@ from authlib.oauth2.rfc6749 import (
     InvalidScopeError,
     OAuth2Error,
 )
-from authlib.oauth2.rfc6749.grants import AuthorizationCodeGrant
+from authlib.oauth2.rfc6749.grants import AuthorizationCodeGrant, RefreshTokenGrant
 from authlib.oauth2.rfc6749.requests import BasicOAuth2Payload
 from authlib.oauth2.rfc7636 import CodeChallenge
-from authlib.oidc.core import OpenIDCode, UserInfo
+from authlib.oidc.core import OpenIDCode, OpenIDToken, UserInfo
 from authlib.oidc.discovery import OpenIDProviderMetadata
 from joserfc.jwk import RSAKey
 from starlette.requests import Request
@@ -60,18 +66,25 @@ from starlette.routing import BaseRoute, Route
 
 from rideout import _json, _validate, routes
 from rideout.auth.errors import AuthError
-from rideout.auth.room_tokens import KeySource, RoomKey, RoomTokenIssuer, RoomTokenVerifier
+from rideout.auth.room_tokens import (
+    KeySource,
+    RoomClaims,
+    RoomKey,
+    RoomTokenIssuer,
+    RoomTokenVerifier,
+)
 from rideout.errors import InvalidArgument
 from rideout.store import keys
 from rideout.waitingroom.errors import (
     NotServedYet,
     PositionExpired,
+    RefreshTokenReused,
     RoomError,
     RoomUnavailable,
     SessionEnded,
     UnknownRequest,
 )
-from rideout.waitingroom.model import TokenGrant, check_event_id
+from rideout.waitingroom.model import Renewal, TokenGrant, check_event_id
 from rideout.waitingroom.store import RoomStore, new_request_id
 
 __all__ = [
@@ -181,7 +194,7 @@ class _Client(ClientMixin):  # type: ignore[misc]
         return response_type == "code"
 
     def check_grant_type(self, grant_type: str) -> bool:
-        return grant_type == "authorization_code"
+        return grant_type in _GRANT_TYPES
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,13 +289,41 @@ class _CodeGrant(AuthorizationCodeGrant):  # type: ignore[misc]
         return self.server.claim(authorization_code.request_id)
 
 
-class _OpenID(OpenIDCode):  # type: ignore[misc]
-    def __init__(self, provider: OidcProvider) -> None:
-        super().__init__(require_nonce=True)
-        self.provider = provider
+class _RefreshToken:
+    """A verified refresh token, as Authlib's refresh grant asks about it."""
 
-    def exists_nonce(self, nonce: str, request: Any) -> bool:
-        return self.provider.nonce_used(nonce)
+    def __init__(self, claims: RoomClaims) -> None:
+        self.claims = claims
+
+    def check_client(self, client: _Client) -> bool:
+        return client.get_client_id() == self.claims.event_id  # aud: the client it went to
+
+    def get_scope(self) -> str:
+        return "openid"
+
+
+class _RefreshGrant(RefreshTokenGrant):  # type: ignore[misc]
+    """``grant_type=refresh_token``: renews the session; the refresh token rotates (a
+    new one in every answer, the presented one refused from then on)."""
+
+    TOKEN_ENDPOINT_AUTH_METHODS: ClassVar = ["client_secret_basic", "client_secret_post", "none"]
+    INCLUDE_NEW_REFRESH_TOKEN = True
+    server: OidcProvider
+
+    def authenticate_refresh_token(self, refresh_token: str) -> _RefreshToken | None:
+        return self.server.refresh_claims(refresh_token)
+
+    def authenticate_user(self, refresh_token: _RefreshToken) -> Renewal:
+        return self.server.renew(refresh_token.claims)
+
+    def revoke_old_credential(self, refresh_token: _RefreshToken) -> None:
+        pass  # the renewal rotated it, atomically, before the new set was signed
+
+
+class _IdTokens:
+    """How both grants sign their id tokens (Authlib's OpenIDToken hooks)."""
+
+    provider: OidcProvider
 
     def resolve_client_private_key(self, client: _Client) -> Any:
         return self.provider.jose_key()
@@ -298,10 +339,29 @@ class _OpenID(OpenIDCode):  # type: ignore[misc]
 
     def generate_user_info(self, user: TokenGrant, scope: str) -> UserInfo:
         # The id token lives as long as the room's access token it comes with.
-        return UserInfo(
+        info = UserInfo(
             sub=user.request_id, queue_position=user.queue_position, iat=user.issued_at,
             exp=user.expires_at,
         )  # fmt: skip
+        if isinstance(user, Renewal):
+            info["auth_time"] = user.started_at  # OpenID Core 12.2: the original one
+        return info
+
+
+class _OpenID(_IdTokens, OpenIDCode):  # type: ignore[misc]
+    def __init__(self, provider: OidcProvider) -> None:
+        super().__init__(require_nonce=True)
+        self.provider = provider
+
+    def exists_nonce(self, nonce: str, request: Any) -> bool:
+        return self.provider.nonce_used(nonce)
+
+
+class _RefreshedIdToken(_IdTokens, OpenIDToken):  # type: ignore[misc]
+    """The refresh grant's id token: no nonce (there is no authorization code)."""
+
+    def __init__(self, provider: OidcProvider) -> None:
+        self.provider = provider
 
 
 # ----------------------------------------------------------------- the provider
@@ -358,6 +418,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         self._jose: dict[str, Any] = {}
         self.register_token_generator("default", self._generate_token)
         self.register_grant(_CodeGrant, [_S256ForAll(required=True), _OpenID(self)])
+        self.register_grant(_RefreshGrant, [_RefreshedIdToken(self)])
 
     # ------------------------------------------------------- Authlib's hooks
 
@@ -388,18 +449,24 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         if "openid" not in (scope or "").split():
             raise InvalidScopeError("The scope must contain 'openid'")
 
-    def _generate_token(self, *, user: TokenGrant, scope: str, **_: Any) -> dict[str, Any]:
+    def _generate_token(
+        self, *, user: TokenGrant, scope: str, include_refresh_token: bool = False, **_: Any
+    ) -> dict[str, Any]:
         tokens = self.signer.issue(
             event_id=self.event_id, request_id=user.request_id,
             queue_position=user.queue_position, issued_at=user.issued_at,
             expires_at=user.expires_at, now=self.clock(),
+            refresh_jti=user.refresh_jti if isinstance(user, Renewal) else None,
         )  # fmt: skip
-        return {
+        out: dict[str, Any] = {
             "token_type": "Bearer",
             "access_token": tokens.access_token,
             "expires_in": tokens.expires_in,
             "scope": scope,
         }
+        if include_refresh_token:
+            out["refresh_token"] = tokens.refresh_token
+        return out
 
     # ------------------------------------------- storage (called from the thread)
 
@@ -452,6 +519,32 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         except (PositionExpired, SessionEnded) as exc:
             raise InvalidGrantError(f"The waiting-room session has ended: {exc}") from exc
 
+    def refresh_claims(self, token: str) -> _RefreshToken | None:
+        """The claims of a refresh token of this event's (None: Authlib answers
+        ``invalid_grant``)."""
+        try:
+            claims = self.verifier.verify(token, token_use="refresh", audience=self.event_id)
+        except AuthError:
+            return None
+        return _RefreshToken(claims)
+
+    def renew(self, claims: RoomClaims) -> Renewal:
+        """Renew the session of a verified refresh token, or an OAuth error."""
+        jti = claims.raw.get("jti")
+        renew = partial(
+            self.store.renew, self.event_id, claims.sub,
+            jti=jti if isinstance(jti, str) else None, issued_at=math.floor(claims.iat),
+            queue_position=claims.queue_position,
+        )  # fmt: skip
+        try:
+            return anyio.from_thread.run(renew)
+        except RoomUnavailable:
+            raise  # 503 temporarily_unavailable: retry shortly
+        except RefreshTokenReused as exc:
+            raise InvalidGrantError(f"The refresh token cannot be used: {exc}") from exc
+        except RoomError as exc:  # ended, expired, capped; the event reset or deleted
+            raise InvalidGrantError(f"The waiting-room session has ended: {exc}") from exc
+
     async def _run(self, script: Any, key: str, *args: str | int) -> str | None:
         with self.store.errors(f"oidc {self.event_id}"):
             raw = await script(keys=[key], args=list(args))
@@ -493,7 +586,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             jwks_uri=base + "/.well-known/jwks.json",
             response_types_supported=["code"],
             response_modes_supported=["query"],
-            grant_types_supported=["authorization_code"],
+            grant_types_supported=list(_GRANT_TYPES),
             scopes_supported=["openid"],
             subject_types_supported=["public"],
             id_token_signing_alg_values_supported=["RS256"],
@@ -657,8 +750,9 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             return self._authorize_error(req, error)
 
     async def token(self, request: Request) -> Response:
-        """The code exchange (``client_secret_basic``, ``client_secret_post`` or PKCE
-        alone for a public client)."""
+        """The code exchange and the refresh grant (``client_secret_basic``,
+        ``client_secret_post``, or none for a public client: PKCE proves it at the code
+        exchange, the rotating refresh token at a refresh)."""
         body = await request.body()
         if len(body) > _MAX_BODY:
             return JSONResponse({"error": "invalid_request"}, 413, headers=_NO_STORE)
@@ -703,6 +797,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         )
 
 
+_GRANT_TYPES: Final = ("authorization_code", "refresh_token")
 _NO_STORE: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 _SECURE_PLACEHOLDER: Final = "https://local.invalid/"
 

@@ -24,6 +24,7 @@ __all__ = [
     "INCREMENT",
     "POSITION",
     "RELEASE_PREQUEUE",
+    "RENEW",
     "RESET",
     "SESSION",
     "STATUS",
@@ -308,6 +309,56 @@ return 'ok'
 """
 )
 """End a session (only from 0), once."""
+
+RENEW: Final = (
+    _COMMON
+    + r"""
+-- KEYS[12] the session's rotation record "entry_ms:start_s:jti" (absent until the
+-- first renewal). ARGV[3] request id, ARGV[4] the presented refresh token's jti ('' for
+-- the first set's, which has none), ARGV[5] its iat, ARGV[6] its queue_position,
+-- ARGV[7] the jti of the refresh token this renewal issues.
+-- Returns {'ok', q, iat, exp, start}, {'reused'}, {'ended', status}, {'expired'},
+-- {'capped'}, {'gone'} (no token for this request) or {'unknown'}.
+if redis.call('EXISTS', K.event) == 0 then return {'unknown'} end
+local rid = ARGV[3]
+local r = parse(redis.call('HGET', K.requests, rid))
+if not r or r.state ~= 'served' or r.q ~= tonumber(ARGV[6]) then return {'gone'} end
+if r.status ~= 0 then return {'ended', r.status} end
+if NOW >= r.exp * 1000 then return {'expired'} end
+-- The refresh token a renewal takes: the latest renewal's (by jti), or before any, the
+-- first set's (no jti, the record's iat). A record of an earlier position of the same
+-- request id (before a reset) does not count.
+local start, current = r.iat, ''
+local rec = redis.call('GET', KEYS[12])
+if rec then
+  local entry, first, jti = string.match(rec, '^(%d+):(%d+):(.+)$')
+  if entry and tonumber(entry) == r.entry then start, current = tonumber(first), jti end
+end
+if ARGV[4] ~= current or (current == '' and tonumber(ARGV[5]) ~= r.iat) then
+  return {'reused'}
+end
+-- The session runs already to its cap: nothing to renew.
+local cap = setting('max_session')
+if cap > 0 and start + cap <= r.exp then return {'capped'} end
+local exp = NOW_S + setting('validity')
+if cap > 0 and exp > start + cap then exp = start + cap end
+if exp < r.exp then exp = r.exp end -- a renewal never shortens a session
+r.iat, r.exp = NOW_S, exp
+store(rid, r)
+redis.call('ZADD', K.tokens, r.exp, rid)
+redis.call('ZADD', K.active, r.exp, rid)
+-- Kept an hour past the session's end: a renewal needs an unexpired session, so the
+-- record is there whenever one can happen.
+redis.call('SET', KEYS[12], d(r.entry) .. ':' .. d(start) .. ':' .. ARGV[7],
+           'PX', d(r.exp * 1000 - NOW + 3600000))
+emit('session_renewed', event_json({'event_id', redis.call('HGET', K.event, 'id'),
+                                    'request_id', rid, 'queue_position', r.q,
+                                    'expires_at', r.exp}))
+return {'ok', r.q, r.iat, r.exp, start}
+"""
+)
+"""Renew an active session (a refresh token's grant): a new ``exp``, the refresh token
+rotated."""
 
 INCREMENT: Final = (
     _COMMON

@@ -16,6 +16,8 @@ Guarantees (each a test in tests/waitingroom/test_store.py):
   False);
 - the serving counter never goes below the highest position that took a token, nor
   below 0.
+- a refresh token renews its session at most once (:meth:`RoomStore.renew`: of
+  concurrent renewals with one token exactly one wins; tests/waitingroom/test_store_renew.py).
 
 Errors: :class:`~rideout.waitingroom.errors.UnknownEvent`,
 :class:`~rideout.waitingroom.errors.UnknownRequest`, ... for the room's refusals;
@@ -46,6 +48,7 @@ from rideout.waitingroom.errors import (
     InvalidRequest,
     NotServedYet,
     PositionExpired,
+    RefreshTokenReused,
     RoomClosed,
     RoomNotWriter,
     RoomUnavailable,
@@ -62,6 +65,7 @@ from rideout.waitingroom.model import (
     ExpiryState,
     Position,
     PositionState,
+    Renewal,
     TokenGrant,
     check_event_id,
     check_request_id,
@@ -125,7 +129,16 @@ def _settings_fields(event: EventSettings) -> list[str]:
         "threshold", str(event.auto_open_threshold),
         "prequeue_ms", str(round(event.prequeue_until * 1000)),
         "incr_on_expiry", "1" if event.incr_on_expiry else "0",
+        "max_session", str(math.floor(event.max_session)),
     ]  # fmt: skip
+
+
+_RENEW_REFUSALS: Final = {
+    "ended": "The session has ended (completed or abandoned)",
+    "expired": "Token corresponding to request id has expired",
+    "capped": "The session has reached its longest (the event's max_session)",
+    "gone": "The room has no session for this token (the event was reset)",
+}
 
 
 class SweepResult(tuple[int, int, int]):
@@ -369,6 +382,47 @@ class RoomStore:
         return TokenGrant(
             event_id, rid, _int(reply[1], "q"), _int(reply[2], "iat"), _int(reply[3], "exp"),
             first=kind == "new",
+        )  # fmt: skip
+
+    async def renew(
+        self,
+        event_id: str,
+        request_id: str,
+        *,
+        jti: str | None,
+        issued_at: int,
+        queue_position: int,
+    ) -> Renewal:
+        """Renew an active session for the refresh token whose (verified) claims are
+        ``jti`` (None for the first set's, which has none), ``issued_at`` and
+        ``queue_position``: a new ``exp`` (now + the event's ``validity``, within
+        ``max_session``), and a new refresh-token ``jti`` the next renewal must present.
+
+        Atomic: of concurrent renewals with one refresh token, exactly one wins; the
+        others, and any later use of that token, get :class:`RefreshTokenReused`.
+        :class:`SessionEnded` when the session was completed, abandoned, has expired,
+        reached ``max_session``, or is gone (the event was reset).
+        """
+        self._check_event(event_id)
+        rid = self._check_request(request_id)
+        new_jti = secrets.token_urlsafe(16)
+        iat = _validate.count("issued_at", issued_at)
+        q = _validate.count("queue_position", queue_position, low=1)
+        reply = await self._run(
+            "RENEW", event_id, rid, "" if jti is None else jti, iat, q, new_jti,
+            extra=[keys.waitingroom_refresh(event_id, rid)],
+        )  # fmt: skip
+        kind = _text(reply[0])
+        self._unknown(kind, event_id, rid)
+        if kind == "reused":
+            raise RefreshTokenReused(
+                "Refresh token already used: each renewal issues a new one, use the latest"
+            )
+        if kind != "ok":
+            raise SessionEnded(_RENEW_REFUSALS.get(kind, "The session has ended"))
+        return Renewal(
+            event_id, rid, _int(reply[1], "q"), _int(reply[2], "iat"), _int(reply[3], "exp"),
+            first=False, refresh_jti=new_jti, started_at=_int(reply[4], "start"),
         )  # fmt: skip
 
     async def update_session(self, event_id: str, request_id: str, status: int) -> None:
