@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rideout.dns.server import DnsMetrics, DnsServer
-from rideout.dns.wire import TemplateCache, read_query
+from rideout.dns.wire import TemplateCache, read_query, rotations
 from tests.dns.conftest import APP, PRIMARY, SECONDARY, ZONE, StubZone
 
 
@@ -52,7 +52,8 @@ def servers(zone: StubZone) -> tuple[DnsServer, DnsServer, DnsMetrics]:
 
 def same(a: bytes | None, b: bytes | None) -> None:
     """Two replies say the same: as parsed, names compared without case (compression and
-    the case of names outside the question may differ)."""
+    the case of names outside the question may differ), and each RRset's records as a
+    set (a cached reply rotates an address set)."""
     assert (a is None) == (b is None)
     if a is None or b is None:
         return
@@ -60,7 +61,44 @@ def same(a: bytes | None, b: bytes | None) -> None:
     left, right = dns.message.from_wire(bytes(a)), dns.message.from_wire(bytes(b))
     assert left.question == right.question
     assert [q.name.labels for q in left.question] == [q.name.labels for q in right.question]
-    assert left.to_text().lower() == right.to_text().lower()
+    assert sorted_text(left) == sorted_text(right)
+
+
+def sorted_text(message: dns.message.Message) -> list[list[str]]:
+    """The message as text, lowercased, cut at its section headers (``;ANSWER``...),
+    each section's lines in sorted order."""
+    sections: list[list[str]] = [[]]
+    for line in message.to_text().lower().splitlines():
+        if line.startswith(";"):
+            sections.append([line])
+        else:
+            sections[-1].append(line)
+    return [sorted(section) for section in sections]
+
+
+def test_an_address_set_is_served_in_turn_in_each_rotation() -> None:
+    full, cached, _ = servers(StubZone())
+    firsts = []
+    for ident in range(6):
+        reply = cached.handle(make_query(APP, ident=ident), "udp")
+        assert reply is not None
+        (rrset,) = dns.message.from_wire(reply).answer
+        assert sorted(r.address for r in rrset) == sorted(PRIMARY)
+        firsts.append(next(iter(rrset)).address)
+        same(reply, full.handle(make_query(APP, ident=ident), "udp"))
+    assert firsts == [PRIMARY[0], PRIMARY[1]] * 3
+
+
+def test_only_an_address_set_of_the_question_rotates() -> None:
+    record = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x05\x00\x04" + bytes(4)
+    question_tail = b"\x00\x01\x00\x01"
+    assert len(rotations(question_tail + record * 3, 3)) == 3
+    assert rotations(question_tail + record, 1) == ()  # one address: nothing to turn
+    other = record[:2] + b"\x00\x1c" + record[4:]  # not an A record
+    assert rotations(question_tail + record + other, 2) == ()
+    ttl = record[:6] + b"\x00\x00\x00\x09" + record[10:]
+    assert rotations(question_tail + record + ttl, 2) == ()
+    assert rotations(question_tail + record, 2) == ()  # shorter than its count says
 
 
 # --------------------------------------------------------------------------- read_query

@@ -24,8 +24,9 @@ names cannot grow it without end (past the bound, queries take the slow path).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
 __all__ = [
@@ -35,6 +36,7 @@ __all__ = [
     "TemplateCache",
     "canonical_query",
     "read_query",
+    "rotations",
 ]
 
 MIN_UDP_PAYLOAD: Final = 512
@@ -122,7 +124,13 @@ def canonical_query(key: bytes, name_end: int, udp_size: int) -> bytes:
 
 @dataclass(frozen=True, slots=True)
 class Template:
-    """One cached reply, whole and truncated (TC=1, records removed), and what it says."""
+    """One cached reply, whole and truncated (TC=1, records removed), and what it says.
+
+    An answer of several address records of one name is served in turn in each of its
+    rotations (``tails``), as Route 53 answers a multi-value record in varying order and
+    BIND's ``rrset-order cyclic`` does: clients that take the first address spread over
+    the zones instead of all landing on the first one.
+    """
 
     head: bytes  # header bytes 2..11
     tail: bytes  # everything after the question name
@@ -131,6 +139,8 @@ class Template:
     truncated_tail: bytes
     qtype: str
     rcode: str
+    tails: tuple[bytes, ...] = ()  # the whole reply's rotations (empty: only `tail`)
+    _turn: Iterator[int] = field(default_factory=lambda: itertools.count(), compare=False)
 
     @classmethod
     def split(
@@ -138,24 +148,52 @@ class Template:
     ) -> Template:
         """A template from two replies to a `canonical_query` (id 0)."""
         whole, truncated = bytes(whole), bytes(truncated)
+        tail = whole[name_end:]
         return cls(
             whole[2:12],
-            whole[name_end:],
+            tail,
             len(whole),
             truncated[2:12],
             truncated[name_end:],
             qtype,
             rcode,
+            rotations(tail, int.from_bytes(whole[6:8], "big")),
         )
 
     def reply(self, data: bytes, name_end: int, limit: int) -> tuple[bytes, bool]:
         """The reply to query `data` within `limit` octets, and whether it was truncated."""
         if self.whole_length <= limit:
-            return b"".join((data[:2], self.head, data[12:name_end], self.tail)), False
+            tails = self.tails
+            tail = tails[next(self._turn) % len(tails)] if tails else self.tail
+            return b"".join((data[:2], self.head, data[12:name_end], tail)), False
         return (
             b"".join((data[:2], self.truncated_head, data[12:name_end], self.truncated_tail)),
             True,
         )
+
+
+_A_RECORD: Final = 16  # a pointer to the question name, A, IN, TTL, RDLENGTH 4, address
+_POINTER_TO_QUESTION: Final = b"\xc0\x0c"
+
+
+def rotations(tail: bytes, ancount: int) -> tuple[bytes, ...]:
+    """Every rotation of `tail`'s answer section when it is two or more A records of the
+    question's name with one TTL (``tail``: the reply after the question name, starting
+    with the question's type and class); () for any other answer, which keeps its order."""
+    start, end = 4, 4 + ancount * _A_RECORD
+    if ancount < 2 or len(tail) < end:
+        return ()
+    records = [tail[i : i + _A_RECORD] for i in range(start, end, _A_RECORD)]
+    for record in records:
+        if (
+            record[:2] != _POINTER_TO_QUESTION
+            or record[2:6] != b"\x00\x01\x00\x01"  # A, IN
+            or record[6:10] != records[0][6:10]  # one TTL
+            or record[10:12] != b"\x00\x04"
+        ):
+            return ()
+    head, rest = tail[:start], tail[end:]
+    return tuple(b"".join((head, *records[k:], *records[:k], rest)) for k in range(len(records)))
 
 
 def _fits(reply: bytes, canonical: bytes, name_end: int) -> bool:
