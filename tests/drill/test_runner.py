@@ -18,6 +18,7 @@ from rideout.drill.runner import (
     _serves_from,
     _timeouts,
     run_region_outage,
+    writes_refused,
 )
 from rideout.errors import RideoutError
 from tests.drill.conftest import sample_report
@@ -117,3 +118,27 @@ def test_restored_clients_and_where_the_deployment_serves_from() -> None:
     serving_west = _serves_from("west")
     assert serving_west({"dns": {"region": "west"}, "failover": {"writer": "west"}})
     assert not serving_west({"dns": {"region": "west"}, "failover": {"writer": "east"}})
+
+
+def test_writes_are_refused_only_in_sync_reject_with_no_replica_following(
+    make_config: Any,
+) -> None:
+    def summary(*replicas: tuple[str, str, str]) -> dict[str, Any]:
+        rows = [{"part": "writer", "endpoint": "127.0.2.100:7000", "reachable": True,
+                 "role": "master", "link": "n/a", "master": None}]  # fmt: skip
+        for role, link, master in replicas:
+            rows.append({"part": "cross-region replica", "endpoint": "127.0.1.100:7000",
+                         "reachable": True, "role": role, "link": link, "master": master})  # fmt: skip
+        return {"failover": {"topology": rows}}
+
+    reject = make_config(failover={"replication": "sync", "replica_down": "reject"})
+    following = ("replica", "up", "127.0.2.100:7000")
+    assert writes_refused(reject, summary())  # the other region's Redis is gone
+    assert writes_refused(reject, summary(("replica", "down", "127.0.2.100:7000")))
+    assert writes_refused(reject, summary(("replica", "up", "127.0.9.9:1")))  # follows another
+    assert not writes_refused(reject, summary(following))
+    assert not writes_refused(reject, None)
+    assert not writes_refused(reject, {"failover": {}})
+    degrade = make_config(failover={"replication": "sync", "replica_down": "degrade"})
+    assert not writes_refused(degrade, summary())
+    assert not writes_refused(make_config(failover={"replication": "async"}), summary())

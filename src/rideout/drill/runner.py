@@ -262,6 +262,24 @@ def _serves_from(region: str) -> Callable[[dict[str, Any]], bool]:
     return lambda b: bool(b["dns"]["region"] == region and b["failover"]["writer"] == region)
 
 
+def writes_refused(config: Config, summary: dict[str, Any] | None) -> bool:
+    """Whether the control plane's `summary` shows that no bid can be acknowledged now:
+    sync replication with ``replica_down = "reject"`` and no replica following the
+    writer (the writer's own region lost its replica, and the other region is down)."""
+    failover = config.failover
+    if summary is None or failover.replication != "sync" or failover.replica_down != "reject":
+        return False
+    rows = summary.get("failover", {}).get("topology") or []
+    writer = next((r for r in rows if r.get("part") == "writer"), None)
+    if writer is None:
+        return False
+    return not any(
+        r.get("reachable") and r.get("role") == "replica" and r.get("link") == "up"
+        and r.get("master") == writer.get("endpoint")
+        for r in rows
+    )  # fmt: skip
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """One pass's clients: how many, their rooms and bidders, their groups."""
@@ -465,6 +483,10 @@ class _Pass:
                 return True
             if time.monotonic() >= deadline:
                 self.say(f"not every client had a bid accepted by {region} in the window")
+                return False
+            if done.recovered == 0 and writes_refused(self.config, self.plane.last):
+                # Nothing to wait for: the report's write RTO says none wrote.
+                self.say(f"{region} acknowledges no bid: sync replication, no replica up")
                 return False
             await self.plane.poll()
             await asyncio.sleep(0.2)
