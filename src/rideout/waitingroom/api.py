@@ -21,7 +21,8 @@ Every POST and PATCH honours an optional ``Idempotency-Key``
 CDN may cache it (``Cache-Control``: short and public for the shared counters, long for
 the public key, ``private`` for per-request paths); ``serving_num`` and ``waiting_num``
 also come from an in-process micro-cache, so a surge of polls costs Redis one read per
-event per ``micro_cache_ttl``.
+event per ``micro_cache_ttl``, and ``queue_num`` from a per-process cache of numbered
+positions (:mod:`rideout.waitingroom.poll_cache`).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ from rideout.waitingroom.model import (
     pow_valid,
     serving_rate,
 )
+from rideout.waitingroom.poll_cache import DEFAULT_SIZE, PositionCache, touch_interval
 from rideout.waitingroom.store import RoomStore
 
 __all__ = [
@@ -287,7 +289,8 @@ class RoomAPI:
 
     ``admin_token`` guards the private API. ``signer`` and ``keys`` sign and publish
     the room's tokens (without them ``generate_token`` and ``public_key`` answer 503).
-    ``issuer`` is the tokens' ``iss``.
+    ``issuer`` is the tokens' ``iss``. ``position_cache_size``: numbered positions
+    each process keeps for ``queue_num`` (0: every poll reads Redis).
     """
 
     def __init__(
@@ -299,6 +302,7 @@ class RoomAPI:
         signer: RoomTokenIssuer | None = None,
         keys: KeySource | None = None,
         micro_cache_ttl: float = 0.5,
+        position_cache_size: int = DEFAULT_SIZE,
         max_body: int = 4096,
         idempotency_ttl: float = 86400.0,
         metrics: RoomMetrics | None = None,
@@ -314,6 +318,7 @@ class RoomAPI:
         self.cache = MicroCache(
             micro_cache_ttl, on_load=None if metrics is None else metrics.loads.inc
         )
+        self.positions = PositionCache(position_cache_size)
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
 
@@ -425,18 +430,38 @@ class RoomAPI:
         return _json_response(out)
 
     async def queue_num(self, request: Request) -> Response:
-        """``{queue_number, entry_time, event_id, status: 1}``; 202 while pre-queued."""
+        """``{queue_number, entry_time, event_id, status: 1}``; 202 while pre-queued.
+
+        A numbered position's answer never changes, so it comes from the process's
+        :class:`PositionCache` once read (keyed by the event's generation, which a reset
+        or delete changes); the abandonment clock is restarted at most once per
+        :func:`touch_interval` (docs/waiting-room.md, "How polls reach Redis")."""
         event_id, request_id = _position_query(request)
-        position = await self.store.poll(event_id, request_id)
-        if position.status is PositionState.PREQUEUED:
-            return _error(202, "Request ID pre-queued: numbers are given at the start")
+        settings, generation = await self.cache.get(
+            (event_id, "poll"), lambda: self.store.poll_context(event_id)
+        )
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.position_polls.inc()
+        now = self.store.clock()
+        interval = touch_interval(settings.abandon_after)
+        touch = self.positions.touch_due(event_id, generation, request_id, now, interval)
+        answer = self.positions.answer(event_id, generation, request_id)
+        if answer is None:
+            if metrics is not None:
+                metrics.position_loads.inc()
+            position, touched = await self.store.lookup(event_id, request_id, touch=touch)
+            self.positions.remember(generation, position, touched=now if touched else None)
+            if position.status is PositionState.PREQUEUED:
+                return _error(202, "Request ID pre-queued: numbers are given at the start")
+            answer = position.queue_number, math.floor(position.entry_time)
+        elif touch:
+            if metrics is not None:
+                metrics.position_touches.inc()
+            ok = await self.store.touch_seen(event_id, request_id)
+            self.positions.touched(event_id, request_id, now, ok=ok, interval=interval)
         return _json_response(
-            {
-                "queue_number": position.queue_number,
-                "entry_time": math.floor(position.entry_time),
-                "event_id": event_id,
-                "status": 1,
-            }
+            {"queue_number": answer[0], "entry_time": answer[1], "event_id": event_id, "status": 1}
         )
 
     async def _counters(self, event_id: str) -> Counters:
@@ -596,6 +621,7 @@ class RoomAPI:
         event_id = _event_id(_field(body, "event_id"))
         await self.store.reset(event_id)
         self.cache.forget(event_id)
+        self.positions.forget(event_id)
         return _json_response({"message": "Counters reset"}, public=False)
 
     async def private_generate_token(self, request: Request) -> Response:
@@ -658,6 +684,7 @@ class RoomAPI:
         event_id = self._path_event(request)
         await self.store.delete_event(event_id)
         self.cache.forget(event_id)
+        self.positions.forget(event_id)
         return Response(status_code=204, headers={"Cache-Control": CACHE_PRIVATE})
 
     async def _set_open(self, request: Request, is_open: bool) -> Response:

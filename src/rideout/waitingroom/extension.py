@@ -112,6 +112,7 @@ class WaitingRoom:
             signer=RoomTokenIssuer(watcher, issuer=issuer),
             keys=watcher,
             micro_cache_ttl=room.micro_cache_ttl,
+            position_cache_size=room.position_cache_size,
             max_body=room.max_body,
             metrics=RoomMetrics(server.metrics.registry),
         )
