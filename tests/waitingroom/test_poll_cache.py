@@ -10,7 +10,13 @@ from hypothesis import strategies as st
 
 from rideout.errors import InvalidArgument
 from rideout.waitingroom.model import Position, PositionState
-from rideout.waitingroom.poll_cache import TOUCH_CAP, PositionCache, touch_interval
+from rideout.waitingroom.poll_cache import (
+    TOUCH_CAP,
+    TOUCH_DELAY,
+    PositionCache,
+    touch_interval,
+    touch_slack,
+)
 
 
 def pos(rid: str, q: int = 1, state: PositionState = PositionState.WAITING) -> Position:
@@ -18,23 +24,30 @@ def pos(rid: str, q: int = 1, state: PositionState = PositionState.WAITING) -> P
 
 
 @pytest.mark.parametrize(
-    ("abandon_after", "interval"),
-    [(0, 0.0), (-1, 0.0), (0.0004, 0.0), (1, 0.1), (10, 1.0), (0.3, 0.03), (0.0011, 0.001),
-     (300, 30.0), (301, 30.0), (86_400, 30.0)],
+    ("abandon_after", "slack", "interval"),
+    [(0, 0.0, None), (-1, 0.0, None), (0.0004, 0.0, None), (1, 0.1, 0.0), (5, 0.5, 0.0),
+     (10, 1.0, 0.5), (0.3, 0.03, 0.0), (300, 30.0, 29.5), (301, 30.0, 29.5),
+     (86_400, 30.0, 29.5)],
 )  # fmt: skip
-def test_the_touch_interval_is_a_tenth_of_the_hold_capped(
-    abandon_after: float, interval: float
+def test_the_slack_is_a_tenth_of_the_hold_capped_and_the_interval_leaves_the_delay(
+    abandon_after: float, slack: float, interval: float | None
 ) -> None:
+    assert touch_slack(abandon_after) == slack
     assert touch_interval(abandon_after) == interval
 
 
 @given(st.floats(min_value=0, max_value=1e6, allow_nan=False))
-def test_the_touch_interval_matches_the_sweeps_slack(abandon_after: float) -> None:
-    """scripts.SWEEP's slack, from the event hash's abandon_ms, is the same number."""
+def test_the_slack_is_the_sweeps(abandon_after: float) -> None:
+    """scripts.SWEEP's slack, from the event hash's abandon_ms, is the same number, and
+    the touch interval plus the delay a touch may wait fit in it."""
     hold = round(abandon_after * 1000)
     slack = min(math.ceil(hold / 10), 30_000) if hold > 0 else 0
-    assert touch_interval(abandon_after) * 1000 == pytest.approx(slack, abs=1e-6)
-    assert touch_interval(abandon_after) <= TOUCH_CAP
+    assert touch_slack(abandon_after) * 1000 == pytest.approx(slack, abs=1e-6)
+    assert touch_slack(abandon_after) <= TOUCH_CAP
+    interval = touch_interval(abandon_after)
+    assert (interval is None) == (slack == 0)
+    if interval is not None and slack >= TOUCH_DELAY * 1000:
+        assert interval + TOUCH_DELAY == pytest.approx(touch_slack(abandon_after))
 
 
 def test_a_numbered_position_is_answered_once_remembered() -> None:
@@ -90,24 +103,25 @@ def test_size_zero_keeps_nothing_and_a_bad_size_is_refused() -> None:
 
 def test_touches_are_paced_per_request() -> None:
     cache = PositionCache(10)
-    assert not cache.touch_due("ev", "g", "a", 0.0, 0.0)  # abandonment off: never
+    assert not cache.touch_due("ev", "g", "a", 0.0, None)  # abandonment off: never
     assert cache.touch_due("ev", "g", "a", 0.0, 1.0)  # unknown here: touch
     cache.remember("g", pos("a"), touched=100.0)
     assert not cache.touch_due("ev", "g", "a", 100.999, 1.0)
     assert cache.touch_due("ev", "g", "a", 101.0, 1.0)
     assert cache.touch_due("ev", "g2", "a", 100.5, 1.0)  # a new generation starts over
-    cache.touched("ev", "a", 101.0, ok=True, interval=1.0)
+    cache.touched("ev", "a", 101.0)
     assert not cache.touch_due("ev", "g", "a", 101.5, 1.0)
     cache.remember("g", pos("a"), touched=None)  # a reload keeps the touch time
     assert not cache.touch_due("ev", "g", "a", 101.5, 1.0)
 
 
-def test_a_failed_touch_is_tried_again_within_a_second() -> None:
+def test_a_failed_touch_is_tried_again_at_the_next_poll() -> None:
     cache = PositionCache(10)
     cache.remember("g", pos("a"), touched=None)
-    cache.touched("ev", "a", 50.0, ok=False, interval=30.0)
-    assert not cache.touch_due("ev", "g", "a", 50.9, 30.0)
-    assert cache.touch_due("ev", "g", "a", 51.0, 30.0)
+    cache.touched("ev", "a", 50.0)
+    assert not cache.touch_due("ev", "g", "a", 50.1, 30.0)
+    cache.touched("ev", "a", None)  # its batch was not written
+    assert cache.touch_due("ev", "g", "a", 50.1, 30.0)
 
 
 def test_forget_drops_one_events_positions() -> None:

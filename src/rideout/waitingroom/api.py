@@ -28,7 +28,9 @@ positions (:mod:`rideout.waitingroom.poll_cache`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -89,6 +91,8 @@ _PREFLIGHT_HEADERS: Final = {
     "Access-Control-Max-Age": "600",
 }
 _RATE_WINDOW: Final = 300.0  # seconds of serving-counter history the ETA looks at
+_TOUCH_BATCH: Final = 0.05  # seconds a queued touch waits for others (< poll_cache.TOUCH_DELAY)
+log = logging.getLogger("rideout.waitingroom")
 T = TypeVar("T")
 
 
@@ -319,6 +323,8 @@ class RoomAPI:
             micro_cache_ttl, on_load=None if metrics is None else metrics.loads.inc
         )
         self.positions = PositionCache(position_cache_size)
+        self._touches: dict[str, dict[str, float]] = {}  # event -> request id -> poll time
+        self._flusher: asyncio.Task[None] | None = None
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
 
@@ -456,13 +462,49 @@ class RoomAPI:
                 return _error(202, "Request ID pre-queued: numbers are given at the start")
             answer = position.queue_number, math.floor(position.entry_time)
         elif touch:
-            if metrics is not None:
-                metrics.position_touches.inc()
-            ok = await self.store.touch_seen(event_id, request_id)
-            self.positions.touched(event_id, request_id, now, ok=ok, interval=interval)
+            self._touch_later(event_id, request_id, now)
         return _json_response(
             {"queue_number": answer[0], "entry_time": answer[1], "event_id": event_id, "status": 1}
         )
+
+    def _touch_later(self, event_id: str, request_id: str, now: float) -> None:
+        """Queue a touch of the position's clock (with the poll's time) for the next
+        batch, written within about :data:`_TOUCH_BATCH` seconds."""
+        if self.metrics is not None:
+            self.metrics.position_touches.inc()
+        self.positions.touched(event_id, request_id, now)
+        self._touches.setdefault(event_id, {})[request_id] = now
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(_TOUCH_BATCH)
+        await self.flush_touches()
+
+    async def flush_touches(self) -> None:
+        """Write the queued touches now, in one round trip. Those that could not be
+        written (a replica, an outage) are touched again at their next poll."""
+        batch, self._touches = self._touches, {}
+        if not batch:
+            return
+        try:
+            written = await self.store.touch_many(batch)
+        except RoomError as exc:
+            log.debug("touches not written (again at the next polls): %s", exc)
+            written = False
+        if not written:
+            for event_id, polls in batch.items():
+                for request_id in polls:
+                    self.positions.touched(event_id, request_id, None)
+
+    async def aclose(self) -> None:
+        """Write the touches still queued (at shutdown)."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        await self.flush_touches()
 
     async def _counters(self, event_id: str) -> Counters:
         if self.metrics is not None:

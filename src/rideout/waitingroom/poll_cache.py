@@ -3,9 +3,11 @@
 A numbered position's ``queue_number`` and ``entry_time`` never change (AWS lets its
 CDN cache ``queue_num`` for a day), so :class:`PositionCache` keeps them per (event,
 request id) and most polls need no Redis. It also paces the abandonment clock: a
-poll restarts it (a write to the event's ``seen`` zset) at most once per
-:func:`touch_interval` per request id per process, and the sweep allows that much
-slack (``scripts.SWEEP``), so a visitor who keeps polling is never abandoned for it.
+poll restarts it (a write to the event's ``seen`` zset, with the poll's time) at most
+once per :func:`touch_interval` per request id per process, and that write may wait
+up to :data:`TOUCH_DELAY` to go out with others; the sweep allows
+:func:`touch_slack` (``scripts.SWEEP``), which covers both, so a visitor who keeps
+polling is never abandoned for it.
 
 Pure: no I/O, the caller passes the time. Entries are keyed by the event's
 *generation* (a value that a reset and a delete change), so a reset or delete made
@@ -22,25 +24,42 @@ from typing import Final
 from rideout import _validate
 from rideout.waitingroom.model import Position, PositionState
 
-__all__ = ["DEFAULT_SIZE", "TOUCH_CAP", "PositionCache", "touch_interval"]
+__all__ = [
+    "DEFAULT_SIZE",
+    "TOUCH_CAP",
+    "TOUCH_DELAY",
+    "PositionCache",
+    "touch_interval",
+    "touch_slack",
+]
 
 DEFAULT_SIZE: Final = 100_000
-"""Positions kept per process (about 250 bytes each)."""
+"""Positions kept per process (about 400 bytes each, the request id included)."""
 
 TOUCH_CAP: Final = 30.0
 """The longest touch interval, seconds (``abandon_after`` of 300 s or more)."""
 
-_FAILED_RETRY: Final = 1.0  # seconds before a touch that failed (a replica) is tried again
+TOUCH_DELAY: Final = 0.5
+"""Seconds of the slack kept for a touch's way to Redis (they are written in batches,
+about every 50 ms, so a loaded process has room to be late)."""
 
 
-def touch_interval(abandon_after: float) -> float:
-    """Seconds between two touches of one position's abandonment clock by one process:
-    a tenth of `abandon_after`, at most :data:`TOUCH_CAP`; 0 when abandonment is off
-    (no touches at all). ``scripts.SWEEP`` computes the same slack in milliseconds."""
-    hold_ms = round(abandon_after * 1000)  # as the event hash stores it (abandon_ms)
+def touch_slack(abandon_after: float) -> float:
+    """Seconds past `abandon_after` the sweep waits before it abandons a position: a
+    tenth of it, at most :data:`TOUCH_CAP` (0: abandonment off). ``scripts.SWEEP``
+    computes the same number in milliseconds from the event hash's ``abandon_ms``."""
+    hold_ms = round(abandon_after * 1000)
     if hold_ms <= 0:
         return 0.0
     return min(-(-hold_ms // 10), round(TOUCH_CAP * 1000)) / 1000
+
+
+def touch_interval(abandon_after: float) -> float | None:
+    """Seconds between two touches of one position's clock by one process: the slack
+    less :data:`TOUCH_DELAY` (0: every poll); None when abandonment is off (no touches
+    at all)."""
+    slack = touch_slack(abandon_after)
+    return None if slack == 0 else max(0.0, slack - TOUCH_DELAY)
 
 
 class _Entry:
@@ -83,12 +102,12 @@ class PositionCache:
         return entry.queue_number, entry.entry_time
 
     def touch_due(
-        self, event_id: str, generation: str, request_id: str, now: float, interval: float
+        self, event_id: str, generation: str, request_id: str, now: float, interval: float | None
     ) -> bool:
         """Whether this poll should restart the position's abandonment clock: never when
-        abandonment is off (`interval` 0) or the position no longer waits (as this
+        abandonment is off (`interval` None) or the position no longer waits (as this
         process last read it), else when it was not touched for `interval` seconds."""
-        if interval <= 0:
+        if interval is None:
             return False
         entry = self._entries.get((event_id, request_id))
         if entry is None or entry.generation != generation:
@@ -114,13 +133,12 @@ class PositionCache:
         while len(self._entries) > self.size:
             self._entries.popitem(last=False)
 
-    def touched(
-        self, event_id: str, request_id: str, now: float, *, ok: bool, interval: float
-    ) -> None:
-        """Record a touch at `now` (``ok`` False: it failed, try again in a second)."""
+    def touched(self, event_id: str, request_id: str, at: float | None) -> None:
+        """Record a touch of the position's clock at `at` (None: it failed, so the
+        next poll touches again)."""
         entry = self._entries.get((event_id, request_id))
         if entry is not None:
-            entry.touched_at = now if ok else now - interval + min(interval, _FAILED_RETRY)
+            entry.touched_at = -math.inf if at is None else at
 
     def forget(self, event_id: str) -> None:
         """Drop an event's positions (after a reset or delete made through this process)."""

@@ -31,7 +31,7 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -369,15 +369,22 @@ class RoomStore:
             raise UnknownRequest(f"Request ID not found: {rid}")
         return _record(event_id, rid, replies[0]), touched
 
-    async def touch_seen(self, event_id: str, request_id: str) -> bool:
-        """Restart a waiting position's abandonment clock (nothing for any other); False
-        on a read-only replica, where nothing is written."""
-        self._check_event(event_id)
-        rid = self._check_request(request_id)
-        seen = keys.waitingroom_event_keys(event_id)["seen"]
+    async def touch_many(self, touches: Mapping[str, Mapping[str, float]]) -> bool:
+        """Restart waiting positions' abandonment clocks, ``{event_id: {request_id:
+        poll time}}``, in one round trip (nothing for a position that no longer waits);
+        False on a read-only replica, where nothing is written."""
+        with self.errors("touch"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for event_id, polls in touches.items():
+                    seen = keys.waitingroom_event_keys(self._check_event(event_id))["seen"]
+                    scores = {
+                        self._check_request(r): math.floor(t * 1000) for r, t in polls.items()
+                    }
+                    pipe.zadd(seen, scores, xx=True)
+                replies = await pipe.execute(raise_on_error=False)
         try:
-            with self.errors(f"touch {event_id}"):
-                await self.redis.zadd(seen, {rid: self._now_ms()}, xx=True)
+            for reply in replies:
+                self._raise(reply, "touch")
         except RoomNotWriter:
             return False
         return True
