@@ -50,10 +50,11 @@ from typing import Any
 
 from jwt.algorithms import RSAAlgorithm
 
-from bench._harness import median
+from bench._harness import cpu_seconds, median
 from bench.realtime import FANOUT_ZONE, HEARTBEAT_ZONE, Run, Settings
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer
 from rideout.config import Config, dump_toml
+from rideout.waitingroom.poll_cache import touch_interval
 
 EVENT = "bench"
 AWS = "AWS design (RS256, JWK key load per set)"
@@ -164,7 +165,7 @@ class RoomRun(Run):
             ),
         )
 
-    async def start_uncached(self, zone: tuple[str, str]) -> None:
+    async def start_uncached(self, zone: tuple[str, str]) -> int:
         """One more process of the deployment, in `zone`, with the position cache off."""
         config = dataclasses.replace(
             self.config,
@@ -173,7 +174,7 @@ class RoomRun(Run):
         main, self.config_file = self.config_file, self.work_dir / "uncached.toml"
         self.config_file.write_text(dump_toml(config), encoding="utf-8")
         try:
-            await self.start_rideout(zone, 1)
+            return (await self.start_rideout(zone, 1))[0].pid
         finally:
             self.config_file = main
 
@@ -198,8 +199,9 @@ def http_request(method: str, path: str, body: dict[str, Any] | None = None) -> 
 
 async def hammer(
     host: str, port: int, request: bytes | Iterator[bytes], seconds: float, connections: int
-) -> tuple[float, int]:
-    """Requests/s over `connections` keep-alive connections, and how many were not 2xx.
+) -> tuple[float, int, int]:
+    """Requests/s over `connections` keep-alive connections, how many were not 2xx, and
+    how many were sent.
     `request`: the same request every time, or the next of an iterator (shared by the
     connections: round-robin over many request ids)."""
     deadline = monotonic() + seconds
@@ -220,7 +222,7 @@ async def hammer(
 
     start = monotonic()
     await asyncio.gather(*(loop(i) for i in range(connections)))
-    return sum(counts) / (monotonic() - start), sum(errors)
+    return sum(counts) / (monotonic() - start), sum(errors), sum(counts)
 
 
 async def one(host: str, port: int, request: bytes) -> dict[str, Any]:
@@ -283,8 +285,9 @@ async def measure_http(
     run = RoomRun(Settings(), work_dir)
     try:
         await run.start_redis()
-        await run.start_rideout(HEARTBEAT_ZONE, 1)
-        await run.start_uncached(FANOUT_ZONE)
+        cached_pid = (await run.start_rideout(HEARTBEAT_ZONE, 1))[0].pid
+        uncached_pid = await run.start_uncached(FANOUT_ZONE)
+        assert run.redis is not None
         host, port = HEARTBEAT_ZONE[1], run.config.app_port
         other = FANOUT_ZONE[1]
         admin = (run.config.keys_dir / "admin-token").read_text().strip()
@@ -304,37 +307,58 @@ async def measure_http(
         ]
         for server in (host, other):  # each arrival's first poll, before the rounds
             await send_all(server, port, polls, connections)
-        cases: dict[str, tuple[str, bytes | Iterator[bytes]]] = {
-            TRIVIAL: (host, http_request("GET", "/config.json")),
-            "GET /serving_num": (host, http_request("GET", f"/serving_num?event_id={EVENT}")),
-            QUEUE_NUM: (host, itertools.cycle(polls)),
-            f"{TRIVIAL}, {UNCACHED}": (other, http_request("GET", "/config.json")),
-            f"{QUEUE_NUM}, {UNCACHED}": (other, itertools.cycle(polls)),
-            "POST /assign_queue_num": (
-                host, http_request("POST", "/assign_queue_num", {"event_id": EVENT}),
-            ),
+        trivial = http_request("GET", "/config.json")
+        # name: (server, its pid, request(s)); each measured right next to the trivial
+        # endpoint of the same server, the pair's order alternating by round
+        cases: dict[str, tuple[str, int, bytes | Iterator[bytes]]] = {
+            "GET /serving_num": (host, cached_pid, http_request("GET", f"/serving_num?event_id={EVENT}")),
+            QUEUE_NUM: (host, cached_pid, itertools.cycle(polls)),
+            f"{QUEUE_NUM}, {UNCACHED}": (other, uncached_pid, itertools.cycle(polls)),
+            "POST /assign_queue_num": (host, cached_pid, assign),
             "POST /generate_token": (
-                host,
+                host, cached_pid,
                 http_request("POST", "/generate_token", {"event_id": EVENT, "request_id": request_id}),
             ),
         }  # fmt: skip
-        results: dict[str, list[float]] = {name: [] for name in cases}
-        errors: dict[str, int] = dict.fromkeys(cases, 0)
+        redis_pid = run.redis.pid
+        rates: dict[str, list[float]] = {name: [] for name in [TRIVIAL, *cases]}
+        ratios: dict[str, list[float]] = {name: [] for name in cases}
+        cpu: dict[str, list[float]] = {name: [] for name in [TRIVIAL, *cases]}
+        cpu_ratios: dict[str, list[float]] = {name: [] for name in cases}
+        errors: dict[str, int] = dict.fromkeys(rates, 0)
+
+        async def slice_(
+            server: str, pid: int, request: bytes | Iterator[bytes]
+        ) -> tuple[float, float, int]:
+            used = cpu_seconds([pid, redis_pid])
+            per_second, failed, sent = await hammer(server, port, request, seconds, connections)
+            return per_second, (cpu_seconds([pid, redis_pid]) - used) / max(1, sent), failed
+
         for server in (host, other):  # warm
-            await hammer(server, port, http_request("GET", "/config.json"), 1.0, connections)
+            await hammer(server, port, trivial, 1.0, connections)
         before = await position_counters(host, port)
         for round_ in range(rounds):
             order = list(cases) if round_ % 2 == 0 else list(reversed(cases))
             for name in order:
-                server, request = cases[name]
-                per_second, failed = await hammer(server, port, request, seconds, connections)
-                results[name].append(per_second)
-                errors[name] += failed
+                server, pid, request = cases[name]
+                pair = [(TRIVIAL, trivial), (name, request)]
+                measured = {}
+                for label, what in pair if round_ % 2 == 0 else reversed(pair):
+                    measured[label] = await slice_(server, pid, what)
+                    errors[label] += measured[label][2]
+                (base, base_cpu, _), (rate, per, _) = measured[TRIVIAL], measured[name]
+                rates[TRIVIAL].append(base)
+                cpu[TRIVIAL].append(base_cpu)
+                rates[name].append(rate)
+                cpu[name].append(per)
+                ratios[name].append(rate / base)
+                cpu_ratios[name].append(base_cpu / per if per else math.inf)
         after = await position_counters(host, port)
         p, lo, t = (a - b for a, b in zip(after, before, strict=True))
         return {
-            "rates": results, "errors": errors, "positions": positions,
-            "hit_share": 1 - lo / p if p else 0.0, "redis_per_poll": (lo + t) / p if p else 0.0,
+            "rates": rates, "ratios": ratios, "cpu": cpu, "cpu_ratios": cpu_ratios,
+            "errors": errors, "positions": positions,
+            "hit_share": 1 - lo / p if p else 0.0, "touches_per_poll": t / p if p else 0.0,
         }  # fmt: skip
     finally:
         await run.close()
@@ -365,24 +389,43 @@ def report_tokens(results: dict[str, list[float]]) -> str:
 
 def report_http(measured: dict[str, Any]) -> str:
     rates: dict[str, list[float]] = measured["rates"]
-    trivial = median(rates[TRIVIAL])
-    uncached = median(rates[f"{TRIVIAL}, {UNCACHED}"])
-    rows = [("", "requests/s", "vs trivial", "goal (polled paths)")]
+    cpu: dict[str, list[float]] = measured["cpu"]
+    rows = [
+        (
+            "",
+            "requests/s",
+            "vs trivial",
+            "CPU/request",
+            "trivial's CPU / its",
+            "goal (polled paths)",
+        )
+    ]
     for name, values in rates.items():
-        ratio = median(values) / (uncached if UNCACHED in name else trivial)
+        ratio = median(measured["ratios"][name]) if name != TRIVIAL else 1.0
+        cpu_ratio = median(measured["cpu_ratios"][name]) if name != TRIVIAL else 1.0
         polled = name.startswith(("GET /serving_num", QUEUE_NUM))
         goal = (">= 0.6 (PASS)" if ratio >= 0.6 else ">= 0.6 (MISS)") if polled else ""
-        rows.append((name, f"{median(values):,.0f}", f"{ratio:.2f}", goal))
+        rows.append((
+            name, f"{median(values):,.0f}", f"{ratio:.2f}", f"{median(cpu[name]) * 1e6:,.0f} us",
+            f"{cpu_ratio:.2f}", goal,
+        ))  # fmt: skip
     errors = {name: n for name, n in measured["errors"].items() if n}
     every = measured["positions"] / median(rates[QUEUE_NUM])
-    out = table("HTTP requests per second, one `rideout serve` process (median of rounds)", rows)
+    interval = touch_interval(ABANDON_AFTER) or 0.0
+    out = table(
+        "HTTP requests per second, one `rideout serve` process (medians of rounds; each"
+        " ratio is the row against the trivial endpoint of the same server measured right"
+        " next to it; CPU: the server's and Redis's, per request)", rows,
+    )  # fmt: skip
     out += (
         f"\n{QUEUE_NUM}: {measured['positions']:,} positions round-robin (each polled about"
-        f" every {every:.1f} s); position cache hit share {measured['hit_share']:.1%},"
-        f" Redis round trips per poll {measured['redis_per_poll']:.3f}"
-        f" (the cached server, over every round; {UNCACHED}: 1 per poll); in a steady"
-        f" state each position's clock is touched once per {ABANDON_AFTER / 10:g} s, about"
-        f" {min(1.0, every / (ABANDON_AFTER / 10)):.3f} touches per poll at this rate"
+        f" every {every:.1f} s while its row runs); position cache hit share"
+        f" {measured['hit_share']:.1%}, touches per poll {measured['touches_per_poll']:.3f}"
+        f" (queued, written in batches; the cached server over every round; {UNCACHED}:"
+        f" a read and a touch per poll, one round trip). Polled without a pause, each"
+        f" position is touched once per {interval:g} s: {min(1.0, every / interval):.3f}"
+        f" touches per poll at this rate; here the positions rest while other rows run,"
+        f" so more of their polls find a touch due"
     )
     return out + (f"\nnon-2xx answers: {errors}" if errors else "\nevery answer 2xx")
 
