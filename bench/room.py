@@ -25,8 +25,11 @@ against a trivial endpoint of the same app server.
    arrival's first poll, amortised over its wait); the position cache's hit share and
    Redis round trips per poll are read from the server's ``/metrics``. The same polls
    go to a second process of the same deployment with ``position_cache_size = 0`` (every
-   poll reads Redis), each row against its own server's trivial endpoint. The client is
-   a minimal keep-alive HTTP/1.1 loop on raw asyncio streams (16 connections), so it
+   poll reads Redis). Each row is measured right next to the trivial endpoint of the
+   same server (the pair's order alternating by round) and its ratio is the median of
+   those per-round ratios, since the shared machine's load moves from one slice to the
+   next; the server's and Redis's CPU per request is shown beside it. The client is a
+   minimal keep-alive HTTP/1.1 loop on raw asyncio streams (16 connections), so it
    costs far less than the server. Goal: the polled paths (``queue_num``,
    ``serving_num``) >= 0.6 of the trivial endpoint.
 """
@@ -434,8 +437,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="small, fast smoke run")
     parser.add_argument("--only", choices=["tokens", "http"], help="one part only")
+    parser.add_argument("--rounds", type=int, help="rounds (default 5; --quick 2)")
+    parser.add_argument("--seconds", type=float, help="seconds per slice (default 3; --quick 1)")
     args = parser.parse_args(argv)
     rounds, seconds = (2, 1.0) if args.quick else (5, 3.0)
+    rounds, seconds = args.rounds or rounds, args.seconds or seconds
     positions = 2_000 if args.quick else 5_000
     if args.only in (None, "tokens"):
         print(report_tokens(measure_tokens(rounds, seconds)), flush=True)
