@@ -293,8 +293,10 @@ class RoomAPI:
 
     ``admin_token`` guards the private API. ``signer`` and ``keys`` sign and publish
     the room's tokens (without them ``generate_token`` and ``public_key`` answer 503).
-    ``issuer`` is the tokens' ``iss``. ``position_cache_size``: numbered positions
-    each process keeps for ``queue_num`` (0: every poll reads Redis).
+    ``issuer`` is the tokens' ``iss``.
+
+    ``position_cache_size``: numbered positions each process keeps for ``queue_num``
+    (0: every poll reads Redis). :meth:`aclose` writes the touches still queued.
     """
 
     def __init__(
