@@ -28,7 +28,7 @@ from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, PositionState
 from rideout.waitingroom.poll_cache import TOUCH_DELAY
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, until
 from tests.waitingroom.conftest import Redis, fresh_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -347,3 +347,39 @@ async def test_answers_are_the_uncached_paths_after_any_sequence(
     for rid in rids:
         assert await cached.poll(event_id, rid) == await plain.poll(event_id, rid)
     await store.delete_event(event_id)
+
+
+async def test_touches_queued_while_a_batch_is_written_go_in_the_next(
+    processes: Any, redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock(1_800_000_000.0)
+    a = await processes(clock, ttl=0)
+    event_id = await event(a.api.store, abandon_after=100, expiry=0)
+    rids = [
+        (await a.post("/assign_queue_num", {"event_id": event_id}))["api_request_id"]
+        for _ in range(2)
+    ]
+    for rid in rids:
+        await a.poll(event_id, rid)  # read (and touched with the read)
+    monkeypatch.setattr(api_module, "_TOUCH_BATCH", 0.01)
+    write = a.api.store.touch_many
+    batches: list[dict[str, dict[str, float]]] = []
+
+    async def slow_write(touches: Any) -> bool:
+        batches.append({e: dict(t) for e, t in touches.items()})
+        if len(batches) == 1:  # a poll arrives while this batch is on its way
+            clock.advance(10)
+            assert (await a.poll(event_id, rids[1]))[0] == 200
+        return await write(touches)
+
+    monkeypatch.setattr(a.api.store, "touch_many", slow_write)
+    clock.advance(10)
+    assert (await a.poll(event_id, rids[0]))[0] == 200  # a touch is queued
+    seen = keys.waitingroom_event_keys(event_id)["seen"]
+
+    async def second_written() -> bool:
+        return await redis_server.admin.zscore(seen, rids[1]) == 1_800_000_020_000
+
+    await until(second_written, 5, message="the touch queued during the first batch")
+    assert [list(b[event_id]) for b in batches] == [[rids[0]], [rids[1]]]
+    assert await redis_server.admin.zscore(seen, rids[0]) == 1_800_000_010_000

@@ -480,8 +480,11 @@ class RoomAPI:
             self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
 
     async def _flush_soon(self) -> None:
-        await asyncio.sleep(_TOUCH_BATCH)
-        await self.flush_touches()
+        while True:  # touches queued while a batch was being written go in the next
+            await asyncio.sleep(_TOUCH_BATCH)
+            await self.flush_touches()
+            if not self._touches:
+                return
 
     async def flush_touches(self) -> None:
         """Write the queued touches now, in one round trip. Those that could not be
@@ -491,7 +494,7 @@ class RoomAPI:
             return
         try:
             written = await self.store.touch_many(batch)
-        except RoomError as exc:
+        except (RoomError, StoreError) as exc:
             log.debug("touches not written (again at the next polls): %s", exc)
             written = False
         if not written:
