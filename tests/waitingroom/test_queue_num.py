@@ -6,6 +6,7 @@ the answers are those of the uncached path after any sequence of operations."""
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import secrets
 from collections.abc import AsyncIterator
@@ -23,7 +24,7 @@ from starlette.applications import Starlette
 from rideout.store import keys
 from rideout.waitingroom import api as api_module
 from rideout.waitingroom.api import RoomAPI
-from rideout.waitingroom.errors import RoomError
+from rideout.waitingroom.errors import RoomError, UnknownEvent, UnknownRequest
 from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, PositionState
 from rideout.waitingroom.poll_cache import TOUCH_DELAY
@@ -324,7 +325,9 @@ async def test_answers_are_the_uncached_paths_after_any_sequence(
                 rids.append((await store.assign(event_id)).request_id)
             elif op == "poll":
                 # the cached process polls first, so a stale answer could not hide
-                assert await cached.poll(event_id, pick) == await plain.poll(event_id, pick)
+                answer = await cached.poll(event_id, pick)
+                assert answer == await plain.poll(event_id, pick)
+                assert answer == await _scripted(store, event_id, pick)
             elif op == "increment":
                 await store.increment_serving(event_id, n)
             elif op == "claim":
@@ -345,8 +348,25 @@ async def test_answers_are_the_uncached_paths_after_any_sequence(
         except RoomError:
             pass
     for rid in rids:
-        assert await cached.poll(event_id, rid) == await plain.poll(event_id, rid)
+        answer = await cached.poll(event_id, rid)
+        assert answer == await plain.poll(event_id, rid) == await _scripted(store, event_id, rid)
     await store.delete_event(event_id)
+
+
+async def _scripted(store: RoomStore, event_id: str, request_id: str) -> tuple[int, Any]:
+    """What queue_num answered before the cache: the POSITION script's reading, with
+    every state but pre-queued a 200 (AWS's: a position keeps its number)."""
+    try:
+        p = await store.position(event_id, request_id)
+    except UnknownRequest as exc:
+        return 404, {"error": str(exc)}
+    except UnknownEvent as exc:
+        return 400, {"error": str(exc)}
+    if p.status is PositionState.PREQUEUED:
+        return 202, {"error": "Request ID pre-queued: numbers are given at the start"}
+    entry = math.floor(p.entry_time)
+    return 200, {"queue_number": p.queue_number, "entry_time": entry, "event_id": event_id,
+                 "status": 1}  # fmt: skip
 
 
 async def test_touches_queued_while_a_batch_is_written_go_in_the_next(
