@@ -44,7 +44,11 @@ async def two_regions(config: Config) -> AsyncIterator[dict[str, Any]]:
 
 
 def room_config(make_config: Callable[..., Config]) -> Config:
-    return make_config(waitingroom={"inlet": "none", "tick_interval": 0.2, "events": ["auction"]})
+    # abandonment on: the replica's polls try to touch the clock (and must not fail)
+    return make_config(
+        waitingroom={"inlet": "none", "tick_interval": 0.2, "events": ["auction"],
+                     "abandon_after": 300},
+    )  # fmt: skip
 
 
 async def test_the_token_flow_end_to_end_and_across_a_failover(
@@ -101,8 +105,14 @@ async def test_the_token_flow_end_to_end_and_across_a_failover(
         exposition = (await http.get(b + "/metrics")).text
         assert 'rideout_room_requests_total{endpoint="/serving_num",status="200"}' in exposition
         assert "rideout_room_counter_loads_total" in exposition
-        r = await http.get(b + "/queue_num", params={"event_id": "auction", "request_id": rids[1]})
-        assert r.json()["queue_number"] == 2
+        for _ in range(2):  # a read, then from b's position cache; no touch is written
+            r = await http.get(
+                b + "/queue_num", params={"event_id": "auction", "request_id": rids[1]}
+            )
+            assert (r.status_code, r.json()["queue_number"]) == (200, 2)
+        exposition = (await http.get(b + "/metrics")).text
+        assert "rideout_room_position_polls_total 2.0" in exposition
+        assert "rideout_room_position_loads_total 1.0" in exposition
         r = await http.post(b + "/assign_queue_num", json={"event_id": "auction"})
         assert r.status_code == 503  # the replica takes no arrivals until promoted
 

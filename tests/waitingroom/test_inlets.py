@@ -129,7 +129,9 @@ async def test_the_scheduler_sweeps_releases_and_writes_metrics(
     report = await scheduler.run_once()
     assert report.expired == 1
     abandoned = written = 0
-    for _ in range(26):  # 104 s of passes every 4 s (a longer gap would be an outage)
+    # 116 s of passes every 4 s (a longer gap would be an outage): the 31 s gap above
+    # was one, so abandonment waits for the hold and its slack (110 s) after it
+    for _ in range(29):
         clock.advance(4)
         report = await scheduler.run_once()
         abandoned, written = abandoned + report.abandoned, written + report.metrics

@@ -215,6 +215,9 @@ class WaitingRoomConfig:
     # Seconds each process keeps serving_num / waiting_num before asking Redis again
     # (0: off): a surge of polls costs Redis one read per event per interval.
     micro_cache_ttl: float = field(default=0.5, metadata={"zero_ok": True})
+    # Numbered positions each process keeps for queue_num (their answer never changes;
+    # about 400 bytes each; 0: every poll reads Redis).
+    position_cache_size: int = field(default=100_000, metadata={"zero_ok": True})
     max_body: int = 4096  # bytes a request body may have
     stream_length: int = 10000  # events kept per event's stream (about)
     # The first key of the room's key ring (KEYS_DIR/room-keys.pem): EdDSA | ES256 |

@@ -22,13 +22,16 @@ Every POST and PATCH honours an optional ``Idempotency-Key``
 CDN may cache it (``Cache-Control``: short and public for the shared counters, long for
 the public key, ``private`` for per-request paths); ``serving_num`` and ``waiting_num``
 also come from an in-process micro-cache, so a surge of polls costs Redis one read per
-event per ``micro_cache_ttl``.
+event per ``micro_cache_ttl``, and ``queue_num`` from a per-process cache of numbered
+positions (:mod:`rideout.waitingroom.poll_cache`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import logging
 import math
 import time
 from collections.abc import Awaitable, Callable, Mapping
@@ -66,6 +69,7 @@ from rideout.waitingroom.model import (
     pow_valid,
     serving_rate,
 )
+from rideout.waitingroom.poll_cache import DEFAULT_SIZE, PositionCache, touch_interval
 from rideout.waitingroom.store import RoomStore
 
 __all__ = [
@@ -89,6 +93,8 @@ _PREFLIGHT_HEADERS: Final = {
     "Access-Control-Max-Age": "600",
 }
 _RATE_WINDOW: Final = 300.0  # seconds of serving-counter history the ETA looks at
+_TOUCH_BATCH: Final = 0.05  # seconds a queued touch waits for others (< poll_cache.TOUCH_DELAY)
+log = logging.getLogger("rideout.waitingroom")
 T = TypeVar("T")
 
 
@@ -291,6 +297,9 @@ class RoomAPI:
     the room's tokens (without them ``generate_token``, ``refresh_token`` and
     ``public_key`` answer 503).
     ``issuer`` is the tokens' ``iss``.
+
+    ``position_cache_size``: numbered positions each process keeps for ``queue_num``
+    (0: every poll reads Redis). :meth:`aclose` writes the touches still queued.
     """
 
     def __init__(
@@ -302,6 +311,7 @@ class RoomAPI:
         signer: RoomTokenIssuer | None = None,
         keys: KeySource | None = None,
         micro_cache_ttl: float = 0.5,
+        position_cache_size: int = DEFAULT_SIZE,
         max_body: int = 4096,
         idempotency_ttl: float = 86400.0,
         metrics: RoomMetrics | None = None,
@@ -317,6 +327,9 @@ class RoomAPI:
         self.cache = MicroCache(
             micro_cache_ttl, on_load=None if metrics is None else metrics.loads.inc
         )
+        self.positions = PositionCache(position_cache_size)
+        self._touches: dict[str, dict[str, float]] = {}  # event -> request id -> poll time
+        self._flusher: asyncio.Task[None] | None = None
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
         self.verifier = (
@@ -434,19 +447,78 @@ class RoomAPI:
         return _json_response(out)
 
     async def queue_num(self, request: Request) -> Response:
-        """``{queue_number, entry_time, event_id, status: 1}``; 202 while pre-queued."""
+        """``{queue_number, entry_time, event_id, status: 1}``; 202 while pre-queued.
+
+        A numbered position's answer never changes, so it comes from the process's
+        :class:`PositionCache` once read (keyed by the event's generation, which a reset
+        or delete changes); the abandonment clock is restarted at most once per
+        :func:`touch_interval` (docs/waiting-room.md, "How polls reach Redis")."""
         event_id, request_id = _position_query(request)
-        position = await self.store.poll(event_id, request_id)
-        if position.status is PositionState.PREQUEUED:
-            return _error(202, "Request ID pre-queued: numbers are given at the start")
-        return _json_response(
-            {
-                "queue_number": position.queue_number,
-                "entry_time": math.floor(position.entry_time),
-                "event_id": event_id,
-                "status": 1,
-            }
+        settings, generation = await self.cache.get(
+            (event_id, "poll"), lambda: self.store.poll_context(event_id)
         )
+        metrics = self.metrics
+        if metrics is not None:
+            metrics.position_polls.inc()
+        now = self.store.clock()
+        interval = touch_interval(settings.abandon_after)
+        touch = self.positions.touch_due(event_id, generation, request_id, now, interval)
+        answer = self.positions.answer(event_id, generation, request_id)
+        if answer is None:
+            if metrics is not None:
+                metrics.position_loads.inc()
+            position, touched = await self.store.lookup(event_id, request_id, touch=touch)
+            self.positions.remember(generation, position, touched=now if touched else None)
+            if position.status is PositionState.PREQUEUED:
+                return _error(202, "Request ID pre-queued: numbers are given at the start")
+            answer = position.queue_number, math.floor(position.entry_time)
+        elif touch:
+            self._touch_later(event_id, request_id, now)
+        return _json_response(
+            {"queue_number": answer[0], "entry_time": answer[1], "event_id": event_id, "status": 1}
+        )
+
+    def _touch_later(self, event_id: str, request_id: str, now: float) -> None:
+        """Queue a touch of the position's clock (with the poll's time) for the next
+        batch, written within about :data:`_TOUCH_BATCH` seconds."""
+        if self.metrics is not None:
+            self.metrics.position_touches.inc()
+        self.positions.touched(event_id, request_id, now)
+        self._touches.setdefault(event_id, {})[request_id] = now
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_soon())
+
+    async def _flush_soon(self) -> None:
+        while True:  # touches queued while a batch was being written go in the next
+            await asyncio.sleep(_TOUCH_BATCH)
+            await self.flush_touches()
+            if not self._touches:
+                return
+
+    async def flush_touches(self) -> None:
+        """Write the queued touches now, in one round trip. Those that could not be
+        written (a replica, an outage) are touched again at their next poll."""
+        batch, self._touches = self._touches, {}
+        if not batch:
+            return
+        try:
+            written = await self.store.touch_many(batch)
+        except (RoomError, StoreError) as exc:
+            log.debug("touches not written (again at the next polls): %s", exc)
+            written = False
+        if not written:
+            for event_id, polls in batch.items():
+                for request_id in polls:
+                    self.positions.touched(event_id, request_id, None)
+
+    async def aclose(self) -> None:
+        """Write the touches still queued (at shutdown)."""
+        flusher, self._flusher = self._flusher, None
+        if flusher is not None and not flusher.done():
+            flusher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await flusher
+        await self.flush_touches()
 
     async def _counters(self, event_id: str) -> Counters:
         if self.metrics is not None:
@@ -636,6 +708,7 @@ class RoomAPI:
         event_id = _event_id(_field(body, "event_id"))
         await self.store.reset(event_id)
         self.cache.forget(event_id)
+        self.positions.forget(event_id)
         return _json_response({"message": "Counters reset"}, public=False)
 
     async def private_generate_token(self, request: Request) -> Response:
@@ -698,6 +771,7 @@ class RoomAPI:
         event_id = self._path_event(request)
         await self.store.delete_event(event_id)
         self.cache.forget(event_id)
+        self.positions.forget(event_id)
         return Response(status_code=204, headers={"Cache-Control": CACHE_PRIVATE})
 
     async def _set_open(self, request: Request, is_open: bool) -> Response:

@@ -112,6 +112,7 @@ class WaitingRoom:
             signer=RoomTokenIssuer(watcher, issuer=issuer),
             keys=watcher,
             micro_cache_ttl=room.micro_cache_ttl,
+            position_cache_size=room.position_cache_size,
             max_body=room.max_body,
             metrics=RoomMetrics(server.metrics.registry),
         )
@@ -190,10 +191,12 @@ class WaitingRoom:
         )
 
     async def stop(self) -> None:
-        """Stop the scheduler and close the control plane client."""
+        """Stop the scheduler, write the queued touches, close the control plane client."""
         if self.scheduler is not None:
             await self.scheduler.stop()
             self.scheduler = None
+        if self.api is not None:
+            await self.api.aclose()
         if self._http is not None:
             await self._http.aclose()
             self._http = None

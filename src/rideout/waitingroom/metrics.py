@@ -7,6 +7,13 @@
 ``rideout_room_counter_loads_total``
     those that reached Redis (the rest came from the micro-cache): the origin's polling
     load, with the cache's effect as the ratio of the two
+``rideout_room_position_polls_total``
+    ``queue_num`` polls of a known event
+``rideout_room_position_loads_total``
+    those that read the position from Redis (the rest came from the position cache)
+``rideout_room_position_touches_total``
+    abandonment-clock touches sent on their own (a cached answer's; a load's touch
+    rides in the same round trip)
 """
 
 from __future__ import annotations
@@ -36,6 +43,21 @@ class RoomMetrics:
         self.loads = Counter(
             "rideout_room_counter_loads",
             "Reads of a waiting room's shared counters that reached Redis.",
+            registry=registry,
+        )
+        self.position_polls = Counter(
+            "rideout_room_position_polls",
+            "queue_num polls of a known waiting-room event.",
+            registry=registry,
+        )
+        self.position_loads = Counter(
+            "rideout_room_position_loads",
+            "queue_num polls that read the position from Redis.",
+            registry=registry,
+        )
+        self.position_touches = Counter(
+            "rideout_room_position_touches",
+            "Abandonment-clock touches sent apart from a position read.",
             registry=registry,
         )
         self._requests = LabelCache(self.requests)

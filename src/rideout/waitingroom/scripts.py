@@ -135,7 +135,7 @@ CREATE: Final = (
     _COMMON
     + r"""
 -- KEYS[12] the index of event ids. ARGV[3] the event id, 4.. : field, value pairs of
--- the settings hash.
+-- the settings hash (with the event's first generation).
 if redis.call('EXISTS', K.event) == 1 then return 'exists' end
 redis.call('HSET', K.event, unpack(ARGV, 4))
 redis.call('SADD', KEYS[12], ARGV[3])
@@ -148,9 +148,14 @@ UPDATE: Final = (
     _COMMON
     + r"""
 -- ARGV[3] the event id, 4.. : field, value pairs of the settings hash. Refused when
--- the event is gone.
+-- the event is gone. Turning abandonment on restarts every waiting position's clock
+-- (polls do not touch it while abandonment is off; see SWEEP's resumed_at).
 if redis.call('EXISTS', K.event) == 0 then return 'unknown' end
+local was = setting('abandon_ms')
 redis.call('HSET', K.event, unpack(ARGV, 4))
+if was == 0 and setting('abandon_ms') > 0 then
+  redis.call('HSET', K.counters, 'resumed_at', d(NOW))
+end
 return 'ok'
 """
 )
@@ -421,8 +426,13 @@ if period > 0 then
   redis.call('HSET', K.counters, 'max_expired', d(cursor))
 end
 local hold = setting('abandon_ms')
-if hold > 0 and NOW - counter('resumed_at') > hold then
-  local rids = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. d(NOW - hold), 'LIMIT', 0, batch)
+-- A process restarts a polling position's clock at most once per touch interval
+-- (poll_cache.touch_interval: a tenth of the hold, at most 30 s): the same slack here,
+-- so that a client polling at least every `hold` is never abandoned.
+local slack = math.min(math.ceil(hold / 10), 30000)
+if hold > 0 and NOW - counter('resumed_at') > hold + slack then
+  local rids = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. d(NOW - hold - slack),
+                          'LIMIT', 0, batch)
   for _, rid in ipairs(rids) do
     local r = parse(redis.call('HGET', K.requests, rid))
     if r and r.state == 'waiting' then
@@ -466,8 +476,10 @@ RESET: Final = (
     _COMMON
     + r"""
 -- Zero the event's counters and forget every position and token (the settings and the
--- events stream stay). Returns 'ok' or 'unknown'.
+-- events stream stay); ARGV[3] the event's new generation (what the processes' position
+-- caches are keyed by). Returns 'ok' or 'unknown'.
 if redis.call('EXISTS', K.event) == 0 then return 'unknown' end
+redis.call('HSET', K.event, 'generation', ARGV[3])
 redis.call('DEL', K.counters, K.requests, K.queue, K.seen, K.tokens, K.active, K.servable,
            K.dead, K.prequeue)
 emit('reset', event_json({'event_id', redis.call('HGET', K.event, 'id')}))

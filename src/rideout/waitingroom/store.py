@@ -33,7 +33,7 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -87,6 +87,11 @@ def new_request_id() -> str:
     return f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-{raw[16:20]}-{raw[20:]}"
 
 
+def _generation() -> str:
+    """A new value for an event's generation (it changes on create and reset)."""
+    return secrets.token_hex(8)
+
+
 def _text(value: object) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
@@ -115,6 +120,14 @@ def _position(event_id: str, request_id: str, reply: Sequence[Any]) -> Position:
         ) from None
     entry = _int(reply[2], "entry") / 1000
     return Position(event_id, request_id, _int(reply[1], "queue number"), entry, state)
+
+
+def _record(event_id: str, request_id: str, raw: object) -> Position:
+    """A Position from its ``requests`` record, ``q,entry_ms,state,iat,exp,status``."""
+    fields = _text(raw).split(",")
+    if len(fields) != 6:
+        raise StoreCorrupt(f"request {request_id}: malformed record {_text(raw)[:60]!r}")
+    return _position(event_id, request_id, ["ok", *fields[:3]])
 
 
 def _settings_fields(event: EventSettings) -> list[str]:
@@ -193,6 +206,12 @@ class RoomStore:
         except StoreUnavailable as exc:
             raise RoomUnavailable(str(exc)) from exc
 
+    def _raise(self, reply: object, what: str) -> None:
+        """A pipelined command's error (``raise_on_error=False``) raised as the room's."""
+        if isinstance(reply, Exception):
+            with self.errors(what):
+                raise reply
+
     def _now_ms(self) -> int:
         return math.floor(self.clock() * 1000)
 
@@ -214,7 +233,7 @@ class RoomStore:
             raise InvalidRequest(f"event must be EventSettings, not {type(event).__name__}")
         result = await self._run(
             "CREATE", event.event_id, event.event_id, *_settings_fields(event),
-            extra=[keys.WAITINGROOM_INDEX],
+            "generation", _generation(), extra=[keys.WAITINGROOM_INDEX],
         )  # fmt: skip
         if _text(result) == "exists":
             raise EventExists(f"event {event.event_id!r} exists already")
@@ -327,6 +346,61 @@ class RoomStore:
         """:meth:`position` and :meth:`touch` in one round trip (the read alone on a
         read-only replica)."""
         return _position(event_id, request_id, await self._polled(event_id, request_id))
+
+    async def poll_context(self, event_id: str) -> tuple[EventSettings, str]:
+        """An event's settings and its generation (a value that changes when the event
+        is reset, deleted and created again), in one read; :class:`UnknownEvent`."""
+        self._check_event(event_id)
+        with self.errors(f"poll_context {event_id}"):
+            raw, generation = await self.redis.hmget(
+                keys.waitingroom_event_keys(event_id)["event"], ["json", "generation"]
+            )
+        if raw is None:
+            raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
+        return self._decode_event(raw, event_id), "" if generation is None else _text(generation)
+
+    async def lookup(self, event_id: str, request_id: str, *, touch: bool) -> tuple[Position, bool]:
+        """The position as its record stands, without a script (the event is the
+        caller's to check: :meth:`poll_context`), and whether its abandonment clock was
+        restarted (``touch``; not on a read-only replica). :class:`UnknownRequest`."""
+        self._check_event(event_id)
+        rid = self._check_request(request_id)
+        event_keys = keys.waitingroom_event_keys(event_id)
+        with self.errors(f"lookup {event_id}"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hget(event_keys["requests"], rid)
+                if touch:  # only waiting positions are in `seen`: XX touches nothing else
+                    pipe.zadd(event_keys["seen"], {rid: self._now_ms()}, xx=True)
+                replies = await pipe.execute(raise_on_error=False)
+        touched = False
+        with contextlib.suppress(RoomNotWriter):
+            for reply in replies:
+                self._raise(reply, f"lookup {event_id}")
+            touched = touch
+        self._raise(replies[0], f"lookup {event_id}")
+        if replies[0] is None:
+            raise UnknownRequest(f"Request ID not found: {rid}")
+        return _record(event_id, rid, replies[0]), touched
+
+    async def touch_many(self, touches: Mapping[str, Mapping[str, float]]) -> bool:
+        """Restart waiting positions' abandonment clocks, ``{event_id: {request_id:
+        poll time}}``, in one round trip (nothing for a position that no longer waits);
+        False on a read-only replica, where nothing is written."""
+        with self.errors("touch"):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for event_id, polls in touches.items():
+                    seen = keys.waitingroom_event_keys(self._check_event(event_id))["seen"]
+                    scores = {
+                        self._check_request(r): math.floor(t * 1000) for r, t in polls.items()
+                    }
+                    pipe.zadd(seen, scores, xx=True)
+                replies = await pipe.execute(raise_on_error=False)
+        try:
+            for reply in replies:
+                self._raise(reply, "touch")
+        except RoomNotWriter:
+            return False
+        return True
 
     async def expiry(self, event_id: str, request_id: str) -> Expiry:
         """How long the position can still take its token (see :class:`ExpiryState`);
@@ -607,5 +681,5 @@ class RoomStore:
         """Zero the event's counters and forget its positions and tokens (its settings
         and events stream stay)."""
         self._check_event(event_id)
-        if _text(await self._run("RESET", event_id)) == "unknown":
+        if _text(await self._run("RESET", event_id, _generation())) == "unknown":
             raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
