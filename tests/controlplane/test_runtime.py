@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import stat
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -144,6 +145,9 @@ async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
         await healthy_for(first, clock)
         await first.stop()  # saves its state
         assert first.state_file.exists()
+        # Written by rideout._files.replace_atomically: private, no temp file left behind.
+        assert stat.S_IMODE(first.state_file.stat().st_mode) == 0o600
+        assert [p.name for p in first.state_file.parent.glob("*.tmp")] == []
 
         clock.now += 30  # down for a while: no datapoints were received meanwhile
         second = ControlPlane(config, clock=clock)
