@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 # The CLI's rich consoles take their width when rideout.cli is imported: one width for
 # every test, in one process or in xdist's workers (whose terminal is not a terminal).
@@ -185,6 +186,26 @@ class FakeClock:
 
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+def json_containers_4_8(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    """Lists and objects of up to 4 members (keys up to 8 characters) of `children`."""
+    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
+    # its argument, and warns (an error here) that it cannot recurse.
+    return st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=8), children, max_size=4
+    )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    json_containers_4_8,
+    max_leaves=12,
+)
+"""Any JSON value (no NaN), nested a little: for inputs that must be refused cleanly."""
 
 
 # --------------------------------------------------------------------------- real servers
