@@ -98,39 +98,34 @@ async def test_silence_fails_over_and_dns_follows_the_writer(
     config = make_config()
     clock = FakeClock(1_800_000_000.0)
     period = config.timing.canary_interval
-    async with running_redis_pair(config):
-        await started_writer(config)
-        plane = ControlPlane(config, clock=clock)
-        try:
-            # Start-up: no data yet, nothing is evaluated, DNS answers the primary.
+    async with plane_on_redis(config, clock) as plane:
+        # Start-up: no data yet, nothing is evaluated, DNS answers the primary.
+        await plane.evaluate()
+        assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
+        assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
+        await healthy_for(plane, clock)
+        assert {a.state for a in plane.alarms.values()} == {"OK"}
+        # The primary region goes silent: its canary died with it.
+        moved_after = None
+        for i in range(1, 20):
+            clock.now += period
+            report(plane, clock, S)
             await plane.evaluate()
-            assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
-            assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
-            await healthy_for(plane, clock)
-            assert {a.state for a in plane.alarms.values()} == {"OK"}
-            # The primary region goes silent: its canary died with it.
-            moved_after = None
-            for i in range(1, 20):
-                clock.now += period
-                report(plane, clock, S)
-                await plane.evaluate()
-                if a_records(plane) == ["127.0.2.1", "127.0.2.2"]:
-                    moved_after = i
-                    break
-            assert moved_after is not None
-            assert plane.alarms[P].state == "ALARM"
-            assert plane.checks[P].healthy is False
-            summary = plane.summary()
-            assert (summary["failover"]["writer"], summary["failover"]["epoch"]) == (S, 2)
-            assert summary["dns"]["region"] == S
-            txt = plane.resolve(config.app_domain, "TXT").answers[0].value
-            assert txt == "region=us-west-2 reason=primary-unhealthy"
-            # CloudWatch keeps using the last real datapoints while N of them are in the
-            # evaluation range (N + 2 periods): a silent region alarms after ~N + 2 periods.
-            n = config.timing.failover_datapoints
-            assert moved_after <= n + 4
-        finally:
-            await plane.stop()
+            if a_records(plane) == ["127.0.2.1", "127.0.2.2"]:
+                moved_after = i
+                break
+        assert moved_after is not None
+        assert plane.alarms[P].state == "ALARM"
+        assert plane.checks[P].healthy is False
+        summary = plane.summary()
+        assert (summary["failover"]["writer"], summary["failover"]["epoch"]) == (S, 2)
+        assert summary["dns"]["region"] == S
+        txt = plane.resolve(config.app_domain, "TXT").answers[0].value
+        assert txt == "region=us-west-2 reason=primary-unhealthy"
+        # CloudWatch keeps using the last real datapoints while N of them are in the
+        # evaluation range (N + 2 periods): a silent region alarms after ~N + 2 periods.
+        n = config.timing.failover_datapoints
+        assert moved_after <= n + 4
 
 
 async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
