@@ -157,6 +157,30 @@ def until_sync(
     return time.monotonic() - start
 
 
+def children_die_with_their_parent(script: str, within: float = 10.0) -> list[int]:
+    """Run `script` in a new Python (it prints its children's pids on one line, then
+    sleeps), SIGKILL it as soon as they are printed, and fail unless every child is gone
+    within `within` seconds; the children's pids."""
+    import signal
+    import subprocess
+    import sys
+
+    from rideout._process import pid_alive
+
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert pids, "the script printed no pids"
+        assert all(pid_alive(p) for p in pids), "a child was not running"
+        os.kill(proc.pid, signal.SIGKILL)  # at once: whatever a child is doing
+        proc.wait(timeout=10)
+        until_sync(lambda: not any(pid_alive(p) for p in pids), within,
+                   message="every child gone")  # fmt: skip
+    return pids
+
+
 # --------------------------------------------------------------------------- fake time
 
 
