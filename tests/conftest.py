@@ -181,6 +181,18 @@ def children_die_with_their_parent(script: str, within: float = 10.0) -> list[in
     return pids
 
 
+async def control_plane_summary(config: Config) -> dict[str, Any]:
+    """The control plane's ``/v1/summary`` (httpx.HTTPError when it does not answer)."""
+    import httpx
+
+    from rideout import routes
+
+    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+        response = await http.get(routes.control_plane_url(config, routes.SUMMARY))
+        body: dict[str, Any] = response.json()
+    return body
+
+
 # --------------------------------------------------------------------------- fake time
 
 

@@ -15,7 +15,6 @@ from typing import Any
 import httpx
 import pytest
 
-from rideout import routes
 from rideout._process import pid_alive
 from rideout.cluster.chaos import ChaosError
 from rideout.cluster.runstate import RunState
@@ -26,6 +25,7 @@ from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import read_epoch, replication_status
 from tests.cluster.conftest import chaos
+from tests.conftest import control_plane_summary as summary
 from tests.conftest import until
 
 pytestmark = pytest.mark.slow
@@ -41,14 +41,6 @@ async def cluster(make_config: Callable[..., Config]) -> AsyncIterator[LocalClus
         yield running
     finally:
         await running.stop()
-
-
-async def summary(config: Config) -> dict[str, Any]:
-    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-        body: dict[str, Any] = (
-            await http.get(routes.control_plane_url(config, routes.SUMMARY))
-        ).json()
-        return body
 
 
 async def failed_over(cluster: LocalCluster) -> int:
