@@ -59,7 +59,9 @@ def move_lines(p: dict[str, Any]) -> list[str]:
             found.append(
                 (c["timestamp"], f"alarm {region} {c['old']} -> {c['new']}: {c.get('reason', '')}")
             )
-    if zero is None and found:
+    if not found:
+        return []
+    if zero is None:
         zero = min(t for t, _ in found)
     return [f"{t - zero:+8.2f} s  {text}" for t, text in sorted(found)]
 
