@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import strategies as st
 
 # The CLI's rich consoles take their width when rideout.cli is imported: one width for
 # every test, in one process or in xdist's workers (whose terminal is not a terminal).
@@ -156,6 +157,42 @@ def until_sync(
     return time.monotonic() - start
 
 
+def children_die_with_their_parent(script: str, within: float = 10.0) -> list[int]:
+    """Run `script` in a new Python (it prints its children's pids on one line, then
+    sleeps), SIGKILL it as soon as they are printed, and fail unless every child is gone
+    within `within` seconds; the children's pids."""
+    import signal
+    import subprocess
+    import sys
+
+    from rideout._process import pid_alive
+
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert pids, "the script printed no pids"
+        assert all(pid_alive(p) for p in pids), "a child was not running"
+        os.kill(proc.pid, signal.SIGKILL)  # at once: whatever a child is doing
+        proc.wait(timeout=10)
+        until_sync(lambda: not any(pid_alive(p) for p in pids), within,
+                   message="every child gone")  # fmt: skip
+    return pids
+
+
+async def control_plane_summary(config: Config) -> dict[str, Any]:
+    """The control plane's ``/v1/summary`` (httpx.HTTPError when it does not answer)."""
+    import httpx
+
+    from rideout import routes
+
+    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+        response = await http.get(routes.control_plane_url(config, routes.SUMMARY))
+        body: dict[str, Any] = response.json()
+    return body
+
+
 # --------------------------------------------------------------------------- fake time
 
 
@@ -185,6 +222,26 @@ class FakeClock:
 
     async def asleep(self, seconds: float) -> None:
         self.sleep(seconds)
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+def json_containers_4_8(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    """Lists and objects of up to 4 members (keys up to 8 characters) of `children`."""
+    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
+    # its argument, and warns (an error here) that it cannot recurse.
+    return st.lists(children, max_size=4) | st.dictionaries(
+        st.text(max_size=8), children, max_size=4
+    )
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    json_containers_4_8,
+    max_leaves=12,
+)
+"""Any JSON value (no NaN), nested a little: for inputs that must be refused cleanly."""
 
 
 # --------------------------------------------------------------------------- real servers

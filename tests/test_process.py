@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from rideout._process import ManagedProcess, ProcessError, pid_alive
-from tests.conftest import until, until_sync
+from tests.conftest import children_die_with_their_parent, until
 
 
 async def test_output_goes_to_log_sink_and_tail(tmp_path: Path) -> None:
@@ -84,16 +84,7 @@ def test_children_die_with_a_killed_parent(tmp_path: Path) -> None:
         asyncio.run(main())
         """
     )
-    with subprocess.Popen(
-        [sys.executable, "-c", parent], stdout=subprocess.PIPE, text=True
-    ) as proc:
-        assert proc.stdout is not None
-        child = int(proc.stdout.readline())
-        assert pid_alive(child)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        until_sync(lambda: not pid_alive(child), 10, message="the child gone")
-        assert not pid_alive(child)
+    assert len(children_die_with_their_parent(parent)) == 1
 
 
 def test_pid_alive() -> None:

@@ -49,6 +49,7 @@ from rideout.protocol import (
     parse_retry_hint,
     parse_server_message,
 )
+from tests.conftest import json_containers_4_8
 
 MAX = 4096
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -333,14 +334,6 @@ def json_containers_3_5(children: st.SearchStrategy[object]) -> st.SearchStrateg
     # its argument, and warns (an error here) that it cannot recurse.
     return st.lists(children, max_size=3) | st.dictionaries(
         st.text(max_size=5), children, max_size=3
-    )
-
-
-def json_containers_4_8(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
-    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
-    # its argument, and warns (an error here) that it cannot recurse.
-    return st.lists(children, max_size=4) | st.dictionaries(
-        st.text(max_size=8), children, max_size=4
     )
 
 

@@ -391,11 +391,7 @@ class IdempotencyMiddleware:
                 body = base64.b64decode(record["body"], validate=True)
         except (ValueError, TypeError, KeyError, AttributeError):
             log.error("unreadable idempotency record for key %r", key)
-            self._count("corrupt")
-            await _problem(
-                send, 500, "idempotency-record-corrupt", "Idempotency record unreadable",
-                "the stored record for this key cannot be read",
-            )  # fmt: skip
+            await self._corrupt(send)
             return
         if stored_fp != fingerprint:
             self._count("mismatch")
@@ -424,16 +420,20 @@ class IdempotencyMiddleware:
             return
         if state != "done":
             log.error("idempotency record for key %r is in unknown state %r", key, state)
-            self._count("corrupt")
-            await _problem(
-                send, 500, "idempotency-record-corrupt", "Idempotency record unreadable",
-                "the stored record for this key cannot be read",
-            )  # fmt: skip
+            await self._corrupt(send)
             return
         self._count("replayed")
         headers.append((REPLAYED_HEADER.lower().encode(), b"true"))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _corrupt(self, send: Send) -> None:
+        """Answer 500 for a stored record that cannot be read (counted as corrupt)."""
+        self._count("corrupt")
+        await _problem(
+            send, 500, "idempotency-record-corrupt", "Idempotency record unreadable",
+            "the stored record for this key cannot be read",
+        )  # fmt: skip
 
     async def _run(
         self,

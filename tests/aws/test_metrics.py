@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import boto3
 import pytest
@@ -24,6 +25,28 @@ def round_of(healthy: Sequence[bool], at: float = NOW) -> list[ProbeResult]:
         ProbeResult("us-east-1", f"use1-az{i + 1}", ok, 0.01, None if ok else "down", at)
         for i, ok in enumerate(healthy)
     ]
+
+
+def stored(statistics: list[str]) -> tuple[set[tuple[str, ...]], list[dict[str, Any]]]:
+    """What moto's CloudWatch (the alarm region, us-west-2) holds of WebSocketHealth: the
+    dimension values of its metrics, and the region's datapoints around NOW."""
+    cw = boto3.client("cloudwatch", region_name="us-west-2")
+    # (moto lists a metric once per datapoint: compare the set)
+    metrics = cw.list_metrics(Namespace="App", MetricName="WebSocketHealth")["Metrics"]
+    dims = {tuple(sorted(d["Value"] for d in m["Dimensions"])) for m in metrics}
+    stats = cw.get_metric_statistics(
+        Namespace="App",
+        MetricName="WebSocketHealth",
+        Dimensions=[{"Name": "ApiId", "Value": "us-east-1"}],
+        StartTime=dt.datetime.fromtimestamp(NOW - 60, dt.UTC),
+        EndTime=dt.datetime.fromtimestamp(NOW + 120, dt.UTC),
+        Period=60,
+        Statistics=statistics,  # type: ignore[arg-type]
+    )["Datapoints"]
+    return dims, stats  # type: ignore[return-value]
+
+
+ZONES_AND_REGION = {("us-east-1",), ("us-east-1", "use1-az1"), ("us-east-1", "use1-az2")}
 
 
 def test_a_round_is_one_datum_per_zone_and_one_for_the_region() -> None:
@@ -46,20 +69,8 @@ async def test_publishes_to_the_alarm_region(
     publisher.publish(round_of([True, False], NOW + 60))
     await until(lambda: publisher.stats()["sent"] == 6, 30, message="datapoints sent")
     await publisher.aclose()
-    cw = boto3.client("cloudwatch", region_name="us-west-2")
-    # (moto lists a metric once per datapoint: compare the set)
-    metrics = cw.list_metrics(Namespace="App", MetricName="WebSocketHealth")["Metrics"]
-    dims = sorted({tuple(sorted(d["Value"] for d in m["Dimensions"])) for m in metrics})
-    assert dims == [("us-east-1",), ("us-east-1", "use1-az1"), ("us-east-1", "use1-az2")]
-    stats = cw.get_metric_statistics(
-        Namespace="App",
-        MetricName="WebSocketHealth",
-        Dimensions=[{"Name": "ApiId", "Value": "us-east-1"}],
-        StartTime=dt.datetime.fromtimestamp(NOW - 60, dt.UTC),
-        EndTime=dt.datetime.fromtimestamp(NOW + 120, dt.UTC),
-        Period=60,
-        Statistics=["Minimum"],
-    )["Datapoints"]
+    dims, stats = stored(["Minimum"])
+    assert dims == ZONES_AND_REGION
     assert sorted(p["Minimum"] for p in stats) == [0.0, 1.0]
 
 
@@ -131,19 +142,8 @@ async def test_a_real_canary_publishes_real_probes_to_cloudwatch(
         await canary.run(rounds=2)
         await until(lambda: publisher.stats()["sent"] == 6, 60, message="6 datapoints sent")
         await publisher.aclose()
-    cw = boto3.client("cloudwatch", region_name="us-west-2")
-    metrics = cw.list_metrics(Namespace="App", MetricName="WebSocketHealth")["Metrics"]
-    dims = {tuple(sorted(d["Value"] for d in m["Dimensions"])) for m in metrics}
-    assert dims == {("us-east-1",), ("us-east-1", "use1-az1"), ("us-east-1", "use1-az2")}
-    stats = cw.get_metric_statistics(
-        Namespace="App",
-        MetricName="WebSocketHealth",
-        Dimensions=[{"Name": "ApiId", "Value": "us-east-1"}],
-        StartTime=dt.datetime.fromtimestamp(NOW - 60, dt.UTC),
-        EndTime=dt.datetime.fromtimestamp(NOW + 120, dt.UTC),
-        Period=60,
-        Statistics=["Minimum", "SampleCount"],
-    )["Datapoints"]
+    dims, stats = stored(["Minimum", "SampleCount"])
+    assert dims == ZONES_AND_REGION
     # 2 rounds: 2 regional datapoints and 4 zonal ones. moto counts all 6 here, since it
     # matches every datapoint that *has* the asked dimensions; CloudWatch matches the
     # exact set, and would count the 2 regional ones the alarm watches.

@@ -20,35 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from tests.conftest import free_port, serving
-
-# ------------------------------------------------------------------------ fake time
-
-
-class FakeClock:
-    """An injected clock: time moves only when the client sleeps (or a test says so).
-
-    Real I/O takes real (tiny) time that this clock does not see, so delays and
-    deadlines are exact; used where a test checks the schedule, not the wall clock.
-    """
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-        self.sleeps: list[float] = []
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps.append(seconds)
-        self.now += seconds
-
-    async def asleep(self, seconds: float) -> None:
-        self.sleep(seconds)
-
+from tests.conftest import FakeClock, free_port, serving
 
 # ------------------------------------------------------------------------- test DNS
 

@@ -21,8 +21,8 @@ from rideout.client import (
     Resolved,
     SystemResolver,
 )
-from tests.client.conftest import DnsServer, FakeClock, doh_app
-from tests.conftest import free_port, serving
+from tests.client.conftest import DnsServer, doh_app
+from tests.conftest import FakeClock, free_port, serving
 
 NAME = "auction.rideout.test"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -16,6 +17,8 @@ from typing import Any
 import pytest
 
 from rideout._process import pid_alive
+from rideout.cluster.chaos import send_command
+from rideout.cluster.supervisor import LocalCluster
 from rideout.config import dump_toml, parse_config
 from tests.conftest import config_data, until_sync
 
@@ -119,3 +122,9 @@ def assert_all_gone(pids: list[int], within: float = STOP_WITHIN) -> None:
     with contextlib.suppress(AssertionError):  # reported below, naming them
         until_sync(lambda: not any(pid_alive(p) for p in pids), within)
     assert not [p for p in pids if pid_alive(p)], "processes left behind"
+
+
+async def chaos(cluster: LocalCluster, op: str, region: str) -> str:
+    """``rideout chaos OP REGION`` through the CLI's blocking client, off the event loop
+    the supervisor runs on."""
+    return await asyncio.to_thread(send_command, cluster.config.run_dir, op, region)

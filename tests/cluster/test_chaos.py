@@ -18,6 +18,7 @@ from rideout.cluster.chaos import ChaosError, send_command
 from rideout.cluster.runstate import RunState
 from rideout.cluster.supervisor import LocalCluster
 from rideout.config import Config
+from tests.cluster.conftest import chaos
 from tests.conftest import until
 
 pytestmark = pytest.mark.slow
@@ -32,11 +33,6 @@ async def cluster(make_config: Callable[..., Config]) -> AsyncIterator[LocalClus
         yield running
     finally:
         await running.stop()
-
-
-async def chaos(cluster: LocalCluster, op: str, region: str) -> str:
-    # The CLI's blocking client, off the event loop the supervisor runs on.
-    return await asyncio.to_thread(send_command, cluster.config.run_dir, op, region)
 
 
 def region_pids(cluster: LocalCluster, region: str, kind: str | None = None) -> list[int]:

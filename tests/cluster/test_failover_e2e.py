@@ -19,12 +19,12 @@ import dns.asyncquery
 import dns.exception
 import dns.message
 import dns.rdatatype
-import httpx
 import pytest
 from websockets.asyncio.client import connect
 
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import rideout, started
+from tests.conftest import control_plane_summary as summary
 from tests.conftest import until
 
 pytestmark = pytest.mark.slow
@@ -35,13 +35,6 @@ async def resolve(config: Config) -> list[str]:
     cp = config.control_plane
     response = await dns.asyncquery.udp(query, cp.address, port=cp.dns_port, timeout=2)
     return sorted(str(r) for rrset in response.answer for r in rrset)
-
-
-async def summary(config: Config) -> dict[str, Any]:
-    cp = config.control_plane
-    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-        data: dict[str, Any] = (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()
-        return data
 
 
 async def session(config: Config, token: str, bids: list[int], room: str) -> dict[str, Any]:

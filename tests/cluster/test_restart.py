@@ -18,11 +18,11 @@ import pytest
 
 from rideout._process import pid_alive
 from rideout.backoff import FullJitter, NoJitter
-from rideout.cluster.chaos import send_command
 from rideout.cluster.runstate import ProcessRecord, RunState
 from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import LocalCluster, RestartPolicy
 from rideout.config import Config
+from tests.cluster.conftest import chaos
 
 pytestmark = pytest.mark.slow
 
@@ -61,10 +61,6 @@ async def until(check: Callable[[], Any], timeout: float = BACK_WITHIN) -> Any:
             return result
         await asyncio.sleep(0.1)
     raise AssertionError(f"not within {timeout} s")
-
-
-async def chaos(cluster: LocalCluster, op: str, region: str) -> str:
-    return await asyncio.to_thread(send_command, cluster.config.run_dir, op, region)
 
 
 def squat(address: str, port: int, within: float = 5.0) -> socket.socket:

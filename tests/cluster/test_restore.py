@@ -9,16 +9,14 @@ what it did; a step that fails is named, with what is up and what is not.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from rideout import routes
 from rideout._process import pid_alive
-from rideout.cluster.chaos import ChaosError, send_command
+from rideout.cluster.chaos import ChaosError
 from rideout.cluster.runstate import RunState
 from rideout.cluster.supervisor import LocalCluster
 from rideout.config import Config
@@ -26,6 +24,8 @@ from rideout.failover.controller import ControllerState, FailoverController
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import read_epoch, replication_status
+from tests.cluster.conftest import chaos
+from tests.conftest import control_plane_summary as summary
 from tests.conftest import until
 
 pytestmark = pytest.mark.slow
@@ -41,18 +41,6 @@ async def cluster(make_config: Callable[..., Config]) -> AsyncIterator[LocalClus
         yield running
     finally:
         await running.stop()
-
-
-async def chaos(cluster: LocalCluster, op: str, region: str) -> str:
-    return await asyncio.to_thread(send_command, cluster.config.run_dir, op, region)
-
-
-async def summary(config: Config) -> dict[str, Any]:
-    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-        body: dict[str, Any] = (
-            await http.get(routes.control_plane_url(config, routes.SUMMARY))
-        ).json()
-        return body
 
 
 async def failed_over(cluster: LocalCluster) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import stat
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -97,39 +98,34 @@ async def test_silence_fails_over_and_dns_follows_the_writer(
     config = make_config()
     clock = FakeClock(1_800_000_000.0)
     period = config.timing.canary_interval
-    async with running_redis_pair(config):
-        await started_writer(config)
-        plane = ControlPlane(config, clock=clock)
-        try:
-            # Start-up: no data yet, nothing is evaluated, DNS answers the primary.
+    async with plane_on_redis(config, clock) as plane:
+        # Start-up: no data yet, nothing is evaluated, DNS answers the primary.
+        await plane.evaluate()
+        assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
+        assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
+        await healthy_for(plane, clock)
+        assert {a.state for a in plane.alarms.values()} == {"OK"}
+        # The primary region goes silent: its canary died with it.
+        moved_after = None
+        for i in range(1, 20):
+            clock.now += period
+            report(plane, clock, S)
             await plane.evaluate()
-            assert {a.state for a in plane.alarms.values()} == {"INSUFFICIENT_DATA"}
-            assert a_records(plane) == ["127.0.1.1", "127.0.1.2"]
-            await healthy_for(plane, clock)
-            assert {a.state for a in plane.alarms.values()} == {"OK"}
-            # The primary region goes silent: its canary died with it.
-            moved_after = None
-            for i in range(1, 20):
-                clock.now += period
-                report(plane, clock, S)
-                await plane.evaluate()
-                if a_records(plane) == ["127.0.2.1", "127.0.2.2"]:
-                    moved_after = i
-                    break
-            assert moved_after is not None
-            assert plane.alarms[P].state == "ALARM"
-            assert plane.checks[P].healthy is False
-            summary = plane.summary()
-            assert (summary["failover"]["writer"], summary["failover"]["epoch"]) == (S, 2)
-            assert summary["dns"]["region"] == S
-            txt = plane.resolve(config.app_domain, "TXT").answers[0].value
-            assert txt == "region=us-west-2 reason=primary-unhealthy"
-            # CloudWatch keeps using the last real datapoints while N of them are in the
-            # evaluation range (N + 2 periods): a silent region alarms after ~N + 2 periods.
-            n = config.timing.failover_datapoints
-            assert moved_after <= n + 4
-        finally:
-            await plane.stop()
+            if a_records(plane) == ["127.0.2.1", "127.0.2.2"]:
+                moved_after = i
+                break
+        assert moved_after is not None
+        assert plane.alarms[P].state == "ALARM"
+        assert plane.checks[P].healthy is False
+        summary = plane.summary()
+        assert (summary["failover"]["writer"], summary["failover"]["epoch"]) == (S, 2)
+        assert summary["dns"]["region"] == S
+        txt = plane.resolve(config.app_domain, "TXT").answers[0].value
+        assert txt == "region=us-west-2 reason=primary-unhealthy"
+        # CloudWatch keeps using the last real datapoints while N of them are in the
+        # evaluation range (N + 2 periods): a silent region alarms after ~N + 2 periods.
+        n = config.timing.failover_datapoints
+        assert moved_after <= n + 4
 
 
 async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
@@ -144,6 +140,9 @@ async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(
         await healthy_for(first, clock)
         await first.stop()  # saves its state
         assert first.state_file.exists()
+        # Written by rideout._files.replace_atomically: private, no temp file left behind.
+        assert stat.S_IMODE(first.state_file.stat().st_mode) == 0o600
+        assert [p.name for p in first.state_file.parent.glob("*.tmp")] == []
 
         clock.now += 30  # down for a while: no datapoints were received meanwhile
         second = ControlPlane(config, clock=clock)

@@ -17,6 +17,7 @@ from rideout.drill.runner import (
     _restored,
     _serves_from,
     _timeouts,
+    report_head,
     run_region_outage,
     writes_refused,
 )
@@ -56,6 +57,38 @@ def test_options_are_checked() -> None:
         DrillOptions(replication="maybe")
     with pytest.raises(DrillError, match="--clients"):
         DrillOptions(clients=0)
+
+
+def test_every_drill_refuses_the_same_way() -> None:
+    """One set of checks (runner.check_*) serves the three drills: same messages."""
+    from rideout.drill.surge import SurgeOptions
+    from rideout.drill.zone import ZoneDrillOptions
+
+    cases: list[tuple[Any, dict[str, Any], str]] = [
+        (DrillOptions, {"clients": 0}, "--clients must be at least 1"),
+        (ZoneDrillOptions, {"clients": 0}, "--clients must be at least 1"),
+        (SurgeOptions, {"visitors": 0}, "--visitors must be at least 1"),
+        (SurgeOptions, {"capacity": 0}, "--capacity must be at least 1"),
+        (DrillOptions, {"fault": "nuke"}, "--fault must be one of kill, freeze, throttle, not 'nuke'"),
+        (ZoneDrillOptions, {"fault": "nuke"}, "--fault must be one of kill, freeze, throttle, not 'nuke'"),
+        (SurgeOptions, {"inlet": "fifo"}, "--inlet must be one of maxsize, periodic, not 'fifo'"),
+        (SurgeOptions, {"fault": "freeze"}, "--fault must be kill (or absent), not 'freeze'"),
+    ]  # fmt: skip
+    for kind in (DrillOptions, ZoneDrillOptions, SurgeOptions):
+        cases.append((kind, {"profile": "slow"}, "--profile must be one of seed, fast"))
+    for kind, bad, message in cases:
+        with pytest.raises(DrillError) as caught:
+            kind(**bad)
+        assert str(caught.value) == message, (kind, bad)
+
+
+def test_report_head_keeps_options_json_able() -> None:
+    options = DrillOptions(report_dir=Path("/tmp/r"), env={"SECRET": "x"})
+    head = report_head("region-outage", options)
+    assert list(head) == ["drill", "started_at", "options"]
+    assert head["drill"] == "region-outage"
+    assert head["options"]["report_dir"] == "/tmp/r"
+    assert "env" not in head["options"]
 
 
 async def test_refuses_a_running_deployment_with_other_replication(running_async: Path) -> None:

@@ -1,56 +1,112 @@
-"""The SQLite ledger: merge, queries, deletes, locks; two processes at once."""
+"""The ledger contract, held by both ledgers: the SQLite one (a file in a tmp dir) and
+the DynamoDB one (moto in server mode, real boto3 over HTTP, as tests/evacuate/aws/);
+then the SQLite ledger's own: its index, a corrupt file, two processes at once."""
 
 from __future__ import annotations
 
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
+from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.errors import LedgerError
 from rideout.evacuate.ledger import SqliteLedger
 from rideout.evacuate.model import Record
 from tests.conftest import FakeClock
+from tests.evacuate.aws.conftest import SESSION, aws, moto_server  # noqa: F401 (fixtures)
+
+AnyLedger = SqliteLedger | DynamoLedger
 
 
 def row(zone: str, resource: str, kind: str = "asg", *removed: str, at: float = 1.0) -> Record:
     return Record(zone, resource, kind, removed or ("s1",), at, "op")
 
 
-def test_merge_query_delete(tmp_path: Path) -> None:
-    ledger = SqliteLedger.in_data_dir(tmp_path)
+@dataclass
+class Backend:
+    """One ledger kind: ``open`` makes a ledger object on the same store each call;
+    ``plant_unreadable`` writes, behind the ledger's back, a row it cannot read."""
+
+    name: str
+    open: Callable[..., AnyLedger]
+    plant_unreadable: Callable[[AnyLedger], None]
+
+
+def _sqlite(tmp_path: Path) -> Backend:
+    def plant(ledger: AnyLedger) -> None:
+        assert isinstance(ledger, SqliteLedger)
+        with sqlite3.connect(ledger.path) as db:
+            db.execute("INSERT INTO evacuations VALUES ('az1', 'x', 'asg', '[]', 1.0, 'op')")
+
+    return Backend("sqlite", lambda **kw: SqliteLedger.in_data_dir(tmp_path, **kw), plant)
+
+
+def _dynamodb(request: pytest.FixtureRequest) -> Backend:
+    settings = request.getfixturevalue("aws")  # starts moto only for this backend
+
+    def plant(ledger: AnyLedger) -> None:
+        assert isinstance(ledger, DynamoLedger)
+        SESSION.client("dynamodb").put_item(
+            TableName=ledger.table,
+            Item={"zone_id": {"S": "az1"}, "resource": {"S": "x"}, "kind": {"S": "asg"}},
+        )
+
+    return Backend(
+        "dynamodb",
+        lambda **kw: DynamoLedger(settings, wait_delay=1, wait_attempts=30, **kw),
+        plant,
+    )
+
+
+@pytest.fixture(params=["sqlite", "dynamodb"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return _sqlite(tmp_path) if request.param == "sqlite" else _dynamodb(request)
+
+
+def test_merge_query_delete(backend: Backend) -> None:
+    ledger = backend.open()
     ledger.merge(row("az1", "web", "asg", "s1"))
     merged = ledger.merge(row("az1", "web", "asg", "s2", "s1", at=2.0))
     assert merged.removed == ("s1", "s2")
+    assert merged.at == 2.0
     ledger.merge(row("az1", "fn", "lambda", "s1"))
     ledger.merge(row("az2", "web", "asg", "s3"))
+    assert ledger.lock("az1", "alice", 60)  # a lock is never a record
     assert [(r.zone_id, r.resource) for r in ledger.records()] == [
         ("az1", "fn"), ("az1", "web"), ("az2", "web"),
     ]  # fmt: skip
     assert [r.resource for r in ledger.records(kind="lambda")] == ["fn"]
+    assert [r.zone_id for r in ledger.records(kind="asg")] == ["az1", "az2"]
     assert [r.zone_id for r in ledger.records(kind="asg", zone_id="az2")] == ["az2"]
     assert ledger.records(zone_id="az1", kind="asg") == [merged]
     ledger.delete("az1", "web")
     ledger.delete("az1", "web")  # twice is fine
     assert len(ledger.records()) == 2
-    # A second ledger object on the same file sees the same rows.
-    assert SqliteLedger.in_data_dir(tmp_path).records() == ledger.records()
+    # A second ledger object on the same store sees the same rows.
+    assert backend.open().records() == ledger.records()
 
 
-def test_the_kind_index_exists(tmp_path: Path) -> None:
-    ledger = SqliteLedger.in_data_dir(tmp_path)
-    with sqlite3.connect(ledger.path) as db:
-        plan = db.execute(
-            "EXPLAIN QUERY PLAN SELECT * FROM evacuations WHERE kind = 'asg'"
-        ).fetchall()
-    assert "evacuations_by_kind" in str(plan)
+def test_an_earlier_runs_subnets_are_never_lost(backend: Backend) -> None:
+    """A re-run that removes nothing new, or other subnets, only adds to the row."""
+    ledger = backend.open()
+    ledger.merge(row("az1", "web", "asg", "s1", "s2"))
+    assert ledger.merge(row("az1", "web", "asg", "s3", at=5.0)).removed == ("s1", "s2", "s3")
+    assert ledger.merge(row("az1", "web", "asg", "s2", at=3.0)).removed == ("s1", "s2", "s3")
+    (stored,) = ledger.records()
+    assert stored.removed == ("s1", "s2", "s3")
+    assert stored.at == 5.0
 
 
-def test_locks_are_conditional_and_expire(tmp_path: Path) -> None:
+def test_locks_are_conditional_and_expire(backend: Backend) -> None:
     clock = FakeClock()
-    ledger = SqliteLedger(tmp_path / "l.sqlite3", clock=clock)
+    ledger = backend.open(clock=clock)
     assert ledger.lock("az1", "alice", 30)
     assert not ledger.lock("az1", "bob", 30)
     assert ledger.lock("az2", "bob", 30)  # another zone
@@ -62,7 +118,51 @@ def test_locks_are_conditional_and_expire(tmp_path: Path) -> None:
     assert ledger.lock_owner("az1") is None
     assert ledger.lock("az1", "bob", 30)  # alice's expired
     ledger.unlock("az1", "bob")
+    assert ledger.lock_owner("az1") is None
     assert ledger.lock("az1", "carol", 30)
+    assert ledger.records() == []
+
+
+def test_a_lock_refuses_bad_arguments(backend: Backend) -> None:
+    ledger = backend.open()
+    with pytest.raises(ValueError, match="owner"):
+        ledger.lock("az1", "", 30)
+    with pytest.raises(ValueError, match="ttl"):
+        ledger.lock("az1", "alice", -1)
+
+
+def test_an_unreadable_row_is_a_ledger_error(backend: Backend) -> None:
+    ledger = backend.open()
+    backend.plant_unreadable(ledger)
+    with pytest.raises(LedgerError, match="cannot read"):
+        ledger.records()
+
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=30)
+
+
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(resource=names, removed=st.lists(names, min_size=1, max_size=5, unique=True))
+def test_any_text_round_trips(backend: Backend, resource: str, removed: list[str]) -> None:
+    ledger = backend.open()  # the first example creates the store, the others find it
+    stored = ledger.merge(Record("az1", resource, "lambda", tuple(removed), 1.0, "op"))
+    assert stored.removed == tuple(removed)
+    assert stored in ledger.records(zone_id="az1")
+    ledger.delete("az1", resource)
+
+
+# ------------------------------------------------------------------ SQLite's own
+
+
+def test_the_kind_index_exists(tmp_path: Path) -> None:
+    ledger = SqliteLedger.in_data_dir(tmp_path)
+    with sqlite3.connect(ledger.path) as db:
+        plan = db.execute(
+            "EXPLAIN QUERY PLAN SELECT * FROM evacuations WHERE kind = 'asg'"
+        ).fetchall()
+    assert "evacuations_by_kind" in str(plan)
 
 
 def test_a_corrupt_file_is_a_ledger_error(tmp_path: Path) -> None:
@@ -70,14 +170,6 @@ def test_a_corrupt_file_is_a_ledger_error(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(LedgerError, match=r"bad\.sqlite3"):
         SqliteLedger(path)
-
-
-def test_an_unreadable_row_is_a_ledger_error(tmp_path: Path) -> None:
-    ledger = SqliteLedger.in_data_dir(tmp_path)
-    with sqlite3.connect(ledger.path) as db:
-        db.execute("INSERT INTO evacuations VALUES ('az1', 'x', 'asg', '[]', 1.0, 'op')")
-    with pytest.raises(LedgerError, match="cannot read"):
-        ledger.records()
 
 
 HAMMER = """

@@ -16,6 +16,7 @@ import pytest
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import rideout, started
+from tests.conftest import control_plane_summary as summary
 from tests.conftest import until
 from tests.evacuate.helpers import (
     AZ1,
@@ -172,13 +173,6 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
         finally:
             await stop_bidders(bidders, tasks)
         await assert_no_acked_bid_lost(config, token, bidders, AZ2)
-
-
-async def summary(config: Config) -> dict[str, Any]:
-    cp = config.control_plane
-    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-        data: dict[str, Any] = (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()
-        return data
 
 
 async def _alarms_ok(config: Config) -> bool:

@@ -31,6 +31,7 @@ from websockets.exceptions import ConnectionClosed
 from rideout.config import Config, dump_toml, parse_config
 from tests.cluster.conftest import rideout, started
 from tests.conftest import config_data, until
+from tests.conftest import control_plane_summary as summary
 
 pytestmark = pytest.mark.slow
 
@@ -61,13 +62,6 @@ async def answers(config: Config, addresses: list[str]) -> bool:
         return await resolve(config) == addresses
     except dns.exception.DNSException:
         return False
-
-
-async def summary(config: Config) -> dict[str, Any]:
-    cp = config.control_plane
-    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
-        body: dict[str, Any] = (await http.get(f"http://{cp.address}:{cp.port}/v1/summary")).json()
-        return body
 
 
 async def alarms_ok(config: Config) -> bool:

@@ -16,25 +16,12 @@ from hypothesis import strategies as st
 
 from rideout.config import Config
 from rideout.store import keys
-from tests.conftest import ADMIN
+from tests.conftest import ADMIN, json_values
 from tests.realtime.conftest import Deployment, recv, recv_type, running_deployment, send
 
 ROOMS = ["fz-1", "fz-2"]
 
 
-def json_containers_4_8(children: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
-    # A named function: Hypothesis cannot see that a parenthesised multi-line lambda uses
-    # its argument, and warns (an error here) that it cannot recurse.
-    return st.lists(children, max_size=4) | st.dictionaries(
-        st.text(max_size=8), children, max_size=4
-    )
-
-
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    json_containers_4_8,
-    max_leaves=12,
-)
 plausible = st.fixed_dictionaries(
     {"action": st.sampled_from(["bid", "getState", "heartbeat", "Bid", "", "bid "])},
     optional={

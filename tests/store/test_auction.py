@@ -419,15 +419,20 @@ async def test_a_dead_server_raises_store_unavailable() -> None:
             await client.aclose()
 
 
-async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
+def one_connection(pair: Pair) -> aioredis.Redis:
+    """A client of the primary's Redis, as the app, whose pool holds one connection."""
     p = pair.config.primary.redis
-    client = aioredis.Redis(
+    return aioredis.Redis(
         host=p.address,
         port=p.port,
         max_connections=1,
         decode_responses=True,
         **as_user(pair.config, RedisRole.APP),
     )
+
+
+async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
+    client = one_connection(pair)
     store = AuctionStore(client, AuctionSettings(), REGION)
     try:
         results = await asyncio.gather(
@@ -443,14 +448,7 @@ async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
 
 async def test_concurrent_bids_share_one_pipeline(pair: Pair) -> None:
     """50 bids at once on a pool of one connection: one at a time would exhaust it."""
-    p = pair.config.primary.redis
-    client = aioredis.Redis(
-        host=p.address,
-        port=p.port,
-        max_connections=1,
-        decode_responses=True,
-        **as_user(pair.config, RedisRole.APP),
-    )
+    client = one_connection(pair)
     store, room = AuctionStore(client, AuctionSettings(), REGION), fresh()
     try:
         results = await asyncio.gather(

@@ -68,10 +68,14 @@ def find_datastore(
         )
         for page in pages:
             for group in page.get("GlobalReplicationGroups", []):
-                ident = group.get("GlobalReplicationGroupId", "")
-                if ident == suffix or ident.endswith(f"-{suffix}"):
+                if _named(group.get("GlobalReplicationGroupId", ""), suffix):
                     return group
     return None
+
+
+def _named(ident: str, suffix: str) -> bool:
+    """Whether a datastore id is the one rideout calls `suffix` (AWS adds a prefix)."""
+    return ident == suffix or ident.endswith(f"-{suffix}")
 
 
 def _group(session: AwsSession, region: str, ident: str) -> ReplicationGroupTypeDef | None:
@@ -87,10 +91,13 @@ def _group(session: AwsSession, region: str, ident: str) -> ReplicationGroupType
     return found[0] if found else None
 
 
-def _tags(session: AwsSession, region: str, arn: str) -> dict[str, str]:
+def _tag(session: AwsSession, region: str, arn: str, key: str) -> str | None:
+    """The resource's tag `key` (None: no such tag, or no ARN to ask about)."""
+    if not arn:
+        return None
     with boundary(f"ListTagsForResource {arn}"):
         listed = session.elasticache(region).list_tags_for_resource(ResourceName=arn)
-    return {t["Key"]: t["Value"] for t in listed.get("TagList", [])}
+    return {t["Key"]: t["Value"] for t in listed.get("TagList", [])}.get(key)
 
 
 def observe_elasticache(session: AwsSession, config: Config) -> list[Resource]:
@@ -108,12 +115,9 @@ def observe_elasticache(session: AwsSession, config: Config) -> list[Resource]:
             for m in datastore.get("Members", [])
         }
         wanted = f"{primary.aws_region}:{primary.replication_group}"
-        owned = False
         group = _group(session, primary.aws_region, primary.replication_group)
-        if group is not None and group.get("ARN"):
-            owned = (
-                _tags(session, primary.aws_region, group["ARN"]).get(OWNER_TAG) == aws.deployment
-            )
+        arn = group.get("ARN", "") if group is not None else ""
+        owned = _tag(session, primary.aws_region, arn, OWNER_TAG) == aws.deployment
         found.append(
             Resource(
                 "elasticache-global-datastore", aws.global_datastore, primary.aws_region,
@@ -127,16 +131,13 @@ def observe_elasticache(session: AwsSession, config: Config) -> list[Resource]:
         joined = group.get("GlobalReplicationGroupInfo", {}).get("GlobalReplicationGroupId", "")
         spec: dict[str, Any] = {
             "GlobalDatastore": aws.global_datastore
-            if joined == aws.global_datastore or joined.endswith(f"-{aws.global_datastore}")
+            if _named(joined, aws.global_datastore)
             else joined
         }
         if secondary.cache_subnet_group:
             spec["CacheSubnetGroup"] = secondary.cache_subnet_group  # not readable back
         arn = group.get("ARN", "")
-        owned = (
-            bool(arn)
-            and _tags(session, secondary.aws_region, arn).get(DEPLOYMENT_TAG) == aws.deployment
-        )
+        owned = _tag(session, secondary.aws_region, arn, DEPLOYMENT_TAG) == aws.deployment
         found.append(
             Resource(
                 "elasticache-replication-group", secondary.replication_group,

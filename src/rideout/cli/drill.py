@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
+from rich.console import Console
 
 from rideout.cli._core import ConfigOption, app, console, fail
 
 __all__ = ["drill_app"]
+
+_Options = TypeVar("_Options")
+
+# Options the drills share (each command keeps its own default).
+ClientsOption = Annotated[int, typer.Option(help="Resilient clients to run.", min=1)]
+ProfileOption = Annotated[str | None, typer.Option(help="Timing profile of its own deployment.")]
+ReportOption = Annotated[
+    Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
+]
 
 drill_app = typer.Typer(
     rich_markup_mode="markdown",
@@ -19,16 +30,25 @@ drill_app = typer.Typer(
 app.add_typer(drill_app, name="drill")
 
 
+def _run(options: Callable[[], _Options], main: Callable[[_Options, Console], int]) -> NoReturn:
+    """Build the drill's options (a refused one: exit 2) and run it; exit with its code."""
+    from rideout.drill import DrillError
+
+    try:
+        built = options()
+    except DrillError as exc:
+        fail(str(exc), 2)
+    raise typer.Exit(main(built, console))
+
+
 @drill_app.command("region-outage")
 def drill_region_outage(
-    clients: Annotated[int, typer.Option(help="Resilient clients to run.", min=1)] = 100,
+    clients: ClientsOption = 100,
     fault: Annotated[str, typer.Option(help="kill, freeze or throttle the primary.")] = "kill",
     replication: Annotated[
         str, typer.Option(help="sync or async (must match a running one).")
     ] = "sync",
-    profile: Annotated[
-        str | None, typer.Option(help="Timing profile of its own deployment.")
-    ] = None,
+    profile: ProfileOption = None,
     failback: Annotated[
         bool, typer.Option(help="Restore the primary and measure failback.")
     ] = False,
@@ -47,29 +67,26 @@ def drill_region_outage(
         ),
     ] = None,
     max_lost: Annotated[int | None, typer.Option(help="Objective: acknowledged bids lost.")] = None,
-    report: Annotated[
-        Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
-    ] = None,
+    report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
     """Break the primary region under N bidding clients and measure the failover (exit 1
     when an objective fails, 2 when the drill cannot run)."""
-    from rideout.drill import DrillError, DrillOptions, main_region_outage
+    from rideout.drill import DrillOptions, main_region_outage
 
-    try:
-        options = DrillOptions(
+    _run(
+        lambda: DrillOptions(
             clients=clients, fault=fault, replication=replication, profile=profile,
             failback=failback, compare_jitter=compare_jitter, max_rto=max_rto,
             max_write_rto=max_write_rto, max_lost=max_lost, report_dir=report, config_path=config_path,
-        )  # fmt: skip
-    except DrillError as exc:
-        fail(str(exc), 2)
-    raise typer.Exit(main_region_outage(options, console))
+        ),
+        main_region_outage,
+    )  # fmt: skip
 
 
 @drill_app.command("zone-outage")
 def drill_zone_outage(
-    clients: Annotated[int, typer.Option(help="Resilient clients to run.", min=1)] = 50,
+    clients: ClientsOption = 50,
     fault: Annotated[
         str, typer.Option(help="kill, freeze or throttle the zone's app servers.")
     ] = "kill",
@@ -80,35 +97,29 @@ def drill_zone_outage(
             help="The zone to break (default: the serving region's first, where DNS sends clients first).",
         ),
     ] = None,
-    profile: Annotated[
-        str | None, typer.Option(help="Timing profile of its own deployment.")
-    ] = None,
+    profile: ProfileOption = None,
     mend: Annotated[bool, typer.Option(help="Mend the zone and measure its recovery.")] = True,
     max_rto: Annotated[
         float | None, typer.Option(help="Objective: p99 seconds to restored state.")
     ] = None,
     max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.")] = 0,
-    report: Annotated[
-        Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
-    ] = None,
+    report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
     """Break one zone under N bidding clients and measure zonal autoshift: time to
     evacuation, per-client time to restored state in the region's other zone, lost and
     duplicated bids, and that the region did not fail over (exit 1 when an objective
     fails, 2 when the drill cannot run)."""
-    from rideout.drill import DrillError
     from rideout.drill.console import main_zone_outage
     from rideout.drill.zone import ZoneDrillOptions
 
-    try:
-        options = ZoneDrillOptions(
+    _run(
+        lambda: ZoneDrillOptions(
             clients=clients, fault=fault, zone_id=zone_id, profile=profile, mend=mend,
             max_rto=max_rto, max_lost=max_lost, report_dir=report, config_path=config_path,
-        )  # fmt: skip
-    except DrillError as exc:
-        fail(str(exc), 2)
-    raise typer.Exit(main_zone_outage(options, console))
+        ),
+        main_zone_outage,
+    )  # fmt: skip
 
 
 @drill_app.command("surge")
@@ -148,9 +159,7 @@ def drill_surge(
     max_gave_up: Annotated[
         int, typer.Option(help="Objective: visitors that gave up or never finished.")
     ] = 0,
-    report: Annotated[
-        Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
-    ] = None,
+    report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
     """Send N visitors through the waiting room guarding the auction, on a deployment of
@@ -158,10 +167,10 @@ def drill_surge(
     room's counters consistent at every sample, no position lost (with --fault kill,
     across a region failover). Writes report.json/md and timeline.png. Exit 0 when every
     objective holds, 1 when one failed, 2 when the drill cannot run."""
-    from rideout.drill import DrillError, SurgeOptions, main_surge
+    from rideout.drill import SurgeOptions, main_surge
 
-    try:
-        options = SurgeOptions(
+    _run(
+        lambda: SurgeOptions(
             visitors=visitors, inlet=inlet, capacity=capacity, period=period,
             increment_by=increment_by, fault=fault, profile=profile, hold=hold,
             poll_interval=poll_interval, burst=burst, abandon_share=abandon_share,
@@ -169,7 +178,6 @@ def drill_surge(
             visitors_per_process=visitors_per_process, max_lost=max_lost,
             max_refused=max_refused, max_gave_up=max_gave_up, report_dir=report,
             config_path=config_path,
-        )  # fmt: skip
-    except DrillError as exc:
-        fail(str(exc), 2)
-    raise typer.Exit(main_surge(options, console))
+        ),
+        main_surge,
+    )  # fmt: skip

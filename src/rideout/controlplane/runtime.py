@@ -30,7 +30,6 @@ import contextlib
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -39,6 +38,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from rideout import routes
+from rideout._files import replace_atomically
 from rideout.config import Config, Timing
 from rideout.controlplane.autoshift import Autoshift
 from rideout.controlplane.drain import FailbackDrain
@@ -224,9 +224,7 @@ class ControlPlane:
             return
         data = self._snapshot()
         self.state_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.state_file.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data), encoding="utf-8")
-        os.replace(tmp, self.state_file)
+        replace_atomically(self.state_file, json.dumps(data).encode("utf-8"))
 
     async def flush(self) -> None:
         """With a lease: write the state to its Redis if it changed (only the holder's

@@ -22,11 +22,8 @@ most choose between the configured regions.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -34,6 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rideout import _validate
+from rideout._files import replace_atomically
 from rideout.dns.errors import DnsError
 from rideout.dns.records import Answer, DnsZoneConfig, failover_answer, resolve
 from rideout.dns.server import QueryResult, ResolutionLike
@@ -155,16 +153,7 @@ class ViewFile:
 
     def publish(self, view: DnsView) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                file.write(view.to_bytes())
-                file.flush()
-                os.fsync(file.fileno())
-            os.replace(tmp, self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
+        replace_atomically(self.path, view.to_bytes())
 
     def stamp(self) -> Stamp | None:
         """What changes whenever the file is replaced (None: there is no file)."""

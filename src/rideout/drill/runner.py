@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -58,7 +58,19 @@ from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import state_client
 from rideout.store.keys import room_stream
 
-__all__ = ["DrillError", "DrillOptions", "check_options", "run_region_outage"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = [
+    "DrillError",
+    "DrillOptions",
+    "check_at_least_one",
+    "check_choice",
+    "check_options",
+    "check_profile",
+    "report_head",
+    "run_region_outage",
+]
 
 FAULTS = ("kill", "freeze", "throttle")
 Progress = Callable[[str], None]
@@ -103,13 +115,42 @@ class DrillOptions:
 
 
 def check_options(clients: int, fault: str, profile: str | None) -> None:
-    """The checks every drill makes of its options (DrillError naming the flag)."""
-    if clients < 1:
-        raise DrillError("--clients must be at least 1")
-    if fault not in FAULTS:
-        raise DrillError(f"--fault must be one of {', '.join(FAULTS)}, not {fault!r}")
+    """The checks the client drills make of their options (DrillError naming the flag)."""
+    check_at_least_one("--clients", clients)
+    check_choice("--fault", fault, FAULTS)
+    check_profile(profile)
+
+
+def check_at_least_one(flag: str, value: int) -> None:
+    """DrillError unless ``value`` (given as ``flag``) is 1 or more."""
+    if value < 1:
+        raise DrillError(f"{flag} must be at least 1")
+
+
+def check_choice(flag: str, value: object, choices: tuple[str, ...]) -> None:
+    """DrillError unless ``value`` (given as ``flag``) is one of ``choices``."""
+    if value not in choices:
+        raise DrillError(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def check_profile(profile: str | None) -> None:
+    """DrillError unless ``profile`` is None (the deployment's own) or a known profile."""
     if profile is not None and profile not in PROFILES:
         raise DrillError(f"--profile must be one of {', '.join(PROFILES)}")
+
+
+def report_head(drill: str, options: DataclassInstance) -> dict[str, Any]:
+    """A drill report's first keys: the drill, when it started, its options (JSON-able:
+    paths as text, the environment left out)."""
+    return {
+        "drill": drill,
+        "started_at": time.time(),
+        "options": {
+            k: (str(v) if isinstance(v, Path) else v)
+            for k, v in dataclasses.asdict(options).items()
+            if k != "env"
+        },
+    }
 
 
 # ------------------------------------------------------------------ control plane
@@ -614,15 +655,7 @@ async def run_region_outage(
                 f"the running deployment (pid {running}) uses the {config.profile} profile, "
                 f"not {options.profile}"
             )
-    report: dict[str, Any] = {
-        "drill": "region-outage",
-        "started_at": time.time(),
-        "options": {
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in dataclasses.asdict(options).items()
-            if k != "env"
-        },
-    }
+    report = report_head("region-outage", options)
     passes: list[dict[str, Any]] = []
     modes = (
         [(True, "full-jitter"), (False, "no-jitter")]

@@ -29,7 +29,7 @@ from rideout import routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.chaos import send_command
 from rideout.cluster.supervisor import LocalCluster
-from rideout.config import PROFILES, Config
+from rideout.config import Config
 from rideout.drill.clients import ClientFleet
 from rideout.drill.runner import (
     DrillError,
@@ -40,6 +40,10 @@ from rideout.drill.runner import (
     _Plane,
     _serves_from,
     _timeouts,
+    check_at_least_one,
+    check_choice,
+    check_profile,
+    report_head,
 )
 from rideout.drill.surge_analysis import (
     admitted_per_period,
@@ -102,16 +106,12 @@ class SurgeOptions:
     env: dict[str, str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.visitors < 1:
-            raise DrillError("--visitors must be at least 1")
-        if self.inlet not in INLETS:
-            raise DrillError(f"--inlet must be one of {', '.join(INLETS)}, not {self.inlet!r}")
-        if self.capacity < 1:
-            raise DrillError("--capacity must be at least 1")
+        check_at_least_one("--visitors", self.visitors)
+        check_choice("--inlet", self.inlet, INLETS)
+        check_at_least_one("--capacity", self.capacity)
         if self.fault not in (None, "kill"):
             raise DrillError(f"--fault must be kill (or absent), not {self.fault!r}")
-        if self.profile is not None and self.profile not in PROFILES:
-            raise DrillError(f"--profile must be one of {', '.join(PROFILES)}")
+        check_profile(self.profile)
         for name in ("period", "hold", "poll_interval", "burst"):
             if not getattr(self, name) > 0:
                 raise DrillError(f"--{name.replace('_', '-')} must be above 0")
@@ -498,23 +498,15 @@ async def run_surge(options: SurgeOptions, progress: Progress | None = None) -> 
     config = _load(DrillOptions(config_path=options.config_path, env=options.env))
     tmp = Path(tempfile.mkdtemp(prefix="rideout-surge-"))
     own = surge_config(config, options, tmp / "data")
-    report: dict[str, Any] = {
-        "drill": "surge",
-        "started_at": time.time(),
-        "options": {
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in dataclasses.asdict(options).items()
-            if k != "env"
-        },
-        "deployment": {
-            "own_cluster": True,
-            "profile": own.profile,
-            "primary": own.primary.name,
-            "secondary": own.secondary.name,
-            "replication": own.failover.replication,
-            "micro_cache_ttl": own.waitingroom.micro_cache_ttl,
-            "event_id": EVENT_ID,
-        },
+    report = report_head("surge", options)
+    report["deployment"] = {
+        "own_cluster": True,
+        "profile": own.profile,
+        "primary": own.primary.name,
+        "secondary": own.secondary.name,
+        "replication": own.failover.replication,
+        "micro_cache_ttl": own.waitingroom.micro_cache_ttl,
+        "event_id": EVENT_ID,
     }
     cluster = LocalCluster(own)
     try:

@@ -38,6 +38,7 @@ from rideout.drill.runner import (
     _read_streams,
     _restored,
     check_options,
+    report_head,
 )
 
 __all__ = [
@@ -237,15 +238,7 @@ async def run_zone_outage(
         raise DrillError(
             "zonal autoshift is off ([evacuate] autoshift = false): nothing would evacuate the zone"
         )
-    report: dict[str, Any] = {
-        "drill": "zone-outage",
-        "started_at": time.time(),
-        "options": {
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in dataclasses.asdict(options).items()
-            if k != "env"
-        },
-    }
+    report = report_head("zone-outage", options)
     cluster: LocalCluster | None = None
     tmp: Path | None = None
     try:

@@ -38,19 +38,16 @@ read *and* written, so the bid script, which reads the epoch, needs write access
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import os
 import re
 import secrets
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Final
 
-from rideout._files import create_exclusively
+from rideout._files import create_exclusively, replace_atomically
 from rideout.config import Config
 from rideout.store import keys
 from rideout.store.errors import StoreError
@@ -376,16 +373,7 @@ class ServerAuth:
 
 def _write_private(path: Path, text: str) -> None:
     """Replace `path` atomically with `text`, mode 0600 (a reader sees old or new)."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as file:
-            file.write(text)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
+    replace_atomically(path, text.encode("utf-8"))
 
 
 def prepare_server_auth(keys_dir: Path, *, extra_users: Sequence[ExtraUser] = ()) -> ServerAuth:

@@ -14,7 +14,8 @@ from rideout.client import (
     DomainPlan,
     FailoverClient,
 )
-from tests.client.conftest import Domains, FakeClock
+from tests.client.conftest import Domains
+from tests.conftest import FakeClock
 
 
 class Client:

@@ -11,7 +11,8 @@ from rideout.client import (
     NameserverResolver,
     RetryPolicy,
 )
-from tests.client.conftest import DnsServer, Domains, FakeClock
+from tests.client.conftest import DnsServer, Domains
+from tests.conftest import FakeClock
 
 
 async def test_async_client_resolves_through_a_nameserver(

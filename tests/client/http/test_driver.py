@@ -32,9 +32,9 @@ from rideout.client import (
     RetryState,
 )
 from rideout.client.http import _async, _driver, _sync
-from tests.client.conftest import Act, Domains, FakeClock
+from tests.client.conftest import Act, Domains
 from tests.client.http.conftest import MakeClient
-from tests.conftest import free_port
+from tests.conftest import FakeClock, free_port
 
 
 async def test_success_needs_one_attempt(make_client: MakeClient, domains: Domains) -> None:

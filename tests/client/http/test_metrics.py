@@ -16,8 +16,9 @@ from rideout.client import (
     RetryRateAlarm,
     RetryRateAlert,
 )
-from tests.client.conftest import Domains, FakeClock
+from tests.client.conftest import Domains
 from tests.client.http.conftest import MakeClient
+from tests.conftest import FakeClock
 
 # ========================================================================== the alarm
 

@@ -19,7 +19,7 @@ from rideout.client import (
     RetryState,
 )
 from rideout.client.http import Done, Fail, Send, Sleep
-from tests.client.conftest import FakeClock
+from tests.conftest import FakeClock
 
 # ================================================================= sans-I/O RetryState
 

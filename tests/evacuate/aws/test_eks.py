@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import copy
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -67,38 +68,52 @@ def specs(fake: FakeKubernetes) -> dict[str, dict[str, object]]:
     return {name: copy.deepcopy(node["spec"]) for name, node in fake.nodes.items()}
 
 
+@dataclass
+class Eks:
+    """A test's EKS setup: the stand-in API server, the zones, providers made on it."""
+
+    aws: AwsSettings
+    fake: FakeKubernetes
+    url: str
+    zones: list[tuple[str, str]]
+    made: list[AwsProvider] = field(default_factory=list)
+
+    @property
+    def ids(self) -> list[str]:
+        return [z for z, _ in self.zones]
+
+    def without(self, index: int) -> tuple[str, ...]:
+        """The zone ids but the one at `index`: the placement that evacuates it."""
+        return tuple(z for i, z in enumerate(self.ids) if i != index)
+
+    def provider(self, token: str = TOKEN) -> AwsProvider:
+        """An AwsProvider for the cluster with `token` (closed after the test)."""
+        cluster = EksCluster(CLUSTER, self.url, token, timeout=30)
+        self.made.append(AwsProvider(self.aws, eks=[cluster]))
+        return self.made[-1]
+
+
 @pytest.fixture
-def providers() -> Iterator[list[AwsProvider]]:
-    made: list[AwsProvider] = []
-    yield made
-    for p in made:
+def eks(
+    aws: AwsSettings, kube: tuple[FakeKubernetes, str], zones: list[tuple[str, str]]
+) -> Iterator[Eks]:
+    fake, url = kube
+    setup = Eks(aws, fake, url, zones)
+    yield setup
+    for p in setup.made:
         p.close()
 
 
-def provider(
-    aws: AwsSettings, url: str, made: list[AwsProvider], token: str = TOKEN
-) -> AwsProvider:
-    made.append(AwsProvider(aws, eks=[EksCluster(CLUSTER, url, token, timeout=30)]))
-    return made[-1]
-
-
-def test_evacuate_and_recover_a_zone(
-    aws: AwsSettings,
-    kube: tuple[FakeKubernetes, str],
-    providers: list[AwsProvider],
-    zones: list[tuple[str, str]],
-) -> None:
-    fake, url = kube
-    p = provider(aws, url, providers)
-    ids = [z for z, _ in zones]
+def test_evacuate_and_recover_a_zone(eks: Eks) -> None:
+    fake, p, ids = eks.fake, eks.provider(), eks.ids
     assert p.kinds() == ("asg", "ecs", "lambda", "eks")
     assert list(p.placements("eks")) == [Placement("eks", CLUSTER, tuple(sorted(ids)))]
-    zone_id, zone_name = zones[1]
+    zone_id, zone_name = eks.zones[1]
     assert zone_id in p.subnets_in_zone(zone_id)
     before = specs(fake)
 
     fake.requests.clear()
-    kept = tuple(z for z in ids if z != zone_id)
+    kept = eks.without(1)
     p.update("eks", CLUSTER, kept)
     assert p.describe("eks", CLUSTER) == Placement("eks", CLUSTER, tuple(sorted(kept)))
     for name, node in fake.nodes.items():
@@ -139,16 +154,10 @@ def test_evacuate_and_recover_a_zone(
     )
 
 
-def test_a_node_changed_under_the_patch_is_read_again(
-    aws: AwsSettings,
-    kube: tuple[FakeKubernetes, str],
-    providers: list[AwsProvider],
-    zones: list[tuple[str, str]],
-) -> None:
-    fake, url = kube
+def test_a_node_changed_under_the_patch_is_read_again(eks: Eks) -> None:
+    fake = eks.fake
     fake.conflicts = 2
-    p = provider(aws, url, providers)
-    p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
+    eks.provider().update("eks", CLUSTER, eks.without(0))
     conflicts = [r for r in fake.requests if r["method"] == "GET" and r["path"].count("/") == 4]
     assert len(conflicts) == 2  # two 409s, two fresh reads of the node
     assert all(
@@ -157,31 +166,23 @@ def test_a_node_changed_under_the_patch_is_read_again(
     )
 
 
-def test_a_failed_node_puts_the_others_back(
-    aws: AwsSettings,
-    kube: tuple[FakeKubernetes, str],
-    providers: list[AwsProvider],
-    zones: list[tuple[str, str]],
-) -> None:
-    fake, url = kube
+def test_a_failed_node_puts_the_others_back(eks: Eks) -> None:
+    fake = eks.fake
     before = specs(fake)
     fake.broken = {"n0-2": 0}  # sorted last of its zone: n0-0 and n0-1 are patched first
-    p = provider(aws, url, providers)
+    p = eks.provider()
     with pytest.raises(KubernetesError, match=r"HTTP 500.*put back"):
-        p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
+        p.update("eks", CLUSTER, eks.without(0))
     assert specs(fake) == before
     assert len([r for r in fake.requests if r["method"] == "PATCH"]) == 5  # 2 + 1 + 2 undone
     fake.broken = {"n0-2": 0, "n0-0": 1}  # and the undo of n0-0 fails: the error says so
     with pytest.raises(KubernetesError, match="n0-0 could not be put back"):
-        p.update("eks", CLUSTER, (zones[1][0], zones[2][0]))
+        p.update("eks", CLUSTER, eks.without(0))
 
 
-def test_a_refused_token_is_a_kubernetes_error(
-    aws: AwsSettings, kube: tuple[FakeKubernetes, str], providers: list[AwsProvider]
-) -> None:
-    _, url = kube
+def test_a_refused_token_is_a_kubernetes_error(eks: Eks) -> None:
     with pytest.raises(KubernetesError, match="HTTP 401"):
-        list(provider(aws, url, providers, token="wrong").placements("eks"))
+        list(eks.provider(token="wrong").placements("eks"))
 
 
 def test_an_unreachable_api_is_a_kubernetes_error(aws: AwsSettings) -> None:
@@ -244,18 +245,13 @@ def test_the_sts_token_is_a_presigned_get_caller_identity(aws: AwsSettings) -> N
     assert len(query["X-Amz-Signature"][0]) == 64
 
 
-def test_a_signed_cluster_sends_its_sts_token(
-    aws: AwsSettings, kube: tuple[FakeKubernetes, str], zones: list[tuple[str, str]]
-) -> None:
-    fake, url = kube
-    cluster = EksCluster.signed(aws, CLUSTER, url)
+def test_a_signed_cluster_sends_its_sts_token(eks: Eks) -> None:
+    cluster = EksCluster.signed(eks.aws, CLUSTER, eks.url)
     assert cluster.name == "prod"
     assert callable(cluster.token)
-    fake.token = cluster.token()  # what the API server's authenticator would accept
-    with AwsProvider(aws, eks=[cluster]) as p:
-        assert p.describe("eks", CLUSTER) == Placement(
-            "eks", CLUSTER, tuple(sorted(z for z, _ in zones))
-        )
+    eks.fake.token = cluster.token()  # what the API server's authenticator would accept
+    with AwsProvider(eks.aws, eks=[cluster]) as p:
+        assert p.describe("eks", CLUSTER) == Placement("eks", CLUSTER, tuple(sorted(eks.ids)))
 
 
 def test_the_token_is_made_anew_every_ten_minutes() -> None:
@@ -307,16 +303,11 @@ def test_evacuating_then_recovering_any_node_restores_it(
     assert restored == original
 
 
-def test_through_the_engine_and_the_ledger(
-    aws: AwsSettings,
-    kube: tuple[FakeKubernetes, str],
-    providers: list[AwsProvider],
-    zones: list[tuple[str, str]],
-) -> None:
-    fake, url = kube
+def test_through_the_engine_and_the_ledger(eks: Eks) -> None:
+    fake = eks.fake
     before = specs(fake)
-    engine = Engine(provider(aws, url, providers), DynamoLedger(aws, wait_delay=1))
-    zone_id = zones[0][0]
+    engine = Engine(eks.provider(), DynamoLedger(eks.aws, wait_delay=1))
+    zone_id = eks.ids[0]
     outcome = engine.evacuate(zone_id, Options(kinds=("eks",), operator="bob"))
     assert outcome.exit_code == EXIT_OK, outcome
     (row,) = engine.ledger.records(kind="eks")
