@@ -102,7 +102,12 @@ class Resolved:
 
 
 class Resolver(Protocol):
-    """Anything that resolves a name to IPv4 addresses."""
+    """Anything that resolves a name to IPv4 addresses.
+
+    A resolver that caches may also have ``invalidate(name)`` (as
+    :class:`CachingResolver`): the WebSocket client calls it when every address of an
+    answer refused the connection, so that its next attempt asks again.
+    """
 
     async def resolve(self, name: str) -> Resolved:
         """The name's addresses; :class:`ResolutionError` when there are none."""

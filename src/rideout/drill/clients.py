@@ -164,6 +164,12 @@ class _RecordingResolver:
         self._recorder.attempt(started, due, answer.addresses)
         return answer
 
+    def invalidate(self, name: str | None = None) -> None:
+        """Forget the inner resolver's answer (see :class:`~rideout.client.resolve.Resolver`)."""
+        forget = getattr(self._inner, "invalidate", None)
+        if callable(forget):
+            forget(name)
+
 
 async def flush_every(out: list[Any], sink: Callable[[list[Any]], None], interval: float) -> None:
     """Hand ``out``'s records to ``sink`` in batches every ``interval`` s (until cancelled)."""

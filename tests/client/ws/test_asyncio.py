@@ -206,6 +206,24 @@ async def test_heartbeat_timeout_reconnects_to_the_address_the_dns_now_answers(
     assert dns.answers.asked == 2
 
 
+async def test_an_answer_whose_every_address_refused_is_asked_again_before_its_ttl(
+    make_config: Callable[..., Config], events: list[Event]
+) -> None:
+    """The cached answer names a dead address; DNS then moves. The client does not keep
+    retrying the dead one for the rest of the TTL (the clock here never runs it out):
+    the refusal makes it ask again, and it connects on the answer DNS gives now."""
+    config = make_config(app_port=free_port(DEAD, *ZONE_ADDRESSES))
+    async with running_deployment(config) as d, running_dns(config) as dns:
+        dns.answer(DEAD)
+        client = make_client(config, dns, events, d.token("alice"), rooms=["lot-7"])
+        async with client:
+            await until(lambda: refused(events), message="a refused connect")
+            dns.answers.fixed = ("127.0.1.2",)  # DNS moved; the cached answer did not expire
+            await client.wait_ready(10)
+            assert client.address == "127.0.1.2"
+        assert dns.answers.asked >= 2
+
+
 async def test_two_bad_heartbeats_force_a_reconnect_and_the_missed_updates_are_replayed(
     make_config: Callable[..., Config], events: list[Event]
 ) -> None:

@@ -452,6 +452,12 @@ class AuctionClient:
                     return opened
                 continue
             return await self._serve(opened, address)
+        # Every address of the answer refused: it is stale (a region that died before
+        # DNS moved). A caching resolver forgets it, so that the next attempt asks
+        # again instead of retrying dead addresses for the rest of the answer's TTL.
+        forget = getattr(self._resolver, "invalidate", None)
+        if callable(forget):
+            forget(self.name)
         return _ConnectResult(Cause.CONNECT_FAILED, detail="; ".join(failures) or "no address")
 
     async def _get_token(self) -> str:
