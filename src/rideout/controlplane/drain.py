@@ -180,12 +180,14 @@ class FailbackDrain:
             if current.get("mode") != "serving":
                 self._note(f"{zone.name} is {current.get('mode')!r}: left alone")
                 return None
+            # Counted as told before it is: a cancel that lands while the request is out
+            # (the zone may already drain) must still tell it to stop.
+            self._draining.append(zone)
             answer = await http.post(url, json=body, headers=auth)
             answer.raise_for_status()
         except (httpx.HTTPError, ValueError, AttributeError) as exc:
             self._note(f"cannot drain {zone.name}: {exc or type(exc).__name__}")
             return None
-        self._draining.append(zone)
         return int(current.get("connections", 0))
 
     async def _connections(
