@@ -4,6 +4,9 @@ import asyncio
 import json
 import logging
 import resource
+import socket
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -128,3 +131,47 @@ async def test_an_upgrade_the_app_never_accepts_gets_503_at_the_deadline() -> No
     head, _, body = raw.partition(b"\r\n\r\n")
     assert head.startswith(b"HTTP/1.1 503")
     assert json.loads(body)["error"] == "handshake_timeout"
+
+
+_STUBBORN_SERVER = """
+import asyncio, socket, sys
+from rideout._serve import serve
+
+async def stubborn():  # a pass that swallows its cancellation, as a buggy library can
+    while True:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            pass
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                asyncio.get_running_loop().create_task(stubborn(), name="stubborn")
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+serve(app, "127.0.0.1", int(sys.argv[1]), own_logging=True)
+"""
+
+
+def test_a_server_that_cannot_bind_exits_even_when_a_task_ignores_its_cancellation() -> None:
+    """uvicorn gives up on a port in use with SystemExit (3); a task that swallows its
+    cancellation would keep asyncio.run, and the process, waiting forever. The server
+    ends the process itself, with uvicorn's code, and says which task was stuck."""
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _STUBBORN_SERVER, str(taken.getsockname()[1])],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        taken.close()
+    assert result.returncode == 3, result.stderr  # uvicorn's "startup failed"
+    assert "task stubborn ignored its cancellation" in result.stderr, result.stderr

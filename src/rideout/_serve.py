@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import os
 import re
 import signal
 import socket
@@ -18,9 +19,11 @@ from rideout._guard import GuardedConfig, ServerLimits, raise_fd_limit
 
 __all__ = [
     "GC_THRESHOLDS",
+    "LEFTOVER_TIMEOUT",
     "DrainingServer",
     "RedactTokens",
     "ServerLimits",
+    "end_leftover_tasks",
     "serve",
     "tune_gc",
     "uvicorn_config",
@@ -102,6 +105,35 @@ def uvicorn_config(
     )
 
 
+LEFTOVER_TIMEOUT = 5.0
+"""Seconds the tasks still running after the server's shutdown get to end once cancelled."""
+
+
+async def end_leftover_tasks(timeout: float, code: int) -> None:
+    """Cancel the tasks still running after the shutdown and give them `timeout` s;
+    if one ignores its cancellation, log where it is stuck and end the process with
+    `code` now. (asyncio.run would otherwise wait for it forever: a server that could
+    not bind stayed alive, and its supervisor never saw it exit.)"""
+    current = asyncio.current_task()
+    left = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in left:
+        task.cancel()
+    if not left:
+        return
+    _, stuck = await asyncio.wait(left, timeout=timeout)
+    if not stuck:
+        return
+    for task in stuck:
+        where = "".join(
+            f"\n  {f.f_code.co_filename}:{f.f_lineno} in {f.f_code.co_name}"
+            for f in task.get_stack(limit=8)
+        )
+        log.error("task %s ignored its cancellation for %g s:%s", task.get_name(), timeout, where)
+    log.error("exiting now (code %d): %d task(s) would keep the process alive", code, len(stuck))
+    logging.shutdown()
+    os._exit(code)
+
+
 class DrainingServer(uvicorn.Server):
     """uvicorn, except that SIGTERM first runs `drain` (at most `drain_timeout`
     seconds) while still serving, then shuts down as usual; a second signal, or SIGINT,
@@ -121,7 +153,14 @@ class DrainingServer(uvicorn.Server):
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         self._loop = asyncio.get_running_loop()
-        await super().serve(sockets)
+        code = 0
+        try:
+            await super().serve(sockets)
+        except SystemExit as exc:  # uvicorn's way out when it cannot bind
+            code = exc.code if isinstance(exc.code, int) else 1
+            raise
+        finally:
+            await end_leftover_tasks(LEFTOVER_TIMEOUT, code)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if sig != signal.SIGTERM or self._drain is None or self._loop is None or self._draining:

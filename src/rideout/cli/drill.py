@@ -67,6 +67,13 @@ def drill_region_outage(
         ),
     ] = None,
     max_lost: Annotated[int | None, typer.Option(help="Objective: acknowledged bids lost.")] = None,
+    bid_interval: Annotated[
+        float | None,
+        typer.Option(
+            help="Mean seconds between one client's bids (default: 1, or N/250 when larger).",
+            min=0.05,
+        ),
+    ] = None,
     report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
@@ -79,6 +86,7 @@ def drill_region_outage(
             clients=clients, fault=fault, replication=replication, profile=profile,
             failback=failback, compare_jitter=compare_jitter, max_rto=max_rto,
             max_write_rto=max_write_rto, max_lost=max_lost, report_dir=report, config_path=config_path,
+            bid_interval=bid_interval,
         ),
         main_region_outage,
     )  # fmt: skip
