@@ -351,15 +351,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The modules of slow (end-to-end) tests first, each module's tests kept together:
-    ``./dev test`` hands whole modules to its workers as they free up (``--dist
-    loadscope``), so the long ones start at once and the short ones fill in at the end,
-    instead of one long module keeping a worker busy after the other has finished."""
-    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
-    items.sort(key=lambda item: item.path not in slow)
-
-
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     """Fail the run if any test left a process behind (servers must be stopped)."""
     import os
