@@ -180,3 +180,25 @@ async def test_the_alarm_state_comes_from_the_control_plane_summary() -> None:
         assert (
             await control_plane_alarm_state(client, "http://cp.test/nothing", "us-east-1") is None
         )
+
+
+async def test_the_scheduler_stops_even_when_its_cancel_is_lost(redis_server: Redis) -> None:
+    """A cancel can be swallowed inside a library call (Python 3.11: a socket timeout
+    expiring at the cancel's moment becomes a TimeoutError). Here the pause between
+    passes swallows it: the loop must still end, at its next look at the stop flag."""
+    lost = asyncio.Event()
+
+    async def swallowing_sleep(seconds: float) -> None:
+        try:
+            await asyncio.sleep(seconds)
+        except asyncio.CancelledError:
+            lost.set()  # swallowed: the loop goes on as if nothing happened
+
+    scheduler = RoomScheduler(redis_server.store(), interval=0.05, sleep=swallowing_sleep)
+    scheduler.start()
+    await asyncio.sleep(0.2)
+    task = scheduler._task
+    assert task is not None
+    await scheduler.stop()
+    assert lost.is_set()
+    assert task.done()

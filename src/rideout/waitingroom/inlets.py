@@ -93,6 +93,7 @@ class RoomScheduler:
         self._last_inlet_tick: dict[str, int] = {}
         self._last_metrics_tick: dict[str, int] = {}
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
 
     async def run_once(self) -> PassReport:
         """Look at every event once."""
@@ -103,6 +104,8 @@ class RoomScheduler:
             log.warning("waiting room: cannot list events: %s", exc)
             return report
         for event in events:
+            if self._stopping:
+                break
             try:
                 await self._event(event, report)
             except RoomNotWriter:
@@ -163,10 +166,14 @@ class RoomScheduler:
     def start(self) -> None:
         """Run :meth:`run_once` every ``interval`` in a task of its own."""
         if self._task is None:
+            self._stopping = False
             self._task = asyncio.create_task(self._loop(), name="waitingroom-scheduler")
 
     async def _loop(self) -> None:
-        while True:
+        # The flag as well as the cancel: a cancel can be lost inside a Redis call (a
+        # socket timeout expiring at the same moment turns it into a TimeoutError,
+        # which the pass handles as a store error), and the loop must end anyway.
+        while not self._stopping:
             started = time.monotonic()
             try:
                 await self.run_once()
@@ -178,6 +185,7 @@ class RoomScheduler:
         """Stop the loop (a pass under way is cancelled: every step is atomic)."""
         task, self._task = self._task, None
         if task is not None:
+            self._stopping = True
             task.cancel()
             # Bounded: a pass stuck in a Redis call that ignores the cancellation must not
             # keep the process from exiting (an app server that could not bind hung here).
