@@ -14,7 +14,7 @@ import os
 import random
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +31,46 @@ from rideout.store.acl import load_or_create_users
 ZONE_ADDRESSES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
 
 
+def _port_block() -> range:
+    """This test process's own block of ports, apart from every other worker's.
+
+    Ports are picked below the kernel's ephemeral range, where a client socket's local
+    port never lands, and each xdist worker gets a disjoint block: a port one worker
+    has picked but not yet bound (a deployment takes seconds to start) is never picked
+    by another. Both collisions failed CI runs when every worker drew from one range.
+    """
+    low = 32768
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    start, stop = 10000, max(low, 10000 + 2000)
+    count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % count
+    size = (stop - start) // count
+    return range(start + index * size, start + (index + 1) * size)
+
+
+_BLOCK = _port_block()
+
+
+def _ports() -> Iterator[int]:
+    """The block's ports in turn from a random start, round and round: a port handed
+    out is not handed out again in this process until the whole block has been."""
+    offset = random.SystemRandom().randrange(len(_BLOCK))
+    while True:
+        for i in range(len(_BLOCK)):
+            yield _BLOCK[(offset + i) % len(_BLOCK)]
+
+
+_PORTS = _ports()
+
+
 def free_port(*addresses: str, udp: bool = False) -> int:
-    """A port that is free on every one of `addresses` right now."""
-    rng = random.Random()
+    """A port that is free on every one of `addresses` right now, and that no other
+    call in this run has handed out recently (see :func:`_port_block`)."""
     for _ in range(200):
-        port = rng.randrange(20000, 40000)
+        port = next(_PORTS)
         try:
             for address in addresses:
                 for kind in (
@@ -46,7 +81,7 @@ def free_port(*addresses: str, udp: bool = False) -> int:
         except OSError:
             continue
         return port
-    raise RuntimeError(f"no free port on {addresses}")
+    raise RuntimeError(f"no free port on {addresses} in {_BLOCK}")
 
 
 def config_data(data_dir: Path, **overrides: Any) -> dict[str, Any]:
