@@ -9,6 +9,7 @@ itself, never sleep for a guessed time. Code that takes a clock gets a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import random
@@ -40,10 +41,8 @@ def _port_block() -> range:
     by another. Both collisions failed CI runs when every worker drew from one range.
     """
     low = 32768
-    try:
+    with contextlib.suppress(OSError, ValueError, IndexError):
         low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        pass
     start, stop = 10000, max(low, 10000 + 2000)
     count = max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
     index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")) % count
@@ -288,7 +287,6 @@ json_values = st.recursive(
 
 # --------------------------------------------------------------------------- real servers
 
-import contextlib  # noqa: E402
 import secrets  # noqa: E402
 from collections.abc import AsyncIterator  # noqa: E402
 

@@ -22,7 +22,9 @@ def test_the_workers_blocks_are_disjoint_and_below_the_ephemeral_range(
         monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
         blocks.append(set(_port_block()))
     assert all(len(block) > 5000 for block in blocks)
-    assert not blocks[0] & blocks[1] and not blocks[1] & blocks[2] and not blocks[0] & blocks[2]
+    assert not blocks[0] & blocks[1]
+    assert not blocks[1] & blocks[2]
+    assert not blocks[0] & blocks[2]
     assert max(max(block) for block in blocks) < _ephemeral_low()
 
 
