@@ -27,9 +27,8 @@ from rideout._process import pid_alive
 from rideout.auth import KeyFileError
 from rideout.auth.admin import AdminTokenError
 from rideout.cli._options import DrainOption, ListenOption, LogFormatOption
+from rideout.cluster.errors import ClusterError
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
-from rideout.cluster.status import collect_status
-from rideout.cluster.supervisor import ClusterError, LocalCluster
 from rideout.config import PROFILES, Config, ConfigError, config_to_dict, dump_toml, load_config
 from rideout.errors import RideoutError
 from rideout.store.embedded import EmbeddedRedisError
@@ -190,6 +189,8 @@ async def _up(config: Config, printer: _LogPrinter, ready_timeout: float) -> int
 
     for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(signum, on_signal, signum)
+    from rideout.cluster.supervisor import LocalCluster
+
     cluster = LocalCluster(config, sink=printer, ready_timeout=ready_timeout)
     started = time.monotonic()
     try:
@@ -205,6 +206,8 @@ async def _up(config: Config, printer: _LogPrinter, ready_timeout: float) -> int
         stopping.cancel()
         starting.result()  # raises what start raised (after it cleaned up)
         printer("rideout", f"ready in {time.monotonic() - started:.1f} s")
+        from rideout.cluster.status import collect_status
+
         _print_status(await collect_status(config), title="rideout is up")
         await _print_login_link(config)
         console.print("Press Ctrl-C to stop (or run `rideout down` elsewhere).\n")
@@ -443,6 +446,8 @@ def status(
         from rideout.cli._external import external_status
 
         external_status(config, as_json)
+    from rideout.cluster.status import collect_status
+
     view = asyncio.run(collect_status(config))
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
