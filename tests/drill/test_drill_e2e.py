@@ -58,26 +58,6 @@ def run_drill(
     return output, report
 
 
-def test_region_outage_drill_gates_ci(tmp_path: Path) -> None:
-    _, report = run_drill(tmp_path, timeout=85)
-    (run,) = report["passes"]
-    failover = run["failover"]
-    assert failover["recovered"] == failover["clients"] == CLIENTS
-    assert failover["recovered_share"] == 1.0
-    assert run["bids"]["acked"] > 0
-    assert run["bids"]["lost"] == 0
-    assert run["bids"]["duplicates"] == 0
-    assert run["final_writer"] == "us-west-2"
-    assert failover["time_to_dns"] is not None
-    assert failover["time_to_dns"] < 20
-    assert failover["time_to_restored"]["p99"] < 30
-    # Write RTO is measured: with sync/reject the new writer has no replica and refuses
-    # every bid until the primary is back (issue #11, finding 3), and the report says so.
-    write = failover["write"]
-    assert write["clients"] == CLIENTS
-    assert write["written"] == 0, write
-
-
 @pytest.mark.timeout(180)  # the drill's own bound (120 s) plus its start and stop
 def test_write_rto_is_reported_and_gated_where_writes_resume(tmp_path: Path) -> None:
     """A small drill where the new region takes writes at once (async replication):
@@ -104,6 +84,21 @@ def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: 
     spread out (no herd toward the primary), and the writer moves once each way."""
     _, report = run_drill(tmp_path, "--failback", timeout=180)
     (run,) = report["passes"]
+    # The failover first: every client restored in the secondary, nothing lost.
+    failover = run["failover"]
+    assert failover["recovered"] == failover["clients"] == CLIENTS
+    assert failover["recovered_share"] == 1.0
+    assert failover["time_to_dns"] is not None
+    assert failover["time_to_dns"] < 20
+    assert failover["time_to_restored"]["p99"] < 30
+    # Write RTO is measured: this topology has no in-region replicas, so with
+    # sync/reject the new writer refuses every bid until the primary is back (issue #11,
+    # finding 3), and the report says so instead of hiding it.
+    write = failover["write"]
+    assert write["clients"] == CLIENTS
+    assert write["written"] == 0, write
+    assert run["bids"]["acked"] > 0
+    # Then the failback.
     failback = run["failback"]
     assert failback["recovered"] == CLIENTS
     assert failback["write"]["written"] == CLIENTS  # writes resume on the primary
