@@ -85,7 +85,29 @@ def pong(reply: Any) -> bool:
     return reply == "pong"
 
 
-async def test_throttle_reaches_every_worker_and_restore_undoes_it(cluster: LocalCluster) -> None:
+async def refused_commands(cluster: LocalCluster) -> None:
+    """Commands the supervisor refuses; they change nothing."""
+    with pytest.raises(ChaosError, match="no region 'mars-1'"):
+        await chaos(cluster, "kill", "mars-1")
+    with pytest.raises(ChaosError, match="expected"):
+        await chaos(cluster, "explode", "us-east-1")
+    reply = await cluster.command(b"not json")
+    assert reply["ok"] is False
+    # A zone: only with kill, freeze, throttle and restore, and one of the region's.
+    no_zone = await cluster.command(b'{"op": "kill", "region": "us-east-1", "zone": "usw2-az1"}')
+    assert no_zone["ok"] is False
+    assert "no zone 'usw2-az1' in region 'us-east-1'" in no_zone["error"]
+    redis = await cluster.command(
+        b'{"op": "kill-redis", "region": "us-east-1", "zone": "use1-az1"}'
+    )
+    assert redis["ok"] is False
+    assert "not with kill-redis" in redis["error"]
+
+
+async def test_refused_commands_change_nothing_and_throttle_reaches_every_worker(
+    cluster: LocalCluster,
+) -> None:
+    await refused_commands(cluster)  # first: they must leave the deployment as it was
     zone = cluster.config.primary.zones[0].address
     message = await chaos(cluster, "throttle", "us-east-1")
     assert "throttled us-east-1: 4 app servers" in message
@@ -101,7 +123,7 @@ async def test_throttle_reaches_every_worker_and_restore_undoes_it(cluster: Loca
         assert await heartbeat(cluster, zone) == "pong"
 
 
-async def test_freeze_stops_and_restore_resumes(cluster: LocalCluster) -> None:
+async def test_freeze_and_restore_then_kill_and_restore_a_region(cluster: LocalCluster) -> None:
     pids = region_pids(cluster, "us-west-2")
     assert "froze us-west-2" in await chaos(cluster, "freeze", "us-west-2")
     # SIGSTOP is delivered asynchronously.
@@ -113,9 +135,7 @@ async def test_freeze_stops_and_restore_resumes(cluster: LocalCluster) -> None:
     assert "T" not in {proc_state(p) for p in pids}
     assert await heartbeat(cluster, cluster.config.secondary.zones[0].address) == "pong"
 
-
-async def test_kill_and_restore_a_region(cluster: LocalCluster) -> None:
-    pids = region_pids(cluster, "us-west-2")
+    # The same region, killed this time.
     assert len(pids) == 1 + 2 * 2 + 1  # Redis, two zones of two workers, canary
     assert "killed us-west-2: 6 processes" in await chaos(cluster, "kill", "us-west-2")
     await until(lambda: not any(pid_alive(p) for p in pids), 5, message="the region's processes")
@@ -147,24 +167,6 @@ async def test_kill_redis_only(cluster: LocalCluster) -> None:
     await until(app_servers_report_redis_gone, message="app servers reporting Redis gone")
     alive = [p for p in before if pid_alive(p)]
     assert len(alive) == len(before) - 1  # everything but Redis
-
-
-async def test_bad_commands_are_refused(cluster: LocalCluster) -> None:
-    with pytest.raises(ChaosError, match="no region 'mars-1'"):
-        await chaos(cluster, "kill", "mars-1")
-    with pytest.raises(ChaosError, match="expected"):
-        await chaos(cluster, "explode", "us-east-1")
-    reply = await cluster.command(b"not json")
-    assert reply["ok"] is False
-    # A zone: only with kill, freeze, throttle and restore, and one of the region's.
-    no_zone = await cluster.command(b'{"op": "kill", "region": "us-east-1", "zone": "usw2-az1"}')
-    assert no_zone["ok"] is False
-    assert "no zone 'usw2-az1' in region 'us-east-1'" in no_zone["error"]
-    redis = await cluster.command(
-        b'{"op": "kill-redis", "region": "us-east-1", "zone": "use1-az1"}'
-    )
-    assert redis["ok"] is False
-    assert "not with kill-redis" in redis["error"]
 
 
 def test_no_supervisor(tmp_path: Any) -> None:

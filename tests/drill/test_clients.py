@@ -95,6 +95,29 @@ def test_the_events_that_matter_become_records(make_config: Any) -> None:
     assert recorder.take_due(7.0) == 7.0  # taken: the next attempt, if no backoff, is due now
 
 
+def test_a_restored_client_bids_at_once_and_again_when_outbid_until_accepted(
+    make_config: Any,
+) -> None:
+    config = make_config()
+    west = config.secondary.name
+    recorder = _ClientRecorder(1, "d1-1", region_of(config), [])
+    record, resume = recorder.on_event, recorder.resume
+    position = Position(2, "1700000000000-0")
+    record(Acked("b0", False, "too_low", None, "lot", 2, None))
+    assert not resume.is_set()  # outbid in its own pace: it waits for its next turn
+    record(StateRestored("lot", {"bid": 3}, position, True, 0, west))
+    assert resume.is_set()  # restored: bid now
+    resume.clear()
+    record(Acked("b1", False, "unavailable", None, "lot", 4, None))
+    assert not resume.is_set()  # not outbid: the client's own retries and pace go on
+    record(Acked("b2", False, "too_low", None, "lot", 5, None))
+    assert resume.is_set()  # outbid before its first accepted bid: again at once
+    resume.clear()
+    record(Acked("b3", True, None, position, "lot", 9, west))
+    record(Acked("b4", False, "too_low", None, "lot", 10, None))
+    assert not resume.is_set()  # accepted since the restore: back to its pace
+
+
 class Fixed:
     """A resolver that always answers `addresses` (what a name server would)."""
 

@@ -24,7 +24,7 @@ from rideout.waitingroom.model import (
     InletSettings,
     PositionState,
 )
-from rideout.waitingroom.store import new_request_id
+from rideout.waitingroom.store import RoomStore, new_request_id
 from tests.conftest import FakeClock
 from tests.waitingroom.conftest import Redis, fresh_event, new_event
 
@@ -410,6 +410,33 @@ async def test_an_outage_restarts_the_abandonment_clock(
     states = [(await store.position(event.event_id, p.request_id)).status for p in (back, gone)]
     assert states == [PositionState.WAITING, PositionState.ABANDONED]
     invariant(await store.counters(event.event_id))
+
+
+async def test_a_sweep_by_another_region_restarts_the_abandonment_clock(
+    redis_server: Redis, clock: FakeClock
+) -> None:
+    """A failover: the new writer's region sweeps at once (no gap a sweep could see),
+    but its visitors reach it only through DNS and their backoff. The first sweep by
+    another region restarts every waiting position's clock, as an outage does."""
+    east = RoomStore(redis_server.app, clock=clock, region="us-east-1")
+    west = RoomStore(redis_server.app, clock=clock, region="us-west-2")
+    event = await new_event(east, abandon_after=10, expiry=0)
+    back, gone = await east.assign(event.event_id), await east.assign(event.event_id)
+    for _ in range(2):
+        clock.advance(4)
+        assert (await east.sweep(event.event_id, outage_after=5)).abandoned == 0
+    clock.advance(3)  # 11 s unseen, and 3 s since the last sweep: no outage by the gap
+    assert (await west.sweep(event.event_id, outage_after=5)).abandoned == 0
+    clock.advance(4)  # 15 s unseen, past the hold and its slack, but the clock restarted
+    assert (await west.sweep(event.event_id, outage_after=5)).abandoned == 0
+    await west.poll(event.event_id, back.request_id)  # the visitor found the new region
+    clock.advance(4)
+    assert (await west.sweep(event.event_id, outage_after=5)).abandoned == 0
+    clock.advance(4)  # 12 s since west's first sweep: `gone` was silent for the hold
+    assert (await west.sweep(event.event_id, outage_after=5)).abandoned == 1
+    states = [(await west.position(event.event_id, p.request_id)).status for p in (back, gone)]
+    assert states == [PositionState.WAITING, PositionState.ABANDONED]
+    invariant(await west.counters(event.event_id))
 
 
 async def test_regular_sweeps_abandon_on_time(redis_server: Redis, clock: FakeClock) -> None:

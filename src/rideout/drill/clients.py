@@ -53,6 +53,9 @@ __all__ = ["ClientFleet", "GroupSpec", "flush_every", "run_group"]
 
 Sink = Callable[[list[DrillRecord]], None]
 
+RESUME_REBID_REASON = "too_low"
+"""The rejection after which a resuming client bids again at once (someone bid higher)."""
+
 
 class _Flag(Protocol):
     def is_set(self) -> bool: ...
@@ -103,9 +106,16 @@ def client_settings(config: Config, jitter: bool) -> ClientSettings:
 
 
 class _ClientRecorder:
-    """One client's records: its events (:meth:`on_event`) and its connection attempts."""
+    """One client's records: its events (:meth:`on_event`) and its connection attempts.
 
-    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions")
+    It also tells the client's bidder when to bid out of turn (``resume``): when the
+    client's state is restored, and again each time that first bid is outbid, until
+    one is accepted. A user whose auction page comes back bids, and bids again when
+    someone bid higher meanwhile; the drill's write RTO is then the time until the
+    service takes a write again, not the drill's own pacing.
+    """
+
+    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions", "_resuming", "resume")
 
     def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
         self._cid = cid
@@ -113,18 +123,25 @@ class _ClientRecorder:
         self._regions = regions
         self._out = out
         self._due: float | None = None  # when the pending reconnect's backoff ends
+        self._resuming = False  # restored, and no bid accepted since
+        self.resume = asyncio.Event()
 
     def on_event(self, event: Event) -> None:
         now, cid = time.time(), self._cid
         if isinstance(event, Acked):
             if event.accepted:
+                self._resuming = False
                 offset = event.position.offset if event.position else None
                 region = event.region or "?"
                 ack = AckRecord(cid, now, event.room, self._bidder, event.amount, offset, region)
                 self._out.append(ack)
             else:
+                if self._resuming and event.reason == RESUME_REBID_REASON:
+                    self.resume.set()
                 self._out.append(RejectedRecord(cid, now, event.reason or "?"))
         elif isinstance(event, StateRestored):
+            self._resuming = True
+            self.resume.set()
             self._out.append(RestoredRecord(cid, now, event.region))
         elif isinstance(event, Connected):
             self._out.append(ConnectedRecord(cid, now, self._regions.get(event.address, "?")))
@@ -195,12 +212,15 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
     clients: list[AuctionClient] = []
     tasks: list[asyncio.Task[None]] = []
 
-    async def bidder(client: AuctionClient, cid: int) -> None:
+    async def bidder(client: AuctionClient, cid: int, resume: asyncio.Event) -> None:
         room = spec.room(cid)
         last = 0
         local = random.Random(spec.seed * 1_000_003 + cid)
         while True:
-            await asyncio.sleep(spec.bid_interval * local.uniform(0.5, 1.5))
+            # The next turn of the client's pace, or sooner when the recorder says so.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(resume.wait(), spec.bid_interval * local.uniform(0.5, 1.5))
+            resume.clear()
             if not bidding.is_set() or not client.ready or client.pending_bids >= spec.max_pending:
                 continue
             known = client.rooms.get(room)
@@ -230,7 +250,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             )
             client.start()
             clients.append(client)
-            tasks.append(asyncio.create_task(bidder(client, cid)))
+            tasks.append(asyncio.create_task(bidder(client, cid, recorder.resume)))
             if spec.count > 1:
                 await asyncio.sleep(spec.ramp / spec.count)
         # `stop` is a threading or multiprocessing event (set from another process).

@@ -392,19 +392,22 @@ SWEEP: Final = (
     _COMMON
     + r"""
 -- ARGV[3] most positions to look at, ARGV[4] the longest pause between two sweeps
--- that is not an outage (ms). Marks expired and abandoned positions, then, with
--- incr_on_expiry, moves the serving counter past the dead ones it reached.
--- Returns {expired, abandoned, incremented}.
+-- that is not an outage (ms), ARGV[5] the sweeping region. Marks expired and abandoned
+-- positions, then, with incr_on_expiry, moves the serving counter past the dead ones
+-- it reached. Returns {expired, abandoned, incremented}.
 if redis.call('EXISTS', K.event) == 0 then return {-1, 0, 0} end
 local batch = tonumber(ARGV[3])
 -- Nobody is abandoned for the time the room could not be reached: a sweep that finds
--- the previous one longer ago than ARGV[4] (a failover, a store outage: no writer took
--- a sweep or a poll meanwhile) restarts every waiting position's abandonment clock.
+-- the previous one longer ago than ARGV[4] (a store outage: no writer took a sweep or
+-- a poll meanwhile), or made by another region (a failover: the visitors find the new
+-- region only through DNS and their backoff, however soon it sweeps), restarts every
+-- waiting position's abandonment clock.
 local last = counter('swept_at')
-if last > 0 and NOW - last > tonumber(ARGV[4]) then
+local by = redis.call('HGET', K.counters, 'swept_by')
+if (last > 0 and NOW - last > tonumber(ARGV[4])) or (by and by ~= ARGV[5]) then
   redis.call('HSET', K.counters, 'resumed_at', d(NOW))
 end
-redis.call('HSET', K.counters, 'swept_at', d(NOW))
+redis.call('HSET', K.counters, 'swept_at', d(NOW), 'swept_by', ARGV[5])
 local expired, abandoned, incremented = 0, 0, 0
 local period = setting('expiry_ms')
 if period > 0 then

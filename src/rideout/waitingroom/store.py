@@ -187,6 +187,7 @@ class RoomStore:
     ) -> None:
         self.redis = redis
         self.clock = clock
+        self.region = region
         self.stream_length = _validate.count("stream_length", stream_length, low=1)
         self._server = describe_server(redis, region)
         self._scripts = {
@@ -642,14 +643,16 @@ class RoomStore:
         ``incr_on_expiry``, move the serving counter past the dead ones it reached.
 
         A sweep more than `outage_after` seconds after the previous one follows an
-        outage (no writer could sweep, nor count a poll): it restarts every waiting
+        outage (no writer could sweep, nor count a poll), and a sweep by another region
+        than the previous one follows a failover: either restarts every waiting
         position's abandonment clock, so that nobody is abandoned for not polling while
-        the room could not be reached (a region failover, a store outage).
+        the room could not be reached (a store outage; a region failover, whose
+        visitors find the new region only as fast as DNS and their backoff let them).
         """
         self._check_event(event_id)
         reply = await self._run(
             "SWEEP", event_id, _validate.count("batch", batch, low=1),
-            round(_validate.seconds("outage_after", outage_after) * 1000),
+            round(_validate.seconds("outage_after", outage_after) * 1000), self.region,
         )  # fmt: skip
         if _int(reply[0], "sweep") < 0:
             raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
