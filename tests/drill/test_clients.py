@@ -17,6 +17,7 @@ from rideout.client.ws import (
     Disconnected,
     ReconnectScheduled,
     StateRestored,
+    Updated,
 )
 from rideout.drill.clients import (
     ClientFleet,
@@ -95,7 +96,7 @@ def test_the_events_that_matter_become_records(make_config: Any) -> None:
     assert recorder.take_due(7.0) == 7.0  # taken: the next attempt, if no backoff, is due now
 
 
-def test_a_restored_client_bids_at_once_and_again_when_outbid_until_accepted(
+def test_a_restored_client_bids_at_once_and_above_the_price_that_beat_it_until_accepted(
     make_config: Any,
 ) -> None:
     config = make_config()
@@ -111,10 +112,18 @@ def test_a_restored_client_bids_at_once_and_again_when_outbid_until_accepted(
     record(Acked("b1", False, "unavailable", None, "lot", 4, None))
     assert not resume.is_set()  # not outbid: the client's own retries and pace go on
     record(Acked("b2", False, "too_low", None, "lot", 5, None))
-    assert resume.is_set()  # outbid before its first accepted bid: again at once
+    assert not resume.is_set()  # outbid, but by a price it has not seen yet
+    record(Updated("lot", {"bid": 4}, position, west))
+    assert not resume.is_set()  # not the bid that beat it
+    record(Updated("lot", {"bid": 7}, position, west))
+    assert resume.is_set()  # now it knows the price to beat: again at once
     resume.clear()
-    record(Acked("b3", True, None, position, "lot", 9, west))
-    record(Acked("b4", False, "too_low", None, "lot", 10, None))
+    record(Acked("b3", False, "too_low", None, "lot", 6, None))
+    assert resume.is_set()  # beaten by a price it has seen already (7): at once
+    resume.clear()
+    record(Acked("b4", True, None, position, "lot", 9, west))
+    record(Acked("b5", False, "too_low", None, "lot", 10, None))
+    record(Updated("lot", {"bid": 12}, position, west))
     assert not resume.is_set()  # accepted since the restore: back to its pace
 
 

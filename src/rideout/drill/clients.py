@@ -36,6 +36,7 @@ from rideout.client.ws import (
     QueueFull,
     ReconnectScheduled,
     StateRestored,
+    Updated,
 )
 from rideout.config import Config
 from rideout.drill.records import (
@@ -109,13 +110,17 @@ class _ClientRecorder:
     """One client's records: its events (:meth:`on_event`) and its connection attempts.
 
     It also tells the client's bidder when to bid out of turn (``resume``): when the
-    client's state is restored, and again each time that first bid is outbid, until
-    one is accepted. A user whose auction page comes back bids, and bids again when
-    someone bid higher meanwhile; the drill's write RTO is then the time until the
-    service takes a write again, not the drill's own pacing.
+    client's state is restored, and, while that first bid back is outbid, again once
+    the client has seen the price that beat it, until one is accepted. A user whose
+    auction page comes back bids, and bids again above the new price; the drill's
+    write RTO is then the time until the service takes a write again (and the room's
+    races lost on the way), not the drill's own pacing.
     """
 
-    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions", "_resuming", "resume")
+    __slots__ = (
+        "_bidder", "_cid", "_due", "_out", "_outbid_at", "_price", "_regions", "_resuming",
+        "resume",
+    )  # fmt: skip
 
     def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
         self._cid = cid
@@ -124,23 +129,37 @@ class _ClientRecorder:
         self._out = out
         self._due: float | None = None  # when the pending reconnect's backoff ends
         self._resuming = False  # restored, and no bid accepted since
+        self._price = 0  # the highest bid the client has seen in its room
+        self._outbid_at: int | None = None  # outbid while resuming: bid once the price shows
         self.resume = asyncio.Event()
+
+    def _saw(self, state: Any) -> None:
+        bid = state.get("bid") if isinstance(state, dict) else None
+        if isinstance(bid, int) and not isinstance(bid, bool):
+            self._price = max(self._price, bid)
+        if self._outbid_at is not None and self._price >= self._outbid_at:
+            self._outbid_at = None
+            self.resume.set()
 
     def on_event(self, event: Event) -> None:
         now, cid = time.time(), self._cid
         if isinstance(event, Acked):
             if event.accepted:
-                self._resuming = False
+                self._resuming, self._outbid_at = False, None
                 offset = event.position.offset if event.position else None
                 region = event.region or "?"
                 ack = AckRecord(cid, now, event.room, self._bidder, event.amount, offset, region)
                 self._out.append(ack)
             else:
                 if self._resuming and event.reason == RESUME_REBID_REASON:
-                    self.resume.set()
+                    self._outbid_at = event.amount
+                    self._saw(None)  # the price that beat it may be known already
                 self._out.append(RejectedRecord(cid, now, event.reason or "?"))
+        elif isinstance(event, Updated):
+            self._saw(event.state)
         elif isinstance(event, StateRestored):
-            self._resuming = True
+            self._resuming, self._outbid_at, self._price = True, None, 0
+            self._saw(event.state)
             self.resume.set()
             self._out.append(RestoredRecord(cid, now, event.region))
         elif isinstance(event, Connected):
