@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -9,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rideout.config import (
+    ENV_NOT_KEYS,
     PROFILES,
     Config,
     ConfigError,
@@ -195,6 +197,17 @@ def test_unknown_env_key_names_the_variable() -> None:
         load_config(env={"RIDEOUT_TIMING__DNS_TL": "3"})
     assert "RIDEOUT_TIMING__DNS_TL" in str(info.value)
     assert "unknown key" in str(info.value)
+
+
+def test_the_dev_scripts_variables_are_no_config_keys() -> None:
+    """./dev reads RIDEOUT_* variables of its own; set, they must not break every
+    command's config (RIDEOUT_TEST_WORKERS=3 did: "test_workers: unknown key")."""
+    root = Path(__file__).resolve().parents[1]
+    script = (root / "dev").read_text() + (root / ".ci" / "run").read_text()
+    names = set(re.findall(r"RIDEOUT_[A-Z_]+", script))
+    assert names, "./dev reads no RIDEOUT_ variable any more: update this test"
+    assert names <= ENV_NOT_KEYS, names - ENV_NOT_KEYS
+    load_config(env=dict.fromkeys(names, "3"))
 
 
 @pytest.mark.parametrize("name", ["RIDEOUT_A__B__C", "RIDEOUT_TIMING__", "RIDEOUT_REGIONS"])
