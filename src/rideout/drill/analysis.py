@@ -218,9 +218,10 @@ def write_stats(
 ) -> RecoveryStats:
     """Write RTO: each client's first *accepted* bid acknowledged from ``region`` after
     ``since`` (the fault), within ``timeout`` seconds of it. A drill client bids as
-    soon as its state is restored and again at once each time that bid is outbid
-    (``drill.clients``), so this is when the service takes its writes again, plus the
-    room races it loses on the way; not the client's own pacing."""
+    soon as its state is restored and, each time that bid is outbid, again once it has
+    seen the price that beat it (``drill.clients``), so this is when the service takes
+    its writes again, plus the room races it loses on the way; not the client's own
+    pacing."""
     acks = ((a.client, a.t, a.region) for a in of_kind(records, AckRecord))
     return recovery_stats(acks, clients, since, region, timeout)
 

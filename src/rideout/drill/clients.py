@@ -55,7 +55,7 @@ __all__ = ["ClientFleet", "GroupSpec", "flush_every", "run_group"]
 Sink = Callable[[list[DrillRecord]], None]
 
 RESUME_REBID_REASON = "too_low"
-"""The rejection after which a resuming client bids again at once (someone bid higher)."""
+"""The rejection after which a resuming client bids again (someone bid higher)."""
 
 
 class _Flag(Protocol):
@@ -106,32 +106,35 @@ def client_settings(config: Config, jitter: bool) -> ClientSettings:
     return ClientSettings.from_config(config, backoff=backoff, open_timeout=open_timeout)
 
 
-class _ClientRecorder:
-    """One client's records: its events (:meth:`on_event`) and its connection attempts.
+class _Resume:
+    """When a client's bidder bids out of turn (:attr:`wake`): as soon as the client's
+    state is restored, and, while that first bid back is outbid, again once the client
+    has seen the price that beat it, until one is accepted. A user whose auction page
+    comes back bids, and bids again above the new price; the drill's write RTO is then
+    the time until the service takes a write again (and the room's races lost on the
+    way), not the drill's own pacing."""
 
-    It also tells the client's bidder when to bid out of turn (``resume``): when the
-    client's state is restored, and, while that first bid back is outbid, again once
-    the client has seen the price that beat it, until one is accepted. A user whose
-    auction page comes back bids, and bids again above the new price; the drill's
-    write RTO is then the time until the service takes a write again (and the room's
-    races lost on the way), not the drill's own pacing.
-    """
+    __slots__ = ("_outbid_at", "_price", "_resuming", "wake")
 
-    __slots__ = (
-        "_bidder", "_cid", "_due", "_out", "_outbid_at", "_price", "_regions", "_resuming",
-        "resume",
-    )  # fmt: skip
-
-    def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
-        self._cid = cid
-        self._bidder = bidder
-        self._regions = regions
-        self._out = out
-        self._due: float | None = None  # when the pending reconnect's backoff ends
+    def __init__(self) -> None:
         self._resuming = False  # restored, and no bid accepted since
         self._price = 0  # the highest bid the client has seen in its room
         self._outbid_at: int | None = None  # outbid while resuming: bid once the price shows
-        self.resume = asyncio.Event()
+        self.wake = asyncio.Event()
+
+    def observe(self, event: Event) -> None:
+        if isinstance(event, StateRestored):
+            self._resuming, self._outbid_at, self._price = True, None, 0
+            self._saw(event.state)
+            self.wake.set()
+        elif isinstance(event, Updated):
+            self._saw(event.state)
+        elif isinstance(event, Acked):
+            if event.accepted:
+                self._resuming, self._outbid_at = False, None
+            elif self._resuming and event.reason == RESUME_REBID_REASON:
+                self._outbid_at = event.amount
+                self._saw(None)  # the price that beat it may be known already
 
     def _saw(self, state: Any) -> None:
         bid = state.get("bid") if isinstance(state, dict) else None
@@ -139,28 +142,40 @@ class _ClientRecorder:
             self._price = max(self._price, bid)
         if self._outbid_at is not None and self._price >= self._outbid_at:
             self._outbid_at = None
-            self.resume.set()
+            self.wake.set()
+
+
+class _ClientRecorder:
+    """One client's records: its events (:meth:`on_event`) and its connection attempts;
+    it also passes the events to the client's :class:`_Resume` (``resume``)."""
+
+    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions", "_resume")
+
+    def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
+        self._cid = cid
+        self._bidder = bidder
+        self._regions = regions
+        self._out = out
+        self._due: float | None = None  # when the pending reconnect's backoff ends
+        self._resume = _Resume()
+
+    @property
+    def resume(self) -> asyncio.Event:
+        """Set when the client's bidder should bid now (:class:`_Resume`)."""
+        return self._resume.wake
 
     def on_event(self, event: Event) -> None:
         now, cid = time.time(), self._cid
+        self._resume.observe(event)
         if isinstance(event, Acked):
             if event.accepted:
-                self._resuming, self._outbid_at = False, None
                 offset = event.position.offset if event.position else None
                 region = event.region or "?"
                 ack = AckRecord(cid, now, event.room, self._bidder, event.amount, offset, region)
                 self._out.append(ack)
             else:
-                if self._resuming and event.reason == RESUME_REBID_REASON:
-                    self._outbid_at = event.amount
-                    self._saw(None)  # the price that beat it may be known already
                 self._out.append(RejectedRecord(cid, now, event.reason or "?"))
-        elif isinstance(event, Updated):
-            self._saw(event.state)
         elif isinstance(event, StateRestored):
-            self._resuming, self._outbid_at, self._price = True, None, 0
-            self._saw(event.state)
-            self.resume.set()
             self._out.append(RestoredRecord(cid, now, event.region))
         elif isinstance(event, Connected):
             self._out.append(ConnectedRecord(cid, now, self._regions.get(event.address, "?")))
