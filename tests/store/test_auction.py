@@ -436,7 +436,7 @@ async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
     store = AuctionStore(client, AuctionSettings(), REGION)
     try:
         results = await asyncio.gather(
-            *(store.get_state(fresh(), "alice") for i in range(3)), return_exceptions=True
+            *(store.last_offset(fresh()) for i in range(3)), return_exceptions=True
         )
     finally:
         await client.aclose()
@@ -444,6 +444,22 @@ async def test_an_exhausted_connection_pool_is_named(pair: Pair) -> None:
     assert errors
     assert all(isinstance(e, StoreUnavailable) for e in errors)
     assert "every connection of the pool" in str(errors[0])
+
+
+async def test_concurrent_state_reads_share_one_pipeline(pair: Pair) -> None:
+    """A herd of reconnecting clients: 50 reads at once on a pool of one connection
+    (one pooled connection each would exhaust it), every reply its own room's."""
+    client = one_connection(pair)
+    store, rooms = AuctionStore(client, AuctionSettings(), REGION), [fresh() for _ in range(50)]
+    try:
+        for i, room in enumerate(rooms):
+            await store.bid(room, "alice", 10 + i, f"r{i}", epoch=1)
+        results = await asyncio.gather(*(store.get_state(room, "alice") for room in rooms))
+    finally:
+        await store.close()
+        await client.aclose()
+    assert [r.room for r in results] == rooms
+    assert [r.state["bid"] for r in results] == [10 + i for i in range(50)]
 
 
 async def test_concurrent_bids_share_one_pipeline(pair: Pair) -> None:

@@ -487,7 +487,9 @@ class AuctionStore:
         self.region = _check_text("region", region)
         self._server = _describe(client, region)
         self._bids = ScriptPipeliner(client, client.register_script(scripts.BID))
-        self._state_script = client.register_script(scripts.GET_STATE)
+        # Reads too: a herd of reconnecting clients restores its state in one pipeline
+        # per loop iteration, not one pooled connection (opened on demand) per client.
+        self._states = ScriptPipeliner(client, client.register_script(scripts.GET_STATE))
         self._probes = ScriptPipeliner(client, client.register_script(scripts.PROBE))
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
@@ -629,6 +631,7 @@ class AuctionStore:
         """Wait for the bids already sent to Redis (call before closing the client)."""
         await self._bids.close()
         await self._probes.close()
+        await self._states.close()
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
         """The room's state, ``sub``'s session, the current position and, given
@@ -652,14 +655,9 @@ class AuctionStore:
             since_epoch, since_offset = "", ""
         what = f"get_state of room {room!r}"
         with self._errors(what):
-            reply = await self._state_script(
-                keys=[
-                    keys.EPOCH,
-                    keys.room_state(room),
-                    keys.room_stream(room),
-                    keys.user_session(sub),
-                ],
-                args=[since_epoch, since_offset, str(self.settings.replay_limit)],
+            reply, _ = await self._states.call(
+                [keys.EPOCH, keys.room_state(room), keys.room_stream(room), keys.user_session(sub)],
+                [since_epoch, since_offset, str(self.settings.replay_limit)],
             )
         if not isinstance(reply, list) or len(reply) != 5:
             raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
