@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+import websockets
 
 from rideout._guard import (
     FD_HEADROOM,
@@ -20,7 +21,7 @@ from rideout._guard import (
     ServerLimits,
     connection_cap,
 )
-from rideout._serve import RedactTokens
+from rideout._serve import RedactTokens, uvicorn_config
 from rideout.errors import InvalidArgument
 from tests.conftest import free_port, serving
 
@@ -43,6 +44,49 @@ def test_tokens_never_reach_the_logs() -> None:
     )
     RedactTokens().filter(untouched)
     assert untouched.getMessage() == "mytoken=1 tokens=3"
+
+
+async def test_no_line_per_websocket_connection_and_the_rest_stays() -> None:
+    """uvicorn logs every WebSocket accept (and websockets every open and close) on its
+    error logger whatever ``access_log`` says: a herd of reconnects became a herd of
+    log lines. They are dropped; its other lines are not."""
+
+    async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            while (await receive())["type"] != "lifespan.shutdown":
+                await send({"type": "lifespan.startup.complete"})
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+        await receive()
+        await send({"type": "websocket.accept"})
+        await send({"type": "websocket.send", "text": "hi"})
+        await send({"type": "websocket.close", "code": 1000})
+
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger, keep = logging.getLogger("uvicorn.error"), Keep()
+    port = free_port("127.0.0.1")
+    server = uvicorn.Server(uvicorn_config(echo, "127.0.0.1", port, log_level="info"))
+    server.config.setup_event_loop = lambda: None  # type: ignore[method-assign]
+    logger.addHandler(keep)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                await asyncio.sleep(0.01)
+            for _ in range(3):
+                async with websockets.connect(f"ws://127.0.0.1:{port}/ws") as ws:
+                    assert await ws.recv() == "hi"
+    finally:
+        server.should_exit = True
+        await task
+        logger.removeHandler(keep)
+    assert any("startup complete" in line for line in lines), lines
+    assert not [line for line in lines if "WebSocket" in line or "connection " in line], lines
 
 
 # --------------------------------------------------------------------------- the guard
