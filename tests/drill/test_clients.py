@@ -3,6 +3,7 @@ the whole fleet runs in tests/drill/test_drill_e2e.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 from typing import Any
 
@@ -25,6 +26,7 @@ from rideout.drill.clients import (
     _ClientRecorder,
     _RecordingResolver,
     client_settings,
+    fleet_loop_factory,
     region_of,
 )
 from rideout.drill.records import (
@@ -166,3 +168,13 @@ async def test_a_fleet_without_processes_collects_what_its_groups_report(
     assert fleet.snapshot() == [ConnectedRecord(0, 1.0, "east")]
     assert fleet.stopping.is_set()
     assert not fleet.bidding.is_set()
+
+
+def test_the_fleet_runs_on_uvloop_as_the_servers_do() -> None:
+    import uvloop
+
+    factory = fleet_loop_factory()
+    assert factory is uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        assert runner.run(asyncio.sleep(0, "ran")) == "ran"
+        assert isinstance(runner.get_loop(), uvloop.Loop)
