@@ -33,7 +33,7 @@ from rideout.drill.analysis import HERDS
 ZONES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
 
 
-def write_config(directory: Path) -> Path:
+def write_config(directory: Path, *, canary_placement: str = "outside") -> Path:
     redis_port = free_port("127.0.1.100", "127.0.2.100")
     data: dict[str, Any] = {
         "data_dir": str(directory / ".rideout"),
@@ -43,7 +43,8 @@ def write_config(directory: Path) -> Path:
             "port": free_port("127.0.0.1"),
             "dns_port": free_port("127.0.0.1", udp=True),
         },
-        "failover": {"replication": "sync", "sync_timeout": 0.5, "replica_down": "reject"},
+        "failover": {"replication": "sync", "sync_timeout": 0.5, "replica_down": "reject",
+                     "canary_placement": canary_placement},
         "regions": [
             {"name": "us-east-1", "role": "primary",
              "redis": {"address": "127.0.1.100", "port": redis_port},

@@ -1,11 +1,13 @@
 """Where the time from a fault to the alarm (and on to DNS) goes, fast profile.
 
     .venv/bin/python -m bench.fault_to_alarm [--trials 3] [--faults kill kill-redis]
+        [--placements outside in-region]
 
 Each trial starts a local deployment of its own on free ports, waits until both alarms
 are OK, waits a random fraction of a canary period (so that faults land anywhere in
-the period grid), breaks the primary (``kill``: the whole region, its canary falls
-silent; ``kill-redis``: its writer Redis alone, the canary's store probe fails), then
+the period grid), breaks the primary (``kill``: the whole region; its canary, placed
+outside, sees its probes fail, placed in the region it falls silent with it;
+``kill-redis``: its writer Redis alone, the canary's store probe fails), then
 records, on this machine's wall clock: the fault, the last good and first bad canary
 datapoint (their scheduled stamps), the end of the period that completed the alarm's
 condition, the evaluation round that raised the alarm, the writer's move, and the first
@@ -69,8 +71,8 @@ async def _dns_answers(config: Config, addresses: set[str]) -> bool:
     return {str(r) for rrset in response.answer for r in rrset} == addresses
 
 
-async def trial(directory: Path, fault: str) -> dict[str, float | None]:
-    config = load_config(write_config(directory), env={})
+async def trial(directory: Path, fault: str, placement: str) -> dict[str, float | None]:
+    config = load_config(write_config(directory, canary_placement=placement), env={})
     period = config.timing.canary_interval
     primary = config.primary.name
     target = {z.address for z in config.secondary.zones}
@@ -146,17 +148,21 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--faults", nargs="+", default=["kill", "kill-redis"])
+    parser.add_argument(
+        "--placements", nargs="+", default=["outside", "in-region"],
+        choices=["outside", "in-region"], help="failover.canary_placement: each is run",
+    )  # fmt: skip
     args = parser.parse_args()
     console = Console(highlight=False)
-    for fault in args.faults:
+    for fault, placement in [(f, p) for f in args.faults for p in args.placements]:
         results = []
         for i in range(args.trials):
             with tempfile.TemporaryDirectory(prefix="rideout-bench-alarm-") as tmp:
-                results.append(asyncio.run(trial(Path(tmp), fault)))
-            console.print(f"{fault} trial {i + 1}: alarm after "
+                results.append(asyncio.run(trial(Path(tmp), fault, placement)))
+            console.print(f"{fault}, canary {placement}, trial {i + 1}: alarm after "
                           f"{fmt(results[-1]['alarm raised (evaluation round)'])} s")  # fmt: skip
-        table = Table(title=f"fault → alarm → DNS, fast profile, fault {fault} "
-                      "(seconds after the fault)", title_justify="left")  # fmt: skip
+        table = Table(title=f"fault → alarm → DNS, fast profile, fault {fault}, canary "
+                      f"{placement} (seconds after the fault)", title_justify="left")  # fmt: skip
         table.add_column("step")
         table.add_column("median", justify="right")
         for i in range(len(results)):

@@ -339,6 +339,11 @@ def test_zero_or_negative_counts(key: str, value: int) -> None:
             "less than max_connections",
         ),
         ({"realtime": {"replay_rate": 0}}, "realtime.replay_rate", "positive number"),
+        (
+            {"failover": {"canary_placement": "beside"}},
+            "failover.canary_placement",
+            "must be 'outside' or 'in-region'",
+        ),
     ],
 )
 def test_bad_values(data: dict[str, Any], key: str, problem: str) -> None:

@@ -124,11 +124,15 @@ async def test_refused_commands_change_nothing_and_throttle_reaches_every_worker
 
 
 async def test_freeze_and_restore_then_kill_and_restore_a_region(cluster: LocalCluster) -> None:
-    pids = region_pids(cluster, "us-west-2")
+    # The canary runs outside the region it probes (the default placement): it sees the
+    # region fail instead of dying with it.
+    (canary,) = region_pids(cluster, "us-west-2", kind="canary")
+    pids = [p for p in region_pids(cluster, "us-west-2") if p != canary]
     assert "froze us-west-2" in await chaos(cluster, "freeze", "us-west-2")
     # SIGSTOP is delivered asynchronously.
     await until(lambda: {proc_state(p) for p in pids} == {"T"}, 2, interval=0.02)
     assert {proc_state(p) for p in pids} == {"T"}
+    assert proc_state(canary) != "T"
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(heartbeat(cluster, cluster.config.secondary.zones[0].address), 1.0)
     assert "resumed" in await chaos(cluster, "restore", "us-west-2")
@@ -136,16 +140,18 @@ async def test_freeze_and_restore_then_kill_and_restore_a_region(cluster: LocalC
     assert await heartbeat(cluster, cluster.config.secondary.zones[0].address) == "pong"
 
     # The same region, killed this time.
-    assert len(pids) == 1 + 2 * 2 + 1  # Redis, two zones of two workers, canary
-    assert "killed us-west-2: 6 processes" in await chaos(cluster, "kill", "us-west-2")
+    assert len(pids) == 1 + 2 * 2  # Redis, two zones of two workers
+    assert "killed us-west-2: 5 processes" in await chaos(cluster, "kill", "us-west-2")
     await until(lambda: not any(pid_alive(p) for p in pids), 5, message="the region's processes")
     assert not any(pid_alive(p) for p in pids)
+    assert pid_alive(canary)
     message = await chaos(cluster, "restore", "us-west-2")
     assert "restarted redis-us-west-2" in message
-    assert "restarted 5 servers" in message
+    assert "restarted 4 servers" in message
     new = region_pids(cluster, "us-west-2")
     assert len(new) == 6
-    assert not set(new) & set(pids)
+    assert set(new) & set(pids) == set()
+    assert canary in new
     assert await heartbeat(cluster, cluster.config.secondary.zones[1].address) == "pong"
 
 
@@ -167,6 +173,16 @@ async def test_kill_redis_only(cluster: LocalCluster) -> None:
     await until(app_servers_report_redis_gone, message="app servers reporting Redis gone")
     alive = [p for p in before if pid_alive(p)]
     assert len(alive) == len(before) - 1  # everything but Redis
+
+
+@pytest.mark.parametrize(("placement", "dies_with_it"), [("outside", False), ("in-region", True)])
+def test_the_canary_dies_with_its_region_only_when_placed_in_it(
+    make_config: Callable[..., Config], placement: str, dies_with_it: bool
+) -> None:
+    cluster = LocalCluster(make_config(failover={"canary_placement": placement}))
+    cluster._plan_servers()
+    kinds = sorted(c.record.kind for c in cluster._region_children("us-east-1"))
+    assert kinds == sorted(["app", "app"] + (["canary"] if dies_with_it else []))
 
 
 def test_no_supervisor(tmp_path: Any) -> None:

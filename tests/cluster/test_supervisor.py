@@ -43,6 +43,8 @@ async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
         assert secondary["redis"]["state"]["link"] == "up"
         assert secondary["redis"]["state"]["epoch"] == 1  # replicated
         for region in view["regions"]:
+            assert region["canary"]["alive"]
+            assert region["canary"]["placement"] == "outside"
             for zone in region["zones"]:
                 assert zone["alive"]
                 assert zone["health"]["up"], zone

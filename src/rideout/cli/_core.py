@@ -341,7 +341,8 @@ def _print_status(view: dict[str, Any], title: str) -> None:
             row("redis (in-region replica)", f"{region['name']} / its second zone",
                 replica["address"], replica, _redis_state(replica.get("state")))  # fmt: skip
         canary = region["canary"]
-        row("canary", region["name"], "probes its zones every interval", canary,
+        where = "outside" if canary.get("placement") == "outside" else "inside"
+        row("canary", region["name"], f"probes its zones from {where}", canary,
             _state(canary["alive"] if canary["pid"] else None, "running", "stopped"))  # fmt: skip
         for zone in region["zones"]:
             zh = zone.get("health")

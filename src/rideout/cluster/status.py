@@ -137,7 +137,11 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
                     **pid_of(redis_name),
                 },
                 **replica,
-                "canary": {"name": f"canary-{region.name}", **pid_of(f"canary-{region.name}")},
+                "canary": {
+                    "name": f"canary-{region.name}",
+                    "placement": config.failover.canary_placement,
+                    **pid_of(f"canary-{region.name}"),
+                },
                 "zones": [
                     {
                         "name": zone.name,

@@ -622,7 +622,12 @@ class LocalCluster:
         ]  # fmt: skip
 
     def _region_children(self, region: str) -> list[_Child]:
-        children: list[_Child] = list(self._region_servers(region))
+        """What dies with `region` (kill, freeze): its app servers, its Redis servers and,
+        placed in the region, its canary (see ``failover.canary_placement``)."""
+        outside = self.config.failover.canary_placement == "outside"
+        children: list[_Child] = [
+            s for s in self._region_servers(region) if not (outside and s.record.kind == "canary")
+        ]
         for key in (region, _replica_key(region)):
             if key in self._redis:
                 children.append(self._redis[key])

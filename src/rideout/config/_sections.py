@@ -8,12 +8,13 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from rideout.config._reader import ConfigError, _address, _Reader, _scalars
 from rideout.config._services import _redis_url
 
 __all__ = [
+    "CANARY_PLACEMENTS",
     "EVACUATE_PROFILES",
     "FAILOVER_PROFILES",
     "PROFILES",
@@ -162,6 +163,10 @@ class RealtimeConfig:
     min_increment: int = 1
 
 
+CANARY_PLACEMENTS: Final = ("outside", "in-region")
+"""Where a region's canary runs: outside the region it probes, or in it (the seed's)."""
+
+
 @dataclass(frozen=True, slots=True)
 class FailoverConfig:
     """How the writer moves between regions and what an acknowledgement promises."""
@@ -175,6 +180,12 @@ class FailoverConfig:
     # client retries) or "degrade" to async for that bid (counted, shown in status).
     replica_down: str = "reject"
     auto_failback: bool = True  # move back to the primary once it is healthy again
+    # Where each region's canary runs. "outside": not in the region it probes (beside the
+    # control plane here; elsewhere, in another region), so a region that dies fails its
+    # probes and alarms after `failover_datapoints` periods. "in-region": beside the
+    # region's servers, as the seed's canary Lambda, so it dies with them and a dead
+    # region alarms only by silence, after N + 2 periods (CloudWatch's missing data).
+    canary_placement: str = "outside"
     # Failback damping (RFC 2439's route flap damping, the writer's moves as the flaps):
     # each move adds 1 to a penalty that halves every `damping_half_life` seconds; a
     # move that leaves it above `damping_suppress` holds failback until it is below
@@ -392,6 +403,11 @@ def _parse_failover(t: _Reader, profile: str) -> FailoverConfig:
     if failover.replica_down not in ("reject", "degrade"):
         raise ConfigError(
             t.key("replica_down"), f"must be 'reject' or 'degrade', got {failover.replica_down!r}"
+        )
+    if failover.canary_placement not in CANARY_PLACEMENTS:
+        raise ConfigError(
+            t.key("canary_placement"),
+            f"must be 'outside' or 'in-region', got {failover.canary_placement!r}",
         )
     if failover.damping_suppress < failover.damping_reuse:
         raise ConfigError(t.key("damping_suppress"), "must be at least damping_reuse")
