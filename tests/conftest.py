@@ -349,6 +349,13 @@ async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedi
         yield primary, replica
 
 
+async def asgi_lifespan(receive: Any, send: Any) -> None:
+    """A bare ASGI app's lifespan, with nothing to start or stop."""
+    while (await receive())["type"] != "lifespan.shutdown":
+        await send({"type": "lifespan.startup.complete"})
+    await send({"type": "lifespan.shutdown.complete"})
+
+
 @contextlib.asynccontextmanager
 async def serving(
     app: ASGIApp, host: str, port: int, **options: Any

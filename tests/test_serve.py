@@ -23,7 +23,7 @@ from rideout._guard import (
 )
 from rideout._serve import RedactTokens, uvicorn_config
 from rideout.errors import InvalidArgument
-from tests.conftest import free_port, serving
+from tests.conftest import asgi_lifespan, free_port, serving
 
 
 def test_tokens_never_reach_the_logs() -> None:
@@ -46,13 +46,6 @@ def test_tokens_never_reach_the_logs() -> None:
     assert untouched.getMessage() == "mytoken=1 tokens=3"
 
 
-async def lifespan(receive: Any, send: Any) -> None:
-    """An ASGI app's lifespan, with nothing to start or stop."""
-    while (await receive())["type"] != "lifespan.shutdown":
-        await send({"type": "lifespan.startup.complete"})
-    await send({"type": "lifespan.shutdown.complete"})
-
-
 async def test_no_line_per_websocket_connection_and_the_rest_stays() -> None:
     """uvicorn logs every WebSocket accept (and websockets every open and close) on its
     error logger whatever ``access_log`` says: a herd of reconnects became a herd of
@@ -60,7 +53,7 @@ async def test_no_line_per_websocket_connection_and_the_rest_stays() -> None:
 
     async def echo(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            return await lifespan(receive, send)
+            return await asgi_lifespan(receive, send)
         await receive()
         await send({"type": "websocket.accept"})
         await send({"type": "websocket.send", "text": "hi"})
@@ -157,7 +150,7 @@ async def test_an_upgrade_the_app_never_accepts_gets_503_at_the_deadline() -> No
 
     async def stuck(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            return await lifespan(receive, send)
+            return await asgi_lifespan(receive, send)
         await asyncio.Event().wait()
 
     port = free_port("127.0.0.1")
