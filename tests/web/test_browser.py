@@ -269,16 +269,12 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
         > 0
     )
     await shot(page, "dashboard-alarm")
-    # The supervisor can fail a restore (a race with the controller demoting the Redis it
-    # just restarted, outside this test's subject): press again, as an operator would.
-    for _ in range(3):
-        await page.evaluate("window.dashboard.chaos = null")
-        await page.click("button[data-op=restore][data-region=us-east-1]")
-        await page.wait_for_function("window.dashboard.chaos", timeout=90000)
-        answer = await page.evaluate("window.dashboard.chaos")
-        if answer["status"] == 200:
-            break
-        print(f"restore refused: {answer}")
+    # Restore completes whatever the controller does meanwhile (issue #11, finding 1): one
+    # press. (An earlier version pressed up to three times, from before that fix.)
+    await page.evaluate("window.dashboard.chaos = null")
+    await page.click("button[data-op=restore][data-region=us-east-1]")
+    await page.wait_for_function("window.dashboard.chaos", timeout=90000)
+    answer = await page.evaluate("window.dashboard.chaos")
     assert answer["status"] == 200, answer
     await page.wait_for_function(
         "document.getElementById('dns').textContent.includes('us-east-1')"
