@@ -499,7 +499,8 @@ def _chaos(op: str, region: str, config_path: Path | None, zone: str | None = No
 def chaos_kill(
     region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
 ) -> None:
-    """SIGKILL every process of REGION, Redis included: the region is gone."""
+    """SIGKILL every process of REGION, Redis included: the region is gone (its canary
+    too, if `failover.canary_placement` puts it in the region)."""
     _chaos("kill", region, config_path, zone)
 
 
@@ -513,7 +514,8 @@ def chaos_kill_redis(region: RegionArgument, config_path: ConfigOption = None) -
 def chaos_freeze(
     region: RegionArgument, zone: ZoneOption = None, config_path: ConfigOption = None
 ) -> None:
-    """SIGSTOP every process of REGION: connections hang, like a network blackhole."""
+    """SIGSTOP every process of REGION: connections hang, like a network blackhole (its
+    canary too, if placed in the region)."""
     _chaos("freeze", region, config_path, zone)
 
 

@@ -644,8 +644,8 @@ class LocalCluster:
         return [s for s in self._region_servers(region, "app") if s.record.zone == zone]
 
     async def kill(self, region: str, zone: str | None = None) -> str:
-        """SIGKILL every process of `region`, Redis included: the region is gone. With
-        `zone`, only that zone's app servers (a zone outage)."""
+        """SIGKILL every process of `region` (:meth:`_region_children`), Redis included:
+        the region is gone. With `zone`, only that zone's app servers (a zone outage)."""
         self._region(region)
         if zone is not None:
             servers = self._zone_servers(region, zone)
@@ -671,8 +671,8 @@ class LocalCluster:
         return f"killed redis-{region} (pid {pid})"
 
     async def freeze(self, region: str, zone: str | None = None) -> str:
-        """SIGSTOP every process of `region` (with `zone`: that zone's app servers):
-        connections hang, like a network blackhole."""
+        """SIGSTOP every process of `region` (:meth:`_region_children`; with `zone`: that
+        zone's app servers): connections hang, like a network blackhole."""
         self._region(region)
         if zone is not None:
             pids = [s.pid for s in self._zone_servers(region, zone) if s.running and s.pid]
