@@ -150,6 +150,22 @@ async def test_a_cancelled_caller_does_not_disturb_the_others(client: aioredis.R
     await runner.close()
 
 
+async def test_close_sends_the_open_batch_and_later_calls_fail(client: aioredis.Redis) -> None:
+    """A call made in the iteration of the close is answered before close returns (it
+    used to be sent after it, on a closed client); a call after close is refused."""
+    runner = pipeliner(client)
+    await runner.call(["warm-up"], ["loads the script"])
+    late = asyncio.create_task(runner.call(["list"], ["in the last iteration"]))
+    await asyncio.sleep(0)  # joined a batch that is not sent yet
+    await runner.close()
+    assert late.done()
+    assert late.result() == (1, None)
+    assert not runner._running
+    with pytest.raises(RedisConnectionError, match="closed"):
+        await runner.call(["list"], ["after"])
+    assert await client.lrange("list", 0, -1) == ["in the last iteration"]
+
+
 async def test_an_unreachable_server_fails_every_call_of_the_batch() -> None:
     port = free_port()
     client = aioredis.Redis(

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import NoScriptError
 
 __all__ = ["ScriptPipeliner", "WaitReply"]
@@ -50,6 +51,7 @@ class _Batch:
     wait: _Wait | None  # WAIT after the scripts
     calls: list[_Call] = field(default_factory=list)
     waited: asyncio.Future[WaitReply] | None = None
+    launched: bool = False
 
 
 class ScriptPipeliner:
@@ -66,6 +68,7 @@ class ScriptPipeliner:
         self._max_batch = max_batch
         self._open: dict[_Wait | None, _Batch] = {}
         self._running: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     async def call(
         self, keys: Sequence[_Arg], args: Sequence[_Arg], *, wait: _Wait | None = None
@@ -74,8 +77,11 @@ class ScriptPipeliner:
         timeout_ms)`` how many replicas acknowledged it (``WAIT``) — else None;
         ``wait=(replicas, timeout_ms, True)`` also reads INFO replication around it.
 
-        Raises what redis-py raises for this call (a failed batch fails every call in it).
+        Raises what redis-py raises for this call (a failed batch fails every call in it),
+        and redis-py's ConnectionError once :meth:`close` has been called.
         """
+        if self._closed:
+            raise RedisConnectionError("the script pipeline is closed (the server is stopping)")
         loop = asyncio.get_running_loop()
         batch = self._open.get(wait)
         if batch is None:
@@ -93,6 +99,9 @@ class ScriptPipeliner:
         return reply, await asyncio.shield(batch.waited)
 
     def _launch(self, batch: _Batch) -> None:
+        if batch.launched:  # by close(), before its turn in the loop came
+            return
+        batch.launched = True
         if self._open.get(batch.wait) is batch:
             del self._open[batch.wait]
         task = asyncio.get_running_loop().create_task(self._run(batch))
@@ -100,7 +109,12 @@ class ScriptPipeliner:
         task.add_done_callback(self._running.discard)
 
     async def close(self) -> None:
-        """Wait for batches already sent (callers get their replies)."""
+        """Send the batches still open and wait for every batch sent (callers get their
+        replies); later calls fail. (A batch left open would be sent after the caller
+        has closed the client, on a connection nobody closes.)"""
+        self._closed = True
+        for batch in list(self._open.values()):
+            self._launch(batch)
         if self._running:
             await asyncio.wait(set(self._running))
 
