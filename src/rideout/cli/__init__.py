@@ -2,12 +2,14 @@
 
 One module per command group; each registers its commands on :data:`app` when imported
 (`_core`: the deployment's own commands; `drill`: game days; `room`: the waiting room;
-`evacuate`: zone evacuation and recovery; `aws`: AWS resources).
+`evacuate`: zone evacuation and recovery; `aws`: AWS resources; `chaos`: faults on
+purpose).
 """
 
 from __future__ import annotations
 
 from rideout.cli import aws as _aws
+from rideout.cli import chaos as _chaos
 from rideout.cli import drill as _drill
 from rideout.cli import evacuate as _evacuate
 from rideout.cli import room as _room
@@ -16,7 +18,7 @@ from rideout.cli._core import app
 
 __all__ = ["app", "main"]
 
-del _aws, _drill, _evacuate, _room, _secrets  # imported for their commands
+del _aws, _chaos, _drill, _evacuate, _room, _secrets  # imported for their commands
 
 
 def main() -> None:
