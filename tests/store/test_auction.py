@@ -462,6 +462,19 @@ async def test_concurrent_state_reads_share_one_pipeline(pair: Pair) -> None:
     assert [r.state["bid"] for r in results] == [10 + i for i in range(50)]
 
 
+async def test_a_closed_store_refuses_as_unavailable(pair: Pair) -> None:
+    client = one_connection(pair)
+    store = AuctionStore(client, AuctionSettings(), REGION)
+    try:
+        await store.close()
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await store.get_state(fresh(), "alice")
+        with pytest.raises(StoreUnavailable, match="closed"):
+            await store.bid(fresh(), "alice", 10, "r1", epoch=1)
+    finally:
+        await client.aclose()
+
+
 async def test_concurrent_bids_share_one_pipeline(pair: Pair) -> None:
     """50 bids at once on a pool of one connection: one at a time would exhaust it."""
     client = one_connection(pair)

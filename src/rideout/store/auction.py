@@ -628,7 +628,9 @@ class AuctionStore:
         return ProbeOutcome("writer" if role == "written" else role, stored, replicas)
 
     async def close(self) -> None:
-        """Wait for the bids already sent to Redis (call before closing the client)."""
+        """Send the calls still queued (bids, probes, state reads) and wait for their
+        replies; later calls fail with :class:`StoreUnavailable`. Call it before closing
+        the client."""
         await self._bids.close()
         await self._probes.close()
         await self._states.close()
