@@ -17,6 +17,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -321,7 +322,11 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         assert taken["failover"]["failovers"] == 1
         shown = await asyncio.to_thread(status, work, env)
         assert shown.returncode == 0, shown.stderr
-        assert "lease: cp-b (fence 2)" in shown.stdout
+        # cp-a held fence 1. cp-b holds a newer one: 2, or more if its own lease lapsed
+        # and it took it again under the suite's load (CI once showed fence 3).
+        held = re.search(r"lease: cp-b \(fence (\d+)\)", shown.stdout)
+        assert held is not None, shown.stdout
+        assert int(held.group(1)) >= 2
         assert "writer us-west-2, epoch 2" in shown.stdout
 
         # ------------------------------------------------------------------ failback
