@@ -187,16 +187,20 @@ async def test_the_scheduler_stops_even_when_its_cancel_is_lost(redis_server: Re
     expiring at the cancel's moment becomes a TimeoutError). Here the pause between
     passes swallows it: the loop must still end, at its next look at the stop flag."""
     lost = asyncio.Event()
+    pausing = asyncio.Event()
 
     async def swallowing_sleep(seconds: float) -> None:
+        pausing.set()
         try:
-            await asyncio.sleep(seconds)
+            # Longer than the test: the stop below must land here, not in a pass (a
+            # cancel in a pass is not swallowed, and proves nothing about the flag).
+            await asyncio.sleep(60)
         except asyncio.CancelledError:
             lost.set()  # swallowed: the loop goes on as if nothing happened
 
     scheduler = RoomScheduler(redis_server.store(), interval=0.05, sleep=swallowing_sleep)
     scheduler.start()
-    await asyncio.sleep(0.2)
+    await asyncio.wait_for(pausing.wait(), 10)  # a pass is done; the loop is in its pause
     task = scheduler._task
     assert task is not None
     await scheduler.stop()

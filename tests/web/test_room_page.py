@@ -88,8 +88,11 @@ async def serving_and_position(page: Any) -> tuple[int, int]:
     return position, serving
 
 
-async def wait_in_room(browser: Any, config: Config, zone: str) -> Any:
+async def wait_in_room(browser: Any, config: Config, zone: str, random: float | None = None) -> Any:
+    """A page in the room; `random` fixes the page's Math.random (its jitter)."""
     page = await browser.new_page(viewport={"width": 1000, "height": 700})
+    if random is not None:
+        await page.add_init_script(f"Math.random = () => {random!r};")
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     page.errors = errors
@@ -109,15 +112,19 @@ async def test_a_visitor_waits_is_admitted_and_the_auction_accepts_the_token(
 ) -> None:
     _, config = deployment
     zone = config.primary.zones[0].address
-    page = await wait_in_room(browser, config, zone)
+    page = await wait_in_room(browser, config, zone, random=0.9)
     position, serving = await serving_and_position(page)
     assert position > serving
     assert await page.inner_text("#status") == "waiting"
     await shot(page, "room-waiting")
-    # the page polls with jittered, growing pauses (not a fixed period)
+    # The page polls with jittered pauses that grow while the counter stands still (not
+    # a fixed period): full jitter, random x min(8, 2^idle) s, and never under 0.25 s.
+    # Math.random is fixed, so the pauses are known; with a real one, two draws can
+    # both fall under the floor and be equal (a test that asked for distinct pauses
+    # failed so on CI).
     await page.wait_for_function("window.rideoutRoom.delays.length >= 3", timeout=30000)
     delays = await page.evaluate("window.rideoutRoom.delays")
-    assert len(set(delays)) == len(delays)
+    assert delays[:3] == pytest.approx([0.9, 1.8, 3.6])
     await admit(config, zone, position - serving)
     await until_in_auction(page)
     await shot(page, "room-admitted-auction")
