@@ -16,6 +16,7 @@ import pytest
 
 from rideout.config import Config
 from rideout.protocol import PONG, parse_retry_hint
+from tests.conftest import until
 from tests.realtime.conftest import Deployment, recv, rejected, running_deployment, send
 
 UPGRADE = (
@@ -196,8 +197,8 @@ async def test_the_per_user_cap_refuses_the_next_connection_with_429(
         async with deployment.connect("a2", sub="alice") as elsewhere:
             assert await heartbeat(elsewhere) == PONG
         assert await heartbeat(first[0]) == PONG
-    # Once closed, the places are free again.
-    await asyncio.sleep(0.2)
+    # Once closed, the places are free again (once the server has seen the closes).
+    await until(lambda: deployment.servers["a1"].caps.of_user("alice") == 0, 10)
     async with deployment.connect(sub="alice") as again:
         assert await heartbeat(again) == PONG
 
