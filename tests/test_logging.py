@@ -66,3 +66,22 @@ def test_configure_sends_every_logger_through_the_format(
     finally:
         root.handlers[:], level = saved
         root.setLevel(level)
+
+
+def test_per_request_lines_of_http_libraries_are_left_out_and_their_warnings_kept(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        configure_logging("text")
+        logging.getLogger("httpx").info('HTTP Request: POST http://cp/v1/metrics "200 OK"')
+        logging.getLogger("httpx").warning("a warning")
+        logging.getLogger("rideout.test.text").info("started")
+        lines = capsys.readouterr().err.splitlines()
+        assert lines == ["WARNING: a warning", "INFO: started"]
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+        for name in ("httpx", "httpcore"):
+            logging.getLogger(name).setLevel(logging.NOTSET)

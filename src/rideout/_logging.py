@@ -22,6 +22,10 @@ LogFormat = Literal["text", "json"]
 LOG_FORMATS: Final = ("text", "json")
 ENV: Final = "RIDEOUT_LOG_FORMAT"
 
+# Libraries that log every request at INFO (httpx: "HTTP Request: POST ... 200 OK"): a
+# canary pushes its probes every period, so at INFO they would be most of its log.
+QUIET_AT_INFO: Final = ("httpx", "httpcore")
+
 # Attributes every LogRecord has: anything else on a record came from ``extra=``.
 _STANDARD: Final = frozenset(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {
     "message",
@@ -65,3 +69,5 @@ def configure_logging(fmt: LogFormat, level: int = logging.INFO) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+    for name in QUIET_AT_INFO:  # their warnings and errors still come through
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
