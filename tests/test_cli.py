@@ -3,9 +3,12 @@ from __future__ import annotations
 import json
 import socket
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from rideout import __version__
@@ -192,3 +195,22 @@ def test_token_revoke_without_a_running_deployment_says_so(config_file: Path) ->
     result = runner.invoke(app, ["token", "revoke", "--sub", "a", "-c", str(config_file)])
     assert result.exit_code == 1
     assert "no region's Redis answers as the writer" in result.stderr.replace("\n", "")
+
+
+def _command_paths(group: Any, prefix: tuple[str, ...] = ()) -> Iterator[tuple[str, ...]]:
+    """Every command and group under `group` (typer's click groups have `commands`)."""
+    for name, command in group.commands.items():
+        yield (*prefix, name)
+        if hasattr(command, "commands"):
+            yield from _command_paths(command, (*prefix, name))
+
+
+def test_no_help_is_cut_short_in_an_80_column_terminal() -> None:
+    """Every command's help fits 80 columns without an option name, default or type
+    shown cut off with an ellipsis (drill region-outage's --no-compare-jitter was)."""
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert len(paths) > 30
+    for path in paths:
+        result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
+        assert result.exit_code == 0, path
+        assert "…" not in result.stdout, (path, result.stdout)

@@ -50,10 +50,10 @@ def drill_region_outage(
     ] = "sync",
     profile: ProfileOption = None,
     failback: Annotated[
-        bool, typer.Option(help="Restore the primary and measure failback.")
+        bool, typer.Option("--failback", help="Restore the primary and measure failback.")
     ] = False,
     compare_jitter: Annotated[
-        bool, typer.Option(help="Run with full jitter and with none.")
+        bool, typer.Option("--compare-jitter", help="Run with full jitter and with none.")
     ] = False,
     max_rto: Annotated[
         float | None,
