@@ -11,11 +11,13 @@ import pytest
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
 from rideout.config import Config
 from rideout.health.canary import METRIC_NAME, NAMESPACE, Canary, metric_data, probe
 from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
+from rideout.protocol import PONG
 from tests.conftest import FakeClock, free_port, serving
 from tests.realtime.conftest import Deployment
 
@@ -52,6 +54,21 @@ async def test_a_probe_that_hangs_times_out(deployment: Deployment) -> None:
         healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", deployment.token(), 0.3)
     assert not healthy
     assert error == "no pong within 0.3 s"
+
+
+async def test_a_store_probe_left_unanswered_times_out_and_says_which() -> None:
+    async def pong_only(ws: WebSocket) -> None:  # the heartbeat's answer, then silence
+        await ws.accept()
+        await ws.receive_text()
+        await ws.send_text(PONG)
+        await ws.receive_text()
+        await ws.receive()  # the probe's answer never comes: wait for the client to leave
+
+    port = free_port("127.0.1.1")
+    async with serving(Starlette(routes=[WebSocketRoute("/ws", pong_only)]), "127.0.1.1", port):
+        healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", "token", 0.3)
+    assert not healthy
+    assert error == "no answer to the store probe within 0.3 s"
 
 
 @contextlib.asynccontextmanager

@@ -114,7 +114,7 @@ async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]
                 replies.append(await ws.recv())
                 replies.append(await ws.recv())
     except TimeoutError:
-        waiting = "pong" if not replies else "the store probe's answer"
+        waiting = "pong" if not replies else "answer to the store probe"
         return False, f"no {waiting} within {timeout:g} s"
     except (OSError, WebSocketException) as exc:
         return False, f"{type(exc).__name__}: {exc}"
