@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -169,11 +170,20 @@ async def test_a_real_canary_gets_through_a_real_control_plane(deployment: Deplo
 async def test_pushing_to_a_dead_control_plane_is_logged_not_raised(
     deployment: Deployment, caplog: pytest.LogCaptureFixture
 ) -> None:
-    canary = Canary(deployment.config, "us-west-2")
+    caplog.set_level(logging.INFO, logger="rideout.canary")
+    canary = Canary(deployment.config, "us-east-1")  # the region `ingesting` expects
     results = await canary.probe_all()
     async with httpx.AsyncClient(trust_env=False) as http:
-        assert await canary.push(http, results) is False
-    assert "cannot reach the control plane" in caplog.text
+        for _ in range(3):
+            assert await canary.push(http, results) is False
+        # Logged when it starts, then counted (a standby down for an hour would
+        # otherwise log every round); the count is in /metrics.
+        assert caplog.text.count("cannot reach the control plane") == 1
+        assert list(canary.failed_pushes.values()) == [3]
+        async with ingesting(deployment.config):
+            assert await canary.push(http, results) is True
+    assert "takes the datapoints again, after 3 failed pushes" in caplog.text
+    assert list(canary.failed_pushes.values()) == [0]
 
 
 def test_metric_data_shape() -> None:

@@ -43,6 +43,7 @@ async def test_live_once_it_runs_ready_once_a_control_plane_took_a_round(
         metrics = (await http.get(base + "/metrics")).text
     assert "rideout_canary_rounds_total" in metrics
     assert 'rideout_canary_probe_healthy{region="us-east-1",zone="use1-az1"} 1.0' in metrics
+    assert f'rideout_canary_failed_pushes{{url="{canary.ingest_urls[0]}"}}' in metrics
 
 
 async def _status(http: httpx.AsyncClient, url: str, code: int) -> bool:

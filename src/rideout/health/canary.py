@@ -200,6 +200,10 @@ class Canary:
         self.last_round_at: float | None = None  # wall clock
         self.last_pushed_at: float | None = None  # wall clock, a push that some instance took
         self.last_results: list[ProbeResult] = []
+        # Pushes in a row each instance did not take: its failure is logged when it
+        # starts and when it ends, not every round (a standby that is down for an hour
+        # would otherwise fill the log with two lines a second in the fast profile).
+        self.failed_pushes: dict[str, int] = dict.fromkeys(self.ingest_urls, 0)
         self._signer = RequestSigner(
             self.region.name,
             load_or_create_canary_key(config.keys_dir, self.region.name),
@@ -248,19 +252,33 @@ class Canary:
             try:
                 response = await http.post(url, content=body, headers=headers)
                 if response.status_code == 200:
+                    self._pushed(url)
                     return True
-                log.warning(
-                    "the control plane at %s refused the datapoints: HTTP %s %s",
+                self._not_pushed(
+                    url, "the control plane at %s refused the datapoints: HTTP %s %s",
                     url, response.status_code, response.text[:200],
                 )  # fmt: skip
             except httpx.HTTPError as exc:
-                log.warning("cannot reach the control plane at %s: %s", url, exc)
+                self._not_pushed(url, "cannot reach the control plane at %s: %s", url, exc)
             return False
 
         taken = any(await asyncio.gather(*(one(url) for url in self.ingest_urls)))
         if taken:
             self.last_pushed_at = self._clock()
         return taken
+
+    def _not_pushed(self, url: str, message: str, *args: object) -> None:
+        failed = self.failed_pushes.get(url, 0)
+        self.failed_pushes[url] = failed + 1
+        if failed == 0:  # the first of a run of failures; the rest are counted
+            log.warning(message + " (logged again when it takes a push)", *args)
+
+    def _pushed(self, url: str) -> None:
+        failed = self.failed_pushes.get(url, 0)
+        self.failed_pushes[url] = 0
+        if failed:
+            log.info("the control plane at %s takes the datapoints again, after %d failed "
+                     "pushes", url, failed)  # fmt: skip
 
     async def run(self, rounds: int | None = None) -> None:
         """Probe and push every interval (forever, or `rounds` times).

@@ -63,6 +63,14 @@ class CanaryCollector(Collector):
         )
         pushed.add_metric([], c.last_pushed_at or 0.0)
         yield pushed
+        failing = GaugeMetricFamily(
+            "rideout_canary_failed_pushes",
+            "Pushes in a row that this control plane instance did not take (0: it takes them).",
+            labels=["url"],
+        )  # fmt: skip
+        for url, failed in c.failed_pushes.items():
+            failing.add_metric([url], failed)
+        yield failing
 
 
 def create_canary_app(canary: Canary, *, clock: Callable[[], float] = time.time) -> Starlette:
