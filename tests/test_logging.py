@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable, Iterator
 
 import pytest
 
-from rideout._logging import JsonFormatter, configure_logging, log_format
+from rideout._logging import QUIET_AT_INFO, JsonFormatter, LogFormat, configure_logging, log_format
 
 
 def record(**extra: object) -> logging.LogRecord:
@@ -53,35 +54,32 @@ def test_the_format_comes_from_the_flag_else_the_environment(
         log_format("yaml")
 
 
-def test_configure_sends_every_logger_through_the_format(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.fixture
+def configure() -> Iterator[Callable[[LogFormat], None]]:
+    """:func:`configure_logging`, undone after the test (the root's handlers and levels)."""
     root = logging.getLogger()
     saved = root.handlers[:], root.level
-    try:
-        configure_logging("json")
-        logging.getLogger("rideout.test.json").info("started")
-        data = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
-        assert (data["logger"], data["message"]) == ("rideout.test.json", "started")
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
+    yield configure_logging
+    root.handlers[:], level = saved
+    root.setLevel(level)
+    for name in QUIET_AT_INFO:
+        logging.getLogger(name).setLevel(logging.NOTSET)
+
+
+def test_configure_sends_every_logger_through_the_format(
+    configure: Callable[[LogFormat], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    configure("json")
+    logging.getLogger("rideout.test.json").info("started")
+    data = json.loads(capsys.readouterr().err.strip().splitlines()[-1])
+    assert (data["logger"], data["message"]) == ("rideout.test.json", "started")
 
 
 def test_per_request_lines_of_http_libraries_are_left_out_and_their_warnings_kept(
-    capsys: pytest.CaptureFixture[str],
+    configure: Callable[[LogFormat], None], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    try:
-        configure_logging("text")
-        logging.getLogger("httpx").info('HTTP Request: POST http://cp/v1/metrics "200 OK"')
-        logging.getLogger("httpx").warning("a warning")
-        logging.getLogger("rideout.test.text").info("started")
-        lines = capsys.readouterr().err.splitlines()
-        assert lines == ["WARNING: a warning", "INFO: started"]
-    finally:
-        root.handlers[:], level = saved
-        root.setLevel(level)
-        for name in ("httpx", "httpcore"):
-            logging.getLogger(name).setLevel(logging.NOTSET)
+    configure("text")
+    logging.getLogger("httpx").info('HTTP Request: POST http://cp/v1/metrics "200 OK"')
+    logging.getLogger("httpx").warning("a warning")
+    logging.getLogger("rideout.test.text").info("started")
+    assert capsys.readouterr().err.splitlines() == ["WARNING: a warning", "INFO: started"]
