@@ -21,7 +21,6 @@ import re
 import subprocess
 import sys
 import time
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -346,16 +345,11 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         assert task.exception() is None, task.exception()
 
     done = (await get(b_url + "/v1/summary")).json()["failover"]
-    assert done["failovers"] == done["failbacks"] >= 1, done
-    if done["failovers"] > 1:
-        # One each way, unless the suite's other workers starved the returning region
-        # past its alarm's datapoints (a CI run: no pong within 0.4 s from its zone for
-        # 4.7 s, while the other region's probes were slow too). Then every further move
-        # must be the designed answer: a failover only on the alarm, and each failback
-        # held longer than the one before (damping). The flapping tests and drills test
-        # the damping itself on a host that is not starved.
-        records = [json.loads(line) for line in cp_b.text().splitlines() if line.strip()]
-        assert unexplained_moves(records) == [], done
+    # Exactly one move each way. Two CI rehearsals (2026-12-02) failed here: 3.0 s after
+    # the failback, us-east-1's zone answered no canary probe for 3.6-5.2 s while its
+    # existing clients' bids were acknowledged, and it was healthy again as soon as the
+    # writer had left it. Not explained yet (docs/external.md, "Known issue"): not loosened.
+    assert (done["failovers"], done["failbacks"]) == (1, 1), done
     assert done["lost_writes"] == 0, done
 
     # ------------------------------------------------------------------ nothing lost
@@ -410,50 +404,6 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     messages = [json.loads(line)["message"] for line in cp_b.text().splitlines() if line.strip()]
     assert any("took the lease" in m for m in messages), messages
     assert any("fail-back" in m for m in messages), messages
-
-
-def unexplained_moves(records: list[dict[str, Any]], primary: str = "us-east-1") -> list[str]:
-    """What in a control plane's JSON log is not the designed response: a failover while
-    `primary`'s health check is not UNHEALTHY, or a failback held (from the check's
-    last "healthy" to the move) no longer than the failback before it."""
-    problems: list[str] = []
-    unhealthy = False
-    healthy_since: float | None = None
-    last_hold: float | None = None
-    for record in records:
-        message = record["message"]
-        at = datetime.fromisoformat(record["ts"]).timestamp()
-        if message == f"health check {primary}: UNHEALTHY":
-            unhealthy, healthy_since = True, None
-        elif message == f"health check {primary}: healthy":
-            unhealthy, healthy_since = False, at
-        elif message.startswith("fail-over:") and not unhealthy:
-            problems.append(f"a failover with no alarm: {message}")
-        elif message.startswith("fail-back:"):
-            if healthy_since is None:
-                problems.append(f"a failback before {primary} was healthy: {message}")
-                continue
-            hold = at - healthy_since
-            if last_hold is not None and hold <= last_hold:
-                problems.append(f"a failback held {hold:.1f} s, not longer than {last_hold:.1f} s")
-            last_hold = hold
-    return problems
-
-
-def test_unexplained_moves_finds_a_move_without_its_reason() -> None:
-    def log(ts: str, message: str) -> dict[str, Any]:
-        return {"ts": f"2026-12-02T00:{ts}+00:00", "message": message}
-
-    healthy, unhealthy = "health check us-east-1: healthy", "health check us-east-1: UNHEALTHY"
-    back, over = "fail-back: writer us-west-2 -> us-east-1", "fail-over: writer us-east-1 -> x"
-    # The CI run's sequence: held 0.4 s, an alarm, a failover, then held 18.3 s.
-    damped = [log("19:50.077", healthy), log("19:50.524", back), log("19:56.614", unhealthy),
-              log("19:57.241", over), log("20:01.585", healthy), log("20:19.886", back)]  # fmt: skip
-    assert unexplained_moves(damped) == []
-    assert unexplained_moves([*damped[:3], log("19:56.700", healthy), log("19:57.241", over)])
-    undamped = [*damped[:5], log("20:01.900", back)]
-    assert unexplained_moves(undamped) == ["a failback held 0.3 s, not longer than 0.4 s"]
-    assert unexplained_moves([log("19:50.524", back)])
 
 
 def status(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
