@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import rideout, started
-from tests.cluster.test_failover_e2e import _answers, _next, resolve, session, summary
+from tests.cluster.test_failover_e2e import _answers, _next, answer, session, summary
 from tests.conftest import until
 
 pytestmark = pytest.mark.slow
@@ -57,7 +57,7 @@ async def test_a_killed_writer_redis_is_detected_and_failed_over(
     with started(workdir) as up:
         up.wait_ready()
         token = _token(workdir, "alice")
-        assert await resolve(config) == PRIMARY
+        assert await answer(config) == PRIMARY
         before = await session(config, token, [10, 20], "redis-dead")
         assert before["region"] == "us-east-1"
         said = rideout("chaos", "kill-redis", "us-east-1", "-c", "rideout.toml", cwd=workdir)

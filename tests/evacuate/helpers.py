@@ -22,19 +22,18 @@ from rideout.client.ws import Acked, AuctionClient, ClientClosed, Connected, Eve
 from rideout.config import Config
 from rideout.drill.clients import client_settings
 from tests.cluster.conftest import rideout
+from tests.cluster.test_failover_e2e import answer
 
 AZ1, AZ2 = "127.0.1.1", "127.0.1.2"
 CLIENTS = 6
 
 
 async def resolve(config: Config, name: str | None = None) -> list[str]:
-    query = dns.message.make_query(name or config.app_domain, dns.rdatatype.A)
-    cp = config.control_plane
+    """The name's addresses (a query that times out is asked again); [] without one."""
     try:
-        response = await dns.asyncquery.udp(query, cp.address, port=cp.dns_port, timeout=2)
+        return await answer(config, name)
     except dns.exception.DNSException:
         return []
-    return sorted(str(r) for rrset in response.answer for r in rrset)
 
 
 class Bidder:
