@@ -170,7 +170,15 @@ async def test_writes_return_in_the_secondary_while_the_primary_is_down(
         events = [e for e in state["failover"]["events"] if e["kind"] == "promote-in-region"]
         assert len(events) == 1, state["failover"]["events"]
         assert state["failover"]["writer"] == "us-west-2"
-        assert await answer(config) == SECONDARY  # DNS did not move
+        # DNS did not move: the name still points into the secondary. Not necessarily at
+        # both of its zones yet: their store probes failed with the writer's Redis, and
+        # each zone's check turns healthy again in its own round (a rehearsal saw the
+        # answer [usw2-az1] alone right after the promotion).
+        answered = await answer(config)
+        assert answered, "no address"
+        assert set(answered) <= set(SECONDARY), answered
+        await until(lambda: _answers(config, SECONDARY), 30, interval=0.2,
+                    message="both of the secondary's zones back in the answer")  # fmt: skip
         assert await _amounts_in(config, west.replica.address, west.replica.port) == acked
         # The app servers follow their region's new writer: reads answer from it (writes
         # wait for a second failure domain: sync, replica_down = reject, nothing else up).
