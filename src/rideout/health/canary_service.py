@@ -6,7 +6,8 @@ For a process of its own on a host of its own (``rideout canary --listen HOST:PO
   few intervals (a stuck loop is restarted by the orchestrator); 503 otherwise;
 - ``/ready``: 200 once a round has reached a control plane recently (its datapoints
   count); 503 and why otherwise;
-- ``/metrics``: rounds, the last probe of each zone, and when a push last landed.
+- ``/metrics``: rounds, the last probe of each zone, when a push last landed, and the
+  pushes in a row each control plane instance did not take.
 """
 
 from __future__ import annotations
