@@ -9,10 +9,9 @@ import math
 import os
 import re
 import signal
-import socket
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
@@ -490,10 +489,11 @@ def token_issue(
     first use). Connect with ws://ZONE:PORT/ws?token=TOKEN.
     """
     from rideout.auth import SigningKey, TokenIssuer
-    from rideout.cli._external import require_secrets
+    from rideout.processes import require_secrets
 
     config = load(config_path)
-    require_secrets(config, "token")  # external mode: the deployment's key, never a new one
+    with _setup_errors():  # external mode: the deployment's key, never a new one
+        require_secrets(config, "token")
     try:
         key = SigningKey.load_or_create(config.keys_dir)
     except KeyFileError as exc:
@@ -691,41 +691,27 @@ def serve(
     traffic. In external mode SIGTERM drains (see --drain-timeout), then exits 0.
     Exit 2: bad config or missing secrets.
     """
-    from rideout._serve import ServerLimits
-    from rideout._serve import serve as run
-    from rideout.cli._external import parse_listen, require_secrets, setup_logging
-    from rideout.realtime.app import ZoneExtension, create_app, drain_for_exit
+    from rideout.processes import run_zone
     from rideout.realtime.zone import hold_mode_signals
-    from rideout.waitingroom.authorizer import RoomAuthorizer
-    from rideout.waitingroom.extension import WaitingRoom
 
     hold_mode_signals()  # `chaos` may signal this worker before its zone is up
     config = load(config_path)
-    fmt = setup_logging(log_format) if log_format or os.environ.get("RIDEOUT_LOG_FORMAT") else None
-    require_secrets(config, "serve")
-    extensions: list[ZoneExtension] = [WaitingRoom(config)] if config.waitingroom.enabled else []
-    # /ws accepts the waiting room's access tokens for the events that guard the auction.
-    authorities = [RoomAuthorizer.from_config(config)] if config.auth.room_events else []
-    try:
-        app_ = create_app(
-            config, region, zone, signals=True, extensions=[*extensions, *authorities],
-            authorities=authorities,
+    with _setup_errors():
+        run_zone(
+            config, region, zone, listen=listen, drain_timeout=drain_timeout,
+            log_format=log_format,
         )  # fmt: skip
-        host, port = parse_listen(listen, (config.zone(region, zone).address, config.app_port))
-    except KeyError as exc:
-        fail(str(exc.args[0]), 2)
-    run(
-        app_,
-        host,
-        port,
-        ws_max_size=config.realtime.max_message_size,
-        reuse_port=config.realtime.workers > 1,
-        limits=ServerLimits.from_config(config),
-        # Local mode keeps `rideout up`'s quick stop (it stops every zone at once).
-        drain=(lambda: drain_for_exit(app_.state.zone)) if config.mode == "external" else None,
-        drain_timeout=drain_timeout,
-        own_logging=fmt is not None,
-    )
+
+
+@contextlib.contextmanager
+def _setup_errors() -> Iterator[None]:
+    """A process that cannot start (rideout.processes.ProcessSetupError): exit 2."""
+    from rideout.processes import ProcessSetupError
+
+    try:
+        yield
+    except ProcessSetupError as exc:
+        fail(str(exc), 2)
 
 
 @app.command()
@@ -749,53 +735,11 @@ def canary(
     aws.publish_metrics the datapoints also go to CloudWatch (PutMetricData). SIGTERM
     stops it (exit 0). Exit 2: bad config or missing secrets.
     """
-    from rideout.cli._external import parse_listen, require_secrets, setup_logging
-    from rideout.health.canary import Canary
+    from rideout.processes import run_canary
 
     config = load(config_path)
-    setup_logging(log_format)
-    require_secrets(
-        config, "canary", [region] if region in [r.name for r in config.regions] else []
-    )
-    publishers = []
-    if config.aws.publish_metrics:
-        try:
-            from rideout.aws.metrics import CloudWatchPublisher
-        except ImportError as exc:  # boto3 is the aws extra
-            fail(
-                f"aws.publish_metrics: {exc}: install the aws extra (pip install 'rideout[aws]')", 2
-            )
-        publishers.append(CloudWatchPublisher(config))
-    try:
-        probe = Canary(config, region, publishers=publishers)
-    except KeyError as exc:
-        fail(str(exc.args[0]), 2)
-    if listen is None:
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_until_terminated(probe.run()))
-        return
-    from rideout._serve import ServerLimits
-    from rideout._serve import serve as run
-    from rideout.health.canary_service import create_canary_app
-
-    host, port = parse_listen(listen, ("127.0.0.1", 0))
-    limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
-    run(create_canary_app(probe), host, port, limits=limits, drain=_nothing,
-        own_logging=True)  # fmt: skip
-
-
-async def _nothing() -> None:
-    """A drain with nothing to drain: SIGTERM then stops the process with exit 0."""
-
-
-async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` until it ends or SIGTERM/SIGINT arrives (then cancel it and return)."""
-    task = asyncio.ensure_future(work)
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    with _setup_errors():
+        run_canary(config, region, listen=listen, log_format=log_format)
 
 
 @app.command("control-plane")
@@ -839,61 +783,14 @@ def control_plane(
     one acting. SIGTERM saves the state, gives the lease up, and exits 0. Exit 2: bad
     config or missing secrets.
     """
-    from rideout._serve import ServerLimits
-    from rideout._serve import serve as run
-    from rideout.cli._external import parse_listen, require_secrets, setup_logging
-    from rideout.cluster.runstate import DNS_VIEW
-    from rideout.controlplane.app import create_app
-    from rideout.controlplane.runtime import ControlPlane
-    from rideout.dns.feed import ViewFile
+    from rideout.processes import run_control_plane
 
     config = load(config_path)
-    if provider not in ("redis", "aws"):
-        fail(f"--provider must be redis or aws, got {provider!r}", 2)
-    managed = None
-    if provider == "aws":
-        try:
-            from rideout.aws import AwsError
-            from rideout.aws.writer import ElastiCacheWriter
-        except ImportError as exc:  # boto3 is the aws extra
-            fail(f"{exc}: install the aws extra (pip install 'rideout[aws]')", 2)
-        try:
-            managed = ElastiCacheWriter(config)
-        except AwsError as exc:
-            fail(str(exc), 2)
-    fmt = setup_logging(log_format) if log_format or os.environ.get("RIDEOUT_LOG_FORMAT") else None
-    require_secrets(config, "control-plane")
-    cp = config.control_plane
-    host, port = parse_listen(listen, (cp.address, cp.port))
-    dns_address = parse_listen(dns_listen, (cp.address, cp.dns_port))
-    try:
-        runtime = ControlPlane(
-            config, dns_feed=None if dns else ViewFile(config.run_dir / DNS_VIEW),
-            managed=managed, instance=instance, dns_address=dns_address,
+    with _setup_errors():
+        run_control_plane(
+            config, dns=dns, provider=provider, listen=listen, instance=instance,
+            dns_listen=dns_listen, log_format=log_format,
         )  # fmt: skip
-    except RideoutError as exc:
-        fail(str(exc), 2)
-    if config.mode == "local":
-        # The supervisor of `rideout up` owns the processes: chaos, the inventory and the
-        # processes' metrics are its.
-        from rideout.cluster.chaos import LocalChaos
-        from rideout.cluster.metrics import ProcessMetrics
-        from rideout.cluster.status import LocalInventory
-
-        runtime.registry.register(ProcessMetrics(config.run_dir))
-        app_ = create_app(
-            config,
-            runtime=runtime,
-            chaos=LocalChaos(config.run_dir),
-            inventory=LocalInventory(config),
-        )
-    else:
-        from rideout.controlplane.inventory import ExternalInventory
-
-        app_ = create_app(config, runtime=runtime, inventory=ExternalInventory(config))
-    limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
-    drain = _nothing if config.mode == "external" else None
-    run(app_, host, port, limits=limits, drain=drain, own_logging=fmt is not None)
 
 
 @app.command("dns")
@@ -905,34 +802,6 @@ def dns_server(config_path: ConfigOption = None) -> None:
     plane then runs with --no-dns). Its own HTTP port, control_plane.dns_metrics_port,
     serves /metrics and /health.
     """
-    import logging
+    from rideout.processes import run_dns
 
-    from rideout._serve import serve as run
-    from rideout.cluster.runstate import DNS_VIEW
-    from rideout.dns.feed import ViewFile
-    from rideout.dns.records import DnsZoneConfig
-    from rideout.dns.service import DnsService
-
-    config = load(config_path)
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
-    cp = config.control_plane
-    service = DnsService(
-        DnsZoneConfig.from_config(config),
-        ViewFile(config.run_dir / DNS_VIEW),
-        cp.address,
-        cp.dns_port,
-    )
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((cp.address, cp.dns_metrics_port))
-    except OSError as exc:  # DNS must not depend on its metrics port
-        sock.close()
-        logging.getLogger("rideout.dns").warning(
-            "cannot serve /metrics on %s:%d (%s): serving DNS without it",
-            cp.address, cp.dns_metrics_port, exc,
-        )  # fmt: skip
-        with contextlib.suppress(KeyboardInterrupt):
-            asyncio.run(_until_terminated(service.run()))
-        return
-    run(service.app(), cp.address, cp.dns_metrics_port, log_level="warning", sock=sock)
+    run_dns(load(config_path))

@@ -369,7 +369,8 @@ class LocalCluster:
         )
 
     def _plan_servers(self) -> None:
-        base = [sys.executable, "-m", "rideout"]
+        # The processes without the CLI (rideout.processes): ~0.3 s of CPU less each.
+        base = [sys.executable, "-m", "rideout.processes"]
         config = ["--config", str(self.config_file)]
         cp = self.config.control_plane
 
