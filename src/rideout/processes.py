@@ -23,7 +23,7 @@ import socket
 import sys
 from collections.abc import Coroutine, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rideout._logging import LOG_FORMATS, LogFormat, configure_logging, log_format
 from rideout.auth.admin import ADMIN_TOKEN_FILENAME
@@ -31,6 +31,10 @@ from rideout.auth.canary_keys import canary_key_path
 from rideout.auth.keys import KEY_FILENAME
 from rideout.config import Config, ConfigError, load_config
 from rideout.errors import RideoutError
+
+if TYPE_CHECKING:
+    from rideout.realtime.app import ZoneExtension
+    from rideout.waitingroom.authorizer import RoomAuthorizer
 
 __all__ = [
     "PROCESSES",
@@ -43,6 +47,7 @@ __all__ = [
     "run_dns",
     "run_zone",
     "setup_logging",
+    "zone_extensions",
 ]
 
 PROCESSES = ("serve", "canary", "control-plane", "dns")
@@ -129,6 +134,23 @@ async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
 # --------------------------------------------------------------------------- the processes
 
 
+def zone_extensions(config: Config) -> tuple[list[ZoneExtension], list[RoomAuthorizer]]:
+    """What a zone's app server mounts beside the auction: the waiting room (unless
+    ``[waitingroom] enabled = false``), and the room's token authority for the events
+    that guard the auction (``[auth] room_events``)."""
+    extensions: list[ZoneExtension] = []
+    authorities: list[RoomAuthorizer] = []
+    if config.waitingroom.enabled:
+        from rideout.waitingroom.extension import WaitingRoom
+
+        extensions.append(WaitingRoom(config))
+    if config.auth.room_events:
+        from rideout.waitingroom.authorizer import RoomAuthorizer
+
+        authorities.append(RoomAuthorizer.from_config(config))
+    return extensions, authorities
+
+
 def run_zone(
     config: Config,
     region: str,
@@ -142,15 +164,11 @@ def run_zone(
     :func:`rideout.realtime.zone.hold_mode_signals` before loading `config`."""
     from rideout._serve import ServerLimits
     from rideout._serve import serve as run
-    from rideout.realtime.app import ZoneExtension, create_app, drain_for_exit
-    from rideout.waitingroom.authorizer import RoomAuthorizer
-    from rideout.waitingroom.extension import WaitingRoom
+    from rideout.realtime.app import create_app, drain_for_exit
 
     fmt = _own_logging(log_format)
     require_secrets(config, "serve")
-    extensions: list[ZoneExtension] = [WaitingRoom(config)] if config.waitingroom.enabled else []
-    # /ws accepts the waiting room's access tokens for the events that guard the auction.
-    authorities = [RoomAuthorizer.from_config(config)] if config.auth.room_events else []
+    extensions, authorities = zone_extensions(config)
     try:
         app = create_app(
             config, region, zone, signals=True, extensions=[*extensions, *authorities],

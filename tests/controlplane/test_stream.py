@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -79,6 +80,15 @@ async def run_readers(url: str, readers: int, frames: int, deadline: float) -> l
     return seen
 
 
+async def ticker(period: float, count: list[int]) -> None:
+    """Count each period boundary this event loop wakes up for into ``count[0]``,
+    skipping the ones it missed, as the evaluation loop does."""
+    while True:
+        now = time.time()
+        await asyncio.sleep((math.floor(now / period) + 1) * period - now)
+        count[0] += 1
+
+
 async def test_200_readers_cost_one_zone_poll_per_period_and_the_loop_keeps_time(
     make_config: Callable[..., Config],
 ) -> None:
@@ -102,7 +112,12 @@ async def test_200_readers_cost_one_zone_poll_per_period_and_the_loop_keeps_time
 
             before, rounds_before = polls(), plane.rounds
             started = time.monotonic()
-            seen = await run_readers(f"http://{cp.address}:{cp.port}/v1/stream", 200, 6, 60)
+            ticks = [0]
+            baseline = asyncio.create_task(ticker(period, ticks))
+            try:
+                seen = await run_readers(f"http://{cp.address}:{cp.port}/v1/stream", 200, 6, 60)
+            finally:
+                baseline.cancel()
             elapsed = time.monotonic() - started
             after, rounds = polls(), plane.rounds - rounds_before
             text = (await http.get("/metrics")).text
@@ -115,14 +130,15 @@ async def test_200_readers_cost_one_zone_poll_per_period_and_the_loop_keeps_time
     assert views <= periods + 2
     for zone in ("use1-az1", "use1-az2", "usw2-az1", "usw2-az2"):
         assert metric(text, f'rideout_dashboard_zone_polls_total{{zone="{zone}"}}') <= periods + 2
-    # The evaluation loop kept its cadence meanwhile. The bound is for a loop the readers
-    # would block (most rounds lost), not for this process starved by the suite's other
-    # workers on two cores: CI once saw 20 rounds in 26.5 periods with a view skipped.
-    assert rounds >= periods * 0.6 - 1, (rounds, periods)
+    # The evaluation loop kept its cadence meanwhile, judged against a plain ticker on the
+    # same event loop and period (a baseline in the same run): this process starved by the
+    # suite's other workers on two cores delays both (CI saw 20 rounds in 26.5 periods,
+    # and once 11 in 40.4), a loop falling behind for its own reasons only the rounds.
+    assert rounds >= ticks[0] * 0.5 - 1, (rounds, ticks[0], periods)
     delay = metric(text, "rideout_evaluation_delay_seconds")  # the latest round's lateness
     print(f"200 readers, {elapsed:.1f} s = {periods:.1f} periods: {views:g} views, "
           f"{max(after[n] - before[n] for n in servers):g} polls per zone at most, {rounds} "
-          f"rounds (the latest {delay:.3f} s late)")  # fmt: skip
+          f"rounds against {ticks[0]} ticks (the latest {delay:.3f} s late)")  # fmt: skip
 
 
 async def test_readers_beyond_the_cap_get_503_and_operators_keep_a_seat(

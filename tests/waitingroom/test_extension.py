@@ -148,13 +148,15 @@ async def test_the_token_flow_end_to_end_and_across_a_failover(
 
 
 def test_serve_mounts_the_room_unless_disabled(make_config: Callable[..., Config]) -> None:
-    """`rideout serve` builds the zone app with the room as an extension (the import of
-    the room stays in the CLI: realtime never imports it)."""
-    import inspect
+    """`rideout serve` (rideout.processes) builds the zone app with the room as an
+    extension and its authority for the auction's event; realtime never imports it."""
+    from rideout.processes import zone_extensions
+    from rideout.waitingroom.authorizer import RoomAuthorizer
 
-    from rideout.cli import _core
-
-    source = inspect.getsource(_core.serve)
-    assert "WaitingRoom(config)" in source
-    assert "config.waitingroom.enabled" in source
-    assert make_config(waitingroom={"enabled": False}).waitingroom.enabled is False
+    extensions, authorities = zone_extensions(make_config())
+    assert [type(e) for e in extensions] == [WaitingRoom]
+    assert [type(a) for a in authorities] == [RoomAuthorizer]
+    extensions, authorities = zone_extensions(
+        make_config(waitingroom={"enabled": False}, auth={"room_events": []})
+    )
+    assert extensions == authorities == []
