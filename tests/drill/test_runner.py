@@ -50,6 +50,26 @@ def test_the_write_rto_objective_gates_each_phase() -> None:
     assert not _objectives(DrillOptions(clients=10, max_write_rto=6.0), passes)[0]["ok"]
 
 
+def test_the_failback_is_gated_by_its_own_limits() -> None:
+    passes = sample_report(p99=4.0)["passes"][:1]
+    failover = passes[0]["failover"]
+    # The failback counts from the restore: its damping hold and drain are in it.
+    passes[0]["failback"] = {**failover, "time_to_restored": {**failover["time_to_restored"],
+                                                                 "p99": 18.0}}  # fmt: skip
+    names = [o["name"] for o in _objectives(DrillOptions(clients=10, max_rto=5.0), passes)]
+    assert "full-jitter failback: p99 time to restored state" not in names
+    options = DrillOptions(clients=10, failback=True, max_rto=5.0, max_failback_rto=20.0,
+                           max_failback_write_rto=4.0)  # fmt: skip
+    found = {o["name"]: (o["limit"], o["value"], o["ok"]) for o in _objectives(options, passes)}
+    assert found["full-jitter failover: p99 time to restored state"] == (5.0, 4.0, True)
+    assert found["full-jitter failback: p99 time to restored state"] == (20.0, 18.0, True)
+    assert found["full-jitter failback: p99 write RTO (first accepted bid)"] == (4.0, 5.0, False)
+    with pytest.raises(DrillError, match="--failback-rto needs --failback"):
+        DrillOptions(max_failback_rto=20.0)
+    with pytest.raises(DrillError, match="--failback-write-rto needs --failback"):
+        DrillOptions(max_failback_write_rto=20.0)
+
+
 def test_options_are_checked() -> None:
     with pytest.raises(DrillError, match="--fault"):
         DrillOptions(fault="nuke")

@@ -63,7 +63,24 @@ def drill_region_outage(
         float | None,
         typer.Option(
             help="Objective: p99 write RTO, seconds from the fault to each client's first "
-            "bid accepted by the new region (failover and failback)."
+            "bid accepted by the new region."
+        ),
+    ] = None,
+    max_failback_rto: Annotated[
+        float | None,
+        typer.Option(
+            "--failback-rto",
+            help="Objective for the failback (needs --failback): p99 seconds from the "
+            "restore to restored state in the primary. Six good canary periods, the "
+            "damping hold and the drain are in it by design.",
+        ),
+    ] = None,
+    max_failback_write_rto: Annotated[
+        float | None,
+        typer.Option(
+            "--failback-write-rto",
+            help="Objective for the failback: p99 seconds from the restore to each "
+            "client's first bid accepted by the primary.",
         ),
     ] = None,
     max_lost: Annotated[int | None, typer.Option(help="Objective: acknowledged bids lost.")] = None,
@@ -85,7 +102,9 @@ def drill_region_outage(
         lambda: DrillOptions(
             clients=clients, fault=fault, replication=replication, profile=profile,
             failback=failback, compare_jitter=compare_jitter, max_rto=max_rto,
-            max_write_rto=max_write_rto, max_lost=max_lost, report_dir=report, config_path=config_path,
+            max_write_rto=max_write_rto, max_failback_rto=max_failback_rto,
+            max_failback_write_rto=max_failback_write_rto, max_lost=max_lost,
+            report_dir=report, config_path=config_path,
             bid_interval=bid_interval,
         ),
         main_region_outage,
