@@ -75,3 +75,34 @@ def test_every_process_rideout_up_plans_is_one_this_entry_point_takes(config_fil
         args = _parser().parse_args(argv[3:])  # SystemExit (fails the test) if not
         seen.add(args.process)
     assert seen == set(PROCESSES)
+
+
+UNTIL_TERMINATED = r"""
+import asyncio
+from rideout.processes import _until_terminated
+
+async def fails():
+    raise OSError("boom")
+
+async def main():
+    try:
+        await _until_terminated(fails())
+    except OSError as exc:
+        print("raised", exc)
+    waiting = asyncio.create_task(_until_terminated(asyncio.sleep(10)))
+    await asyncio.sleep(0.05)
+    waiting.cancel()  # the caller asked to stop: not swallowed
+    print("cancelled", (await asyncio.gather(waiting, return_exceptions=True))[0].__class__.__name__)
+    await _until_terminated(asyncio.sleep(0))
+    print("returned")
+
+asyncio.run(main())
+"""
+
+
+def test_until_terminated_passes_on_failures_and_cancellations(tmp_path: Path) -> None:
+    result = subprocess.run(  # signal handlers of its own: not in the test's process
+        [sys.executable, "-c", UNTIL_TERMINATED], capture_output=True, text=True, timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert result.stdout.split("\n")[:3] == ["raised boom", "cancelled CancelledError", "returned"]

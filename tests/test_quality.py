@@ -34,3 +34,16 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_clean(command: tuple[str, ...]) -> None:
     result = run(*command)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_no_cancellation_is_swallowed_with_suppress() -> None:
+    """``task.cancel()`` then ``with suppress(CancelledError): await task`` also swallows
+    a cancellation of the caller that comes meanwhile: use
+    rideout.store.client.cancel_and_wait (tests/store/test_client.py shows the bug)."""
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "suppress(asyncio.CancelledError" in line or "suppress(CancelledError" in line
+    ]
+    assert not found, found

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import hashlib
 import json
 import logging
@@ -466,9 +465,16 @@ class IdempotencyMiddleware:
                 await self._finish_call(record_key, in_flight, "release")
             raise
         finally:
+            # Awaited directly, not through cancel_and_wait: the record settles after the
+            # response has gone out, and a retry sent the moment it arrives should find
+            # it settled (asyncio.wait would cost the loop more turns).
             renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await renewer
+            except asyncio.CancelledError:
+                current = asyncio.current_task()
+                if current is not None and current.cancelling():
+                    raise  # this request was cancelled meanwhile: not ours to swallow
         await self._settle(record_key, in_flight, fingerprint, capture)
 
     async def _settle(

@@ -127,8 +127,9 @@ async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, task.cancel)
-    with contextlib.suppress(asyncio.CancelledError):
-        await task
+    await asyncio.wait({task})  # a cancellation of this caller still reaches it
+    if not task.cancelled():
+        task.result()  # what `work` raised, if it failed
 
 
 # --------------------------------------------------------------------------- the processes

@@ -132,6 +132,40 @@ async def test_cancel_and_wait_reports_what_did_not_stop_cleanly(
     await stubborn
 
 
+async def test_a_caller_cancelled_while_it_waits_stays_cancelled() -> None:
+    """`with suppress(CancelledError): await task` after ``task.cancel()`` swallows the
+    caller's own cancellation too, if it comes while the task winds down; the caller then
+    carries on as if nobody had asked it to stop. cancel_and_wait lets it through."""
+    winding_down = asyncio.Event()
+
+    async def slow_to_stop() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            winding_down.set()
+            await asyncio.sleep(0.2)  # a flush, a goodbye: it takes a moment
+            raise
+
+    async def caller(how: str) -> str:
+        child = asyncio.create_task(slow_to_stop())
+        await asyncio.sleep(0)
+        if how == "suppress":
+            child.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await child
+        else:
+            await cancel_and_wait(child)
+        return "carried on"
+
+    for how, stays_cancelled in (("suppress", False), ("cancel_and_wait", True)):
+        winding_down.clear()
+        task = asyncio.create_task(caller(how))
+        await winding_down.wait()
+        task.cancel()  # the caller is asked to stop while its child winds down
+        outcome = await asyncio.gather(task, return_exceptions=True)
+        assert isinstance(outcome[0], asyncio.CancelledError) is stays_cancelled, (how, outcome)
+
+
 async def test_retarget_moves_every_pooled_connection_to_the_other_server(
     redis_server: RedisSpec, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

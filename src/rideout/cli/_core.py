@@ -30,6 +30,7 @@ from rideout.cluster.errors import ClusterError
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.config import PROFILES, Config, ConfigError, config_to_dict, dump_toml, load_config
 from rideout.errors import RideoutError
+from rideout.store.client import cancel_and_wait
 from rideout.store.embedded import EmbeddedRedisError
 
 if TYPE_CHECKING:
@@ -191,9 +192,8 @@ async def _up(config: Config, printer: _LogPrinter, ready_timeout: float) -> int
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not starting.done():
-            starting.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await starting
+            # Its clean-up stops every process started so far.
+            await cancel_and_wait(starting, timeout=60.0)
             printer("rideout", f"{received[0]} during start-up: stopped everything")
             return 130
         stopping.cancel()

@@ -37,6 +37,7 @@ from rideout import routes
 from rideout.dns.feed import DnsFollower, DnsView, ViewFile
 from rideout.dns.records import Answer, DnsZoneConfig
 from rideout.dns.server import DnsMetrics, DnsServer
+from rideout.store.client import cancel_and_wait
 
 __all__ = ["DnsService", "udp_socket_drops"]
 
@@ -136,9 +137,7 @@ class DnsService:
             try:
                 yield
             finally:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+                await cancel_and_wait(task)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:

@@ -49,6 +49,7 @@ from rideout.drill.records import (
     RejectedRecord,
     RestoredRecord,
 )
+from rideout.store.client import cancel_and_wait
 
 __all__ = ["ClientFleet", "GroupSpec", "flush_every", "run_group"]
 
@@ -295,9 +296,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await asyncio.gather(*(c.stop() for c in clients), return_exceptions=True)
-        flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await flusher
+        await cancel_and_wait(flusher)
         if out:
             sink(out[:])
             out.clear()

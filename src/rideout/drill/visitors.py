@@ -18,7 +18,6 @@ drill's :class:`~rideout.drill.clients.ClientFleet` spawns in worker processes.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
@@ -39,6 +38,7 @@ from rideout.client.resolve import CachingResolver, NameserverResolver, Resoluti
 from rideout.config import Config
 from rideout.drill.clients import flush_every, region_of
 from rideout.drill.runner import DrillError
+from rideout.store.client import cancel_and_wait
 
 __all__ = [
     "ArrivedRecord",
@@ -425,9 +425,7 @@ async def run_visitors(spec: VisitorSpec, sink: Sink, started: _Flag, stop: _Fla
             if isinstance(outcome, Exception):  # a bug: named in the report, not hidden
                 origin.answers[f"visitor crashed: {type(outcome).__name__}: {outcome}"] += 1
                 log.error("a visitor crashed", exc_info=outcome)
-        flusher.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await flusher
+        await cancel_and_wait(flusher)
         out.append(LoadRecord(spec.first, time.time(), dict(origin.sent), dict(origin.answers)))
         await origin.aclose()
         sink(out[:])

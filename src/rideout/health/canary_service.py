@@ -27,6 +27,7 @@ from starlette.routing import Route
 
 from rideout import routes
 from rideout.health.canary import Canary
+from rideout.store.client import cancel_and_wait
 
 __all__ = ["CanaryCollector", "create_canary_app"]
 
@@ -117,9 +118,7 @@ def create_canary_app(canary: Canary, *, clock: Callable[[], float] = time.time)
         try:
             yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     return Starlette(
         routes=[

@@ -29,7 +29,6 @@ positions (:mod:`rideout.waitingroom.poll_cache`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import math
@@ -48,6 +47,7 @@ from rideout.auth.errors import AuthError
 from rideout.auth.room_tokens import KeySource, RoomTokenIssuer, RoomTokenVerifier
 from rideout.errors import InvalidArgument
 from rideout.idempotency import IdempotencyMiddleware
+from rideout.store.client import cancel_and_wait
 from rideout.store.errors import StoreError
 from rideout.waitingroom.errors import (
     InvalidRequest,
@@ -515,9 +515,7 @@ class RoomAPI:
         """Write the touches still queued (at shutdown)."""
         flusher, self._flusher = self._flusher, None
         if flusher is not None and not flusher.done():
-            flusher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await flusher
+            await cancel_and_wait(flusher)
         await self.flush_touches()
 
     async def _counters(self, event_id: str) -> Counters:
