@@ -3,6 +3,7 @@ from __future__ import annotations
 import asyncio
 import socket
 from collections.abc import Callable
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -110,6 +111,36 @@ async def test_a_server_that_dies_while_starting(
     for region in config.regions:
         with socket.socket() as probe, pytest.raises(ConnectionRefusedError):
             probe.connect((region.redis.address, region.redis.port))
+
+
+async def test_when_one_server_fails_to_start_the_others_stop_waiting_first(
+    make_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readiness waits share one HTTP client: when one fails, the others are cancelled
+    while it is still open (they once ran on with it closed, leaving sockets that a later
+    test's garbage collection reported as unclosed)."""
+    cluster = LocalCluster(make_config())
+    seen: list[tuple[str, bool]] = []
+
+    async def spawn(child: object) -> None:
+        pass
+
+    async def await_ready(client: httpx.AsyncClient, server: SimpleNamespace) -> None:
+        if server.name == "bad":
+            await asyncio.sleep(0.05)
+            raise ClusterError("bad exited with code 1 while starting")
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            seen.append((server.name, client.is_closed))
+            raise
+
+    monkeypatch.setattr(cluster, "_spawn", spawn)
+    monkeypatch.setattr(cluster, "_await_ready", await_ready)
+    servers = [SimpleNamespace(name="slow"), SimpleNamespace(name="bad")]
+    with pytest.raises(ClusterError, match="bad exited"):
+        await cluster._start_servers(servers)  # type: ignore[arg-type]
+    assert seen == [("slow", False)]
 
 
 async def test_cancelled_start_stops_what_started(make_config: Callable[..., Config]) -> None:

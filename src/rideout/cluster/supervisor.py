@@ -411,7 +411,16 @@ class LocalCluster:
         for server in servers:
             await self._spawn(server)
         async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
-            await asyncio.gather(*(self._await_ready(client, s) for s in servers))
+            waits = [asyncio.create_task(self._await_ready(client, s)) for s in servers]
+            try:
+                await asyncio.gather(*waits)
+            except BaseException:
+                # One failed (or we were cancelled): the others stop probing before their
+                # client closes, instead of running on with it (and its sockets) orphaned.
+                for wait in waits:
+                    wait.cancel()
+                await asyncio.gather(*waits, return_exceptions=True)
+                raise
         for server in servers:
             self._keep(server)
 
