@@ -112,10 +112,15 @@ state_redis_url = "{state_url}"
 lease_ttl = 3.0
 
 [timing]
-# As every fast-profile test deployment (tests/conftest.py config_data): 4 bad datapoints
-# raise the alarm, not 2, so a zone starved for a second by the suite's other worker is
-# no outage. With 2, a CI run failed over twice and failed back twice.
-failover_datapoints = 4
+# 8 bad datapoints (4 s) raise the alarm, not the fast profile's 2 (1 s) nor the 4 of the
+# other test deployments (tests/conftest.py config_data). With 2, a CI run failed over
+# twice and failed back twice. With 4, three suite runs failed over again just after the
+# failback: the other workers' deployments starting (nine Python processes importing at
+# once, both cores full for 3-5 s) starved this test's processes. In the run that logged
+# it, both canaries timed out and missed datapoints together while the new writer's Redis
+# was nearly idle (docs/external.md). This test is about what moves and what is lost,
+# not how fast a starved process is judged down.
+failover_datapoints = 8
 
 [redis]
 ca_file = "{pki_dir / "ca.pem"}"
@@ -345,10 +350,7 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         assert task.exception() is None, task.exception()
 
     done = (await get(b_url + "/v1/summary")).json()["failover"]
-    # Exactly one move each way. Two CI rehearsals (2026-12-02) failed here: 3.0 s after
-    # the failback, us-east-1's zone answered no canary probe for 3.6-5.2 s while its
-    # existing clients' bids were acknowledged, and it was healthy again as soon as the
-    # writer had left it. Not explained yet (docs/external.md, "Known issue"): not loosened.
+    # Exactly one move each way (see [timing] above for the starvation it must survive).
     assert (done["failovers"], done["failbacks"]) == (1, 1), done
     assert done["lost_writes"] == 0, done
 
