@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import os
 import signal
 import subprocess
@@ -85,8 +86,7 @@ async def main() -> None:
         # The extra server: the same deployment's config on a port nobody else uses.
         port = free_port(zone.address)
         extra = directory / "extra.toml"
-        extra.write_text(dump_toml(load_config(directory / "rideout.toml", env={})).replace(
-            f"app_port = {config.app_port}\n", f"app_port = {port}\n", 1))  # fmt: skip
+        extra.write_text(dump_toml(dataclasses.replace(config, app_port=port)))
         url = f"http://{zone.address}:{port}/live"
         where = ["--config", str(extra), "--region", config.regions[0].name, "--zone", zone.name]
         cluster = LocalCluster(config)
