@@ -30,8 +30,13 @@ class DnsServer:
     """A tiny authoritative DNS server whose answers a test controls.
 
     ``records[name] = (addresses, ttl)``; ``modes[name]`` overrides with ``servfail``,
-    ``refused``, ``nxdomain``, ``silent`` (never answers) or ``truncate`` (UDP answers
-    are truncated, so the client must retry over TCP).
+    ``refused``, ``nxdomain``, ``notimp``, ``silent`` (never answers), ``truncate`` (UDP
+    answers are truncated, so the client must retry over TCP), ``tc_always`` (TCP
+    answers are truncated too), ``hangup`` (UDP answers are truncated and TCP closes
+    without an answer), ``stray`` (over UDP, two replies that answer another query come
+    first: one with another id, one for another name, both with the address 127.6.6.6;
+    then the answer, twice), ``drop_first`` (the first query for the name gets no
+    answer) or ``malformed`` (the UDP answer loses its last byte).
     """
 
     port: int = 0
@@ -46,23 +51,44 @@ class DnsServer:
         self.queries.append((qname, proto))
         reply = request.reply()
         mode = self.modes.get(qname)
-        if mode == "silent":
+        if mode == "silent" or (mode == "drop_first" and self.queries.count((qname, proto)) == 1):
+            return None
+        if mode == "hangup" and proto == "tcp":
             return None
         if mode == "servfail":
             reply.header.rcode = RCODE.SERVFAIL
         elif mode == "refused":
             reply.header.rcode = RCODE.REFUSED
+        elif mode == "notimp":
+            reply.header.rcode = RCODE.NOTIMP
         elif mode == "nxdomain" or qname not in self.records:
             reply.header.rcode = RCODE.NXDOMAIN
         elif request.q.qtype == QTYPE.A:
             addresses, ttl = self.records[qname]
             for address in addresses:
                 reply.add_answer(RR(qname + ".", QTYPE.A, rdata=A(address), ttl=ttl))
-        if mode == "truncate" and proto == "udp":
+        if (mode in ("truncate", "hangup") and proto == "udp") or mode == "tc_always":
             reply.rr = []
             reply.header.tc = 1
-        packed: bytes = reply.pack()
-        return packed
+        packed = bytes(reply.pack())
+        return packed[:-1] if mode == "malformed" and proto == "udp" else packed
+
+    def udp_replies(self, data: bytes) -> list[bytes]:
+        """The datagrams that answer ``data``: :meth:`answer`'s, after the strays."""
+        reply = self.answer(data, "udp")
+        if reply is None:
+            return []
+        request = DNSRecord.parse(data)
+        if self.modes.get(str(request.q.qname).rstrip(".").lower()) != "stray":
+            return [reply]
+        other_id = request.reply()
+        other_id.header.id = (request.header.id + 1) % 65536
+        other_name = DNSRecord.question("stray.rideout.test")
+        other_name.header.id = request.header.id
+        strays = [other_id, other_name.reply()]
+        for stray in strays:
+            stray.add_answer(RR(stray.q.qname, QTYPE.A, rdata=A("127.6.6.6"), ttl=1))
+        return [bytes(stray.pack()) for stray in strays] + [reply, reply]
 
 
 class _DNSProtocol(asyncio.DatagramProtocol):
@@ -74,19 +100,23 @@ class _DNSProtocol(asyncio.DatagramProtocol):
         self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
-        reply = self.server.answer(data, "udp")
-        if reply is not None and self.transport is not None:
-            self.transport.sendto(reply, addr)
+        for reply in self.server.udp_replies(data):
+            if self.transport is not None:
+                self.transport.sendto(reply, addr)
 
 
 @contextlib.asynccontextmanager
-async def running_dns() -> AsyncIterator[DnsServer]:
-    """A :class:`DnsServer` on 127.0.0.1 (UDP and TCP, one port), in this event loop."""
-    server = DnsServer(port=free_port("127.0.0.1", udp=True))
+async def running_dns(host: str = "127.0.0.1") -> AsyncIterator[DnsServer]:
+    """A :class:`DnsServer` on ``host`` (UDP and TCP, one port), in this event loop.
+
+    On another host than 127.0.0.1 (``::1``) the UDP port is the kernel's choice.
+    """
+    server = DnsServer(port=free_port(host, udp=True) if host == "127.0.0.1" else 0, host=host)
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_datagram_endpoint(
         lambda: _DNSProtocol(server), local_addr=(server.host, server.port)
     )
+    server.port = transport.get_extra_info("sockname")[1]
 
     async def handle_tcp(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -94,6 +124,8 @@ async def running_dns() -> AsyncIterator[DnsServer]:
                 size = int.from_bytes(await reader.readexactly(2), "big")
                 reply = server.answer(await reader.readexactly(size), "tcp")
                 if reply is None:
+                    if server.modes.get(server.queries[-1][0]) == "hangup":
+                        break  # close the connection without an answer
                     continue
                 writer.write(len(reply).to_bytes(2, "big") + reply)
                 await writer.drain()
@@ -102,13 +134,15 @@ async def running_dns() -> AsyncIterator[DnsServer]:
         finally:
             writer.close()
 
-    tcp = await asyncio.start_server(handle_tcp, server.host, server.port)
     try:
-        yield server
+        tcp = await asyncio.start_server(handle_tcp, server.host, server.port)
+        try:
+            yield server
+        finally:
+            tcp.close()
+            await tcp.wait_closed()
     finally:
         transport.close()
-        tcp.close()
-        await tcp.wait_closed()
 
 
 @pytest.fixture

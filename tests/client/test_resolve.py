@@ -6,6 +6,9 @@ still comes from a real DNS packet or a real HTTP response.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
 import pickle
 import time
 from collections.abc import AsyncIterator
@@ -21,8 +24,8 @@ from rideout.client import (
     Resolved,
     SystemResolver,
 )
-from tests.client.conftest import DnsServer, doh_app
-from tests.conftest import FakeClock, free_port, serving
+from tests.client.conftest import DnsServer, doh_app, running_dns
+from tests.conftest import FakeClock, free_port, serving, until
 
 NAME = "auction.rideout.test"
 
@@ -104,6 +107,118 @@ def test_nameserver_arguments_are_checked() -> None:
         NameserverResolver("127.0.0.1", 0)
     with pytest.raises(ValueError, match="timeout"):
         NameserverResolver("127.0.0.1", timeout=0)
+
+
+async def test_nameserver_ignores_datagrams_that_answer_another_query(
+    dns_server: DnsServer,
+) -> None:
+    # Before the answer come a reply with another id and one for another name (127.6.6.6).
+    dns_server.records[NAME] = (["127.0.1.1"], 30)
+    dns_server.modes[NAME] = "stray"
+    resolved = await nameserver(dns_server).resolve(NAME)
+    assert resolved.addresses == ("127.0.1.1",)
+    assert dns_server.queries == [(NAME, "udp")]  # no retransmission was needed
+
+
+async def test_nameserver_retransmits_a_lost_query(dns_server: DnsServer) -> None:
+    dns_server.records[NAME] = (["127.0.1.1"], 30)
+    dns_server.modes[NAME] = "drop_first"
+    started = time.monotonic()
+    resolved = await nameserver(dns_server, timeout=2.0).resolve(NAME)
+    assert resolved.addresses == ("127.0.1.1",)
+    assert dns_server.queries == [(NAME, "udp"), (NAME, "udp")]
+    assert 0.4 < time.monotonic() - started < 1.5  # resent after 0.5 s
+    # A silent server gets the query again at 0.5 s (then 1.5 s): within 0.8 s, twice.
+    dns_server.queries.clear()
+    dns_server.modes[NAME] = "silent"
+    with pytest.raises(ResolutionError) as info:
+        await nameserver(dns_server, timeout=0.8).resolve(NAME)
+    assert info.value.reason is ResolutionFailure.TIMEOUT
+    assert dns_server.queries == [(NAME, "udp"), (NAME, "udp")]
+
+
+@pytest.mark.parametrize(
+    ("mode", "reason", "detail"),
+    [
+        ("malformed", ResolutionFailure.MALFORMED, "past the end"),
+        ("notimp", ResolutionFailure.ERROR, "rcode 4"),
+        ("nxdomain", ResolutionFailure.NXDOMAIN, "rcode 3"),
+        ("tc_always", ResolutionFailure.MALFORMED, "truncated"),
+        ("hangup", ResolutionFailure.ERROR, "TCP closed"),
+    ],
+)
+async def test_nameserver_malformed_and_other_rcodes(
+    dns_server: DnsServer, mode: str, reason: ResolutionFailure, detail: str
+) -> None:
+    dns_server.records[NAME] = (["127.0.1.1", "127.0.1.2"], 30)
+    dns_server.modes[NAME] = mode
+    with pytest.raises(ResolutionError) as info:
+        await nameserver(dns_server).resolve(NAME)
+    assert info.value.reason is reason
+    assert detail in info.value.detail
+    assert f"dns://127.0.0.1:{dns_server.port}" in info.value.detail
+    assert info.value.__cause__ is None
+
+
+@pytest.mark.parametrize("name", ["a..rideout.test", "é.rideout.test", "x" * 64 + ".test", ""])
+async def test_nameserver_bad_names(dns_server: DnsServer, name: str) -> None:
+    with pytest.raises(ResolutionError) as info:
+        await nameserver(dns_server).resolve(name)
+    assert info.value.reason is ResolutionFailure.ERROR
+    assert info.value.__cause__ is None
+    assert dns_server.queries == []  # refused before anything was sent
+
+
+async def test_nameserver_over_ipv6() -> None:
+    try:
+        context = running_dns("::1")
+        server = await context.__aenter__()
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        server.records[NAME] = (["127.0.1.1"], 30)
+        resolver = NameserverResolver("::1", server.port, timeout=1.0)
+        resolved = await resolver.resolve(NAME)
+        assert resolved == Resolved(("127.0.1.1",), 30.0, f"dns://[::1]:{server.port}")
+        server.modes[NAME] = "truncate"
+        assert (await resolver.resolve(NAME)).addresses == ("127.0.1.1",)
+        assert [proto for _, proto in server.queries] == ["udp", "udp", "tcp"]
+        assert repr(resolver) == f"NameserverResolver('::1', {server.port}, timeout=1.0)"
+    finally:
+        await context.__aexit__(None, None, None)
+
+
+def open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+async def test_nameserver_leaves_no_socket_open(dns_server: DnsServer) -> None:
+    for mode in ("ok", "truncate", "silent", "stray", "malformed", "servfail"):
+        dns_server.records[f"{mode}.test"] = (["127.0.1.1"], 30)
+        dns_server.modes[f"{mode}.test"] = mode
+    unreachable = NameserverResolver("127.0.0.1", free_port("127.0.0.1", udp=True), timeout=0.2)
+    resolver = nameserver(dns_server, timeout=0.2)
+    await resolver.resolve("ok.test")  # anything opened once (the loop's own) is open now
+    await asyncio.sleep(0.05)
+    before = open_fds()
+    for _ in range(20):
+        for mode in ("ok", "truncate", "stray"):
+            await resolver.resolve(f"{mode}.test")
+        for failing in ("silent.test", "malformed.test", "servfail.test", "a..b", "nx.test"):
+            with pytest.raises(ResolutionError):
+                await resolver.resolve(failing)
+        with pytest.raises(ResolutionError):
+            await unreachable.resolve(NAME)
+        # Cancelled while waiting for the answer, and while the TCP retry is under way.
+        for name in ("silent.test", "truncate.test"):
+            task = asyncio.create_task(resolver.resolve(name))
+            await asyncio.sleep(0.001)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ResolutionError):
+                await task
+        if len(open_fds()) > len(before) + 20:
+            break  # a leak: no need to go on
+    await until(lambda: open_fds() <= before, timeout=5, message="sockets left open")
 
 
 def test_resolution_error_is_readable_and_picklable() -> None:

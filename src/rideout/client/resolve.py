@@ -11,7 +11,7 @@ answer exactly as long as the zone says and no longer::
     resolved.addresses, resolved.ttl  # ('127.0.1.1', '127.0.1.2'), 5.0
 
 Every failure is a :class:`ResolutionError` with a machine-readable
-:class:`ResolutionFailure` reason; no dnspython, httpx or socket exception escapes.
+:class:`ResolutionFailure` reason; no httpx, socket or wire-format exception escapes.
 Only IPv4 (``A`` records) is resolved: every rideout address is in 127.0.0.0/8 locally
 and a single family keeps answers comparable between resolvers.
 """
@@ -21,20 +21,18 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import secrets
 import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
-import dns.asyncresolver
-import dns.exception
-import dns.rcode
-import dns.resolver
 import httpx
 
 from rideout._validate import count, seconds
+from rideout.client import _dnswire
 from rideout.client.errors import ClientError
 from rideout.errors import InvalidArgument
 
@@ -123,6 +121,20 @@ def _unique(addresses: list[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(addresses))
 
 
+_RCODE_REASONS = {
+    2: ResolutionFailure.SERVFAIL,
+    3: ResolutionFailure.NXDOMAIN,
+    5: ResolutionFailure.REFUSED,
+}
+
+
+def _check_rcode(name: str, rcode: int, source: str) -> None:
+    """Raise the :class:`ResolutionError` a DNS rcode other than NOERROR amounts to."""
+    if rcode != 0:
+        reason = _RCODE_REASONS.get(rcode, ResolutionFailure.ERROR)
+        raise ResolutionError(name, reason, f"{source}: rcode {rcode}")
+
+
 # ----------------------------------------------------------------------------- system
 
 
@@ -178,28 +190,27 @@ def _gai_reason(exc: socket.gaierror) -> ResolutionFailure:
 
 
 class NameserverResolver:
-    """Ask one nameserver directly (dnspython): UDP, TCP when the answer is truncated.
+    """Ask one nameserver directly over UDP, and over TCP when the answer is truncated.
 
-    ``timeout`` bounds the whole lookup, retransmissions included. The answer's TTL is
-    the smallest TTL of the records that produced it (a CNAME chain included).
-    dnspython's own cache is off: wrap in :class:`CachingResolver` to cache.
+    The query and its answer are written and read by :mod:`rideout.client._dnswire`
+    (no DNS library). Each lookup has a UDP socket of its own, connected to the server
+    (the OS picks a random source port; only the server's datagrams arrive), and a
+    random id; a datagram that does not answer the query is ignored. Without an answer
+    the query is sent again after 0.5 s, then 1 s, 2 s, ... ``timeout`` bounds the whole
+    lookup, retransmissions and the TCP retry included. The answer's TTL is the smallest
+    TTL of the records that produced it (a CNAME chain included). Nothing is cached:
+    wrap in :class:`CachingResolver` to cache.
     """
 
     def __init__(self, host: str, port: int = 53, *, timeout: float = 2.0) -> None:
         try:
-            ipaddress.ip_address(host)
+            address = ipaddress.ip_address(host)
         except ValueError:
             raise InvalidArgument(f"nameserver host must be an IP address, not {host!r}") from None
         self.host = host
         self.port = count("nameserver port", port, low=1, high=65535)
         self.timeout = seconds("timeout", timeout)
-        resolver = dns.asyncresolver.Resolver(configure=False)
-        resolver.nameservers = [host]
-        resolver.port = port
-        resolver.timeout = self.timeout
-        resolver.lifetime = self.timeout
-        resolver.cache = None
-        self._resolver = resolver
+        self._family = socket.AF_INET6 if address.version == 6 else socket.AF_INET
         self._source = f"dns://{host}:{port}" if ":" not in host else f"dns://[{host}]:{port}"
 
     def __repr__(self) -> str:
@@ -207,64 +218,126 @@ class NameserverResolver:
 
     async def resolve(self, name: str) -> Resolved:
         """The name's A records from the nameserver, with the answer's TTL."""
+        query_id = secrets.randbelow(0x10000)
         try:
-            answer = await self._resolver.resolve(name, "A", search=False)
-        except dns.resolver.NXDOMAIN:
-            raise ResolutionError(name, ResolutionFailure.NXDOMAIN, self._source) from None
-        except dns.resolver.NoAnswer:
-            raise ResolutionError(name, ResolutionFailure.NO_ANSWER, self._source) from None
-        except dns.exception.Timeout:
+            query = _dnswire.encode_query(name, query_id)
+        except ValueError as exc:
+            raise ResolutionError(name, ResolutionFailure.ERROR, f"{self._source}: {exc}") from None
+        try:
+            async with asyncio.timeout(self.timeout):
+                answer = await self._udp(query, query_id, name)
+                if answer.truncated:
+                    answer = await self._tcp(query, query_id, name)
+        except TimeoutError:
             raise ResolutionError(
                 name, ResolutionFailure.TIMEOUT, f"{self._source} after {self.timeout:g} s"
             ) from None
-        except dns.resolver.NoNameservers as exc:
-            reason, detail = _no_nameservers(exc)
-            raise ResolutionError(name, reason, f"{self._source}: {detail}") from None
-        except dns.exception.DNSException as exc:
-            raise ResolutionError(name, ResolutionFailure.ERROR, f"{self._source}: {exc}") from None
+        except (_dnswire.MalformedResponse, _dnswire.Mismatch) as exc:
+            raise ResolutionError(
+                name, ResolutionFailure.MALFORMED, f"{self._source}: {exc}"
+            ) from None
+        except EOFError:
+            raise ResolutionError(
+                name, ResolutionFailure.ERROR, f"{self._source}: TCP closed before the answer"
+            ) from None
         except OSError as exc:
             raise ResolutionError(
                 name, ResolutionFailure.UNREACHABLE, f"{self._source}: {exc}"
             ) from None
-        addresses = _unique([rdata.address for rdata in answer])
-        if not addresses:  # pragma: no cover - dnspython raises NoAnswer first
+        _check_rcode(name, answer.rcode, self._source)
+        if not answer.addresses:
             raise ResolutionError(name, ResolutionFailure.NO_ANSWER, self._source)
-        ttl = min((rrset.ttl for rrset in answer.response.answer), default=0)
-        return Resolved(addresses, float(ttl), self._source)
+        return Resolved(answer.addresses, float(answer.ttl), self._source)
+
+    async def _udp(self, query: bytes, query_id: int, name: str) -> _dnswire.Answer:
+        sock = socket.socket(self._family, socket.SOCK_DGRAM)
+        try:
+            sock.setblocking(False)
+            sock.connect((self.host, self.port))
+            transport, exchange = await asyncio.get_running_loop().create_datagram_endpoint(
+                lambda: _UdpExchange(query, query_id, name), sock=sock
+            )
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            return await exchange.answer
+        finally:
+            exchange.close()
+            transport.close()
+
+    async def _tcp(self, query: bytes, query_id: int, name: str) -> _dnswire.Answer:
+        reader, writer = await asyncio.open_connection(self.host, self.port)
+        try:
+            writer.write(len(query).to_bytes(2, "big") + query)
+            size = int.from_bytes(await reader.readexactly(2), "big")
+            data = await reader.readexactly(size)
+        finally:
+            writer.close()
+        answer = _dnswire.parse_response(data, query_id, name)
+        if answer.truncated:
+            raise _dnswire.MalformedResponse("the TCP answer is truncated too")
+        return answer
 
 
-def _no_nameservers(exc: dns.resolver.NoNameservers) -> tuple[ResolutionFailure, str]:
-    """The server's answer inside dnspython's "all nameservers failed"."""
-    errors: list[Any] = list(exc.kwargs.get("errors") or [])
-    for error in reversed(errors):
-        # dnspython records (server, tcp, port, exception-or-rcode-text, response).
-        response = error[4] if len(error) > 4 else None
-        if response is not None:
-            rcode = response.rcode()
-            if rcode == dns.rcode.REFUSED:
-                return ResolutionFailure.REFUSED, "REFUSED"
-            if rcode == dns.rcode.SERVFAIL:
-                return ResolutionFailure.SERVFAIL, "SERVFAIL"
-            return ResolutionFailure.ERROR, dns.rcode.to_text(rcode)
-        cause = error[3] if len(error) > 3 else None
-        if isinstance(cause, OSError):
-            return ResolutionFailure.UNREACHABLE, str(cause)
-        if isinstance(cause, dns.exception.Timeout):
-            return ResolutionFailure.TIMEOUT, str(cause)
-        if cause is not None:
-            return ResolutionFailure.ERROR, str(cause)
-    return ResolutionFailure.SERVFAIL, "the nameserver failed"
+_FIRST_WAIT = 0.5  # seconds before the first retransmission; each next one waits twice as long
+_UDP_SENDS = 6  # 0.5 + 1 + 2 + 4 + 8 s: the last one waits for whatever time is left
+
+
+class _UdpExchange(asyncio.DatagramProtocol):
+    """One lookup over a connected UDP socket: sends, resends, keeps the first answer."""
+
+    def __init__(self, query: bytes, query_id: int, name: str) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.answer: asyncio.Future[_dnswire.Answer] = self._loop.create_future()
+        self._query, self._id, self._name = query, query_id, name
+        self._transport: asyncio.DatagramTransport | None = None
+        self._timer: asyncio.TimerHandle | None = None
+        self._sends = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.DatagramTransport, transport)
+        self._send(_FIRST_WAIT)
+
+    def _send(self, wait: float) -> None:
+        assert self._transport is not None
+        self._sends += 1
+        self._transport.sendto(self._query)
+        if self._sends < _UDP_SENDS:
+            self._timer = self._loop.call_later(wait, self._send, 2 * wait)
+
+    def datagram_received(self, data: bytes, addr: Any) -> None:
+        if self.answer.done():
+            return
+        try:
+            self.answer.set_result(_dnswire.parse_response(data, self._id, self._name))
+        except _dnswire.Mismatch:
+            pass  # a stray or spoofed datagram: keep waiting
+        except _dnswire.MalformedResponse as exc:
+            self.answer.set_exception(exc)
+
+    def error_received(self, exc: Exception) -> None:
+        # On a connected socket: ICMP port unreachable (ConnectionRefusedError) and kin.
+        if not self.answer.done():
+            self.answer.set_exception(exc)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.answer.done():
+            self.answer.set_exception(exc or ConnectionError("the UDP socket closed"))
+        self.close()
+
+    def close(self) -> None:
+        """Stop resending; an answer not yet come is no longer awaited."""
+        if self._timer is not None:
+            self._timer.cancel()
+        if not self.answer.done():
+            self.answer.cancel()
 
 
 # ---------------------------------------------------------------------- DNS over HTTPS
 
 _DOH_MAX_BYTES = 64 * 1024
 _TYPE_A = 1
-_RCODE_REASONS = {
-    2: ResolutionFailure.SERVFAIL,
-    3: ResolutionFailure.NXDOMAIN,
-    5: ResolutionFailure.REFUSED,
-}
 
 
 class DohResolver:
@@ -376,9 +449,7 @@ def _parse_doh(name: str, body: bytes, source: str) -> tuple[tuple[str, ...], fl
     status = data.get("Status")
     if isinstance(status, bool) or not isinstance(status, int):
         raise malformed(f"Status is {status!r}, not an rcode")
-    if status != 0:
-        reason = _RCODE_REASONS.get(status, ResolutionFailure.ERROR)
-        raise ResolutionError(name, reason, f"{source}: rcode {status}")
+    _check_rcode(name, status, source)
     records = data.get("Answer", [])
     if not isinstance(records, list):
         raise malformed("Answer is not a list")
