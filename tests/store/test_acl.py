@@ -537,6 +537,7 @@ def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:
     for source in (
         scripts.BID,
         scripts.GET_STATE,
+        scripts.LAST_OFFSET,
         scripts.PROBE,
         idempotency.CLAIM_SCRIPT,
         idempotency.FINISH_SCRIPT,

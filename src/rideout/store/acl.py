@@ -189,7 +189,7 @@ _SCRIPT_COMMANDS: Final = (
     "zadd", "zrem", "zcount", "zcard", "zrange", "zrangebyscore", "zremrangebyscore",
 )  # fmt: skip
 _APP_COMMANDS: Final = (
-    "ping", "info", "hget", "xread", "wait",  # /health, last_offset, the hub, sync mode
+    "ping", "info", "hget", "xread", "wait",  # /health, LAST_OFFSET, the hub, sync mode
     "evalsha", "script|load", "script|exists",  # the scripts, through redis-py's Script
     "expire", "ttl",  # a demo sign-in's name claim (realtime/demo.py)
     "smembers",  # the waiting room's event index (RoomStore.list_events)

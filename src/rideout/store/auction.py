@@ -491,6 +491,8 @@ class AuctionStore:
         # per loop iteration, not one pooled connection (opened on demand) per client.
         self._states = ScriptPipeliner(client, client.register_script(scripts.GET_STATE))
         self._probes = ScriptPipeliner(client, client.register_script(scripts.PROBE))
+        # A failover's herd subscribes to every room at once on the new region's servers.
+        self._offsets = ScriptPipeliner(client, client.register_script(scripts.LAST_OFFSET))
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         return _store_errors(self._server, what)
@@ -504,11 +506,12 @@ class AuctionStore:
     async def last_offset(self, room: str) -> str:
         """The id of the room's newest stream entry (:data:`START` for an empty room).
 
-        A fan-out reader starts here to deliver every change from now on.
+        A fan-out reader starts here to deliver every change from now on. Pipelined
+        with the other calls of the same event-loop iteration (:mod:`.pipelining`).
         """
         _check_text("room", room)
         with self._errors(f"last_offset of room {room!r}"):
-            value = await self.client.hget(keys.room_state(room), "offset")
+            value, _ = await self._offsets.call([keys.room_state(room)], [])
         if value is None:
             return START
         return _offset_field({"offset": _text(value, "offset")}, f"room {room!r} state")
@@ -628,12 +631,13 @@ class AuctionStore:
         return ProbeOutcome("writer" if role == "written" else role, stored, replicas)
 
     async def close(self) -> None:
-        """Send the calls still queued (bids, probes, state reads) and wait for their
+        """Send the calls still queued (bids, probes, state and offset reads) and wait for their
         replies; later calls fail with :class:`StoreUnavailable`. Call it before closing
         the client."""
         await self._bids.close()
         await self._probes.close()
         await self._states.close()
+        await self._offsets.close()
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
         """The room's state, ``sub``'s session, the current position and, given

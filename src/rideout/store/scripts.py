@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BID", "GET_STATE", "PROBE", "READ_REVOCATIONS", "REVOKE"]
+__all__ = ["BID", "GET_STATE", "LAST_OFFSET", "PROBE", "READ_REVOCATIONS", "REVOKE"]
 
 _COMMON: Final = r"""
 local function canonical_epoch(value)
@@ -265,6 +265,14 @@ return {epoch, state, session, status, entries}
 """
 )
 """Read a room's state, a user's session and what was missed since a position."""
+
+LAST_OFFSET: Final = r"""
+-- KEYS: 1 room state (hash). Returns the id of the room's newest entry, or false.
+-- Read-only (runs on a replica). A script only so that a herd's first subscribers of
+-- many rooms share one pipeline (store.pipelining) instead of a pooled connection each.
+return redis.call('HGET', KEYS[1], 'offset')
+"""
+"""The room's newest stream entry id (its state's ``offset`` field)."""
 
 PROBE: Final = (
     _COMMON
