@@ -436,6 +436,10 @@ def test_encoders_golden() -> None:
         "position": {"epoch": 2, "offset": "1700000000000-3"},
         "region": "r",
     }
+    assert encode_ack(
+        request_id="b1", accepted=False, reason="too_low", position=POS, region="r",
+        state={"bid": 12},
+    ).endswith(',"region":"r","state":{"bid":12}}')  # fmt: skip
     assert encode_error(ErrorCode.THROTTLED, "slow down") == (
         '{"type":"error","code":"throttled","message":"slow down"}'
     )
@@ -536,6 +540,7 @@ server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
         names,
         st.none() | st.text(max_size=20),
         st.none() | names,
+        st.none() | state_values,
     ),
     st.builds(
         StateMsg,
@@ -653,6 +658,10 @@ def test_server_messages_tolerate_extra_keys_and_null_optionals() -> None:
         "b1", True, Position(1, "1-0"), "g", room="lot-1"
     )
     assert "'room'" in server_bad(dumps({**ACK, "room": "a b"})).message
+    # `state` too (the room's state the decision was made against), kept as sent.
+    assert parse_server_message(dumps({**ACK, "state": {"bid": 7}})) == Ack(
+        "b1", True, Position(1, "1-0"), "g", state={"bid": 7}
+    )
     assert parse_server_message(dumps({**ERROR, "id": None})) == ErrorMsg("internal", "boom")
     message = parse_server_message(dumps(STATE))
     assert isinstance(message, StateMsg)

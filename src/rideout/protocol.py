@@ -237,10 +237,14 @@ class StateMsg:
 
 @dataclass(frozen=True, slots=True)
 class Ack:
-    """``{type:"ack", id, room, accepted, reason?, position, region}``: the reply to a bid.
+    """``{type:"ack", id, room, accepted, reason?, position, region, state?}``: the reply
+    to a bid.
 
     A bid is identified by its room and ``id`` together (the same id in another room is
-    another bid). ``room`` is None only from a server older than the field.
+    another bid). ``room`` is None only from a server older than the field. ``state`` is
+    the room's state the decision was made against: after the bid when accepted, as it
+    stood when refused (so an outbid client knows the price that beat it without
+    waiting for the update); None from a server older than the field.
     """
 
     id: str
@@ -249,6 +253,7 @@ class Ack:
     region: str
     reason: str | None = None
     room: str | None = None
+    state: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -495,6 +500,7 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             region=_name(obj, "region"),
             reason=None if reason is None else _str(obj, "reason"),
             room=None if obj.get("room") is None else _name(obj, "room"),
+            state=obj.get("state"),
         )
     if kind == "state":
         missed = _require(obj, "missed")
@@ -596,8 +602,9 @@ def encode_ack(
     region: str,
     reason: str | None = None,
     room: str | None = None,
+    state: object = None,
 ) -> str:
-    """Encode the reply to a bid; ``reason`` and ``room`` are omitted when None."""
+    """Encode the reply to a bid; ``reason``, ``room`` and ``state`` are omitted when None."""
     obj: dict[str, object] = {"type": "ack", "id": request_id}
     if room is not None:
         obj["room"] = room
@@ -606,6 +613,8 @@ def encode_ack(
         obj["reason"] = reason
     obj["position"] = _position_json(position)
     obj["region"] = region
+    if state is not None:
+        obj["state"] = state
     return _dump(obj)
 
 
@@ -651,6 +660,7 @@ def encode_server_message(message: ServerMessage) -> str:
             region=message.region,
             reason=message.reason,
             room=message.room,
+            state=message.state,
         )
     if isinstance(message, StateMsg):
         return encode_state(

@@ -123,6 +123,10 @@ def test_a_restored_client_bids_at_once_and_above_the_price_that_beat_it_until_a
     record(Acked("b3", False, "too_low", None, "lot", 6, None))
     assert resume.is_set()  # beaten by a price it has seen already (7): at once
     resume.clear()
+    record(Acked("b3a", False, "too_low", None, "lot", 8, west, {"bid": 8}))
+    assert resume.is_set()  # the ack itself names the price that beat it (8)
+    assert recorder.price == 8  # and the bidder bids above it, whatever its view says
+    resume.clear()
     record(Acked("b4", True, None, position, "lot", 9, west))
     record(Acked("b5", False, "too_low", None, "lot", 10, None))
     record(Updated("lot", {"bid": 12}, position, west))

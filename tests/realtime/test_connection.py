@@ -251,6 +251,20 @@ async def test_an_id_is_per_room_and_the_ack_names_its_room(deployment: Deployme
         assert (await recv_type(ws, "state"))["state"]["bid"] == 70
 
 
+async def test_an_outbid_ack_names_the_price_that_beat_it(deployment: Deployment) -> None:
+    async with deployment.connect("a1", "alice") as alice, deployment.connect("a2", "bob") as bob:
+        await send(alice, action="bid", room="lot-3c", amount=80, id="a")
+        won = await recv_type(alice, "ack")
+        assert (won["accepted"], won["state"]["bid"], won["state"]["bidder"]) == (
+            True, 80, "alice",
+        )  # fmt: skip
+        # Bob never followed the room: the refusal alone tells him what to beat.
+        await send(bob, action="bid", room="lot-3c", amount=60, id="b")
+        lost = await recv_type(bob, "ack")
+        assert (lost["accepted"], lost["reason"]) == (False, "too_low")
+        assert (lost["state"]["bid"], lost["state"]["bidder"]) == (80, "alice")
+
+
 async def test_bids_are_refused_in_the_region_that_is_not_the_writer(
     deployment: Deployment,
 ) -> None:

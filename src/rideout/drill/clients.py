@@ -135,7 +135,14 @@ class _Resume:
                 self._resuming, self._outbid_at = False, None
             elif self._resuming and event.reason == RESUME_REBID_REASON:
                 self._outbid_at = event.amount
-                self._saw(None)  # the price that beat it may be known already
+            # The ack names the room's state it was decided against: for an outbid
+            # bid, the price that beat it, which its update may not have shown yet.
+            self._saw(event.state)
+
+    @property
+    def price(self) -> int:
+        """The highest bid the client has seen in its room (updates and acks)."""
+        return self._price
 
     def _saw(self, state: Any) -> None:
         bid = state.get("bid") if isinstance(state, dict) else None
@@ -164,6 +171,11 @@ class _ClientRecorder:
     def resume(self) -> asyncio.Event:
         """Set when the client's bidder should bid now (:class:`_Resume`)."""
         return self._resume.wake
+
+    @property
+    def price(self) -> int:
+        """The highest bid the client has seen since its last restore (:class:`_Resume`)."""
+        return self._resume.price
 
     def on_event(self, event: Event) -> None:
         now, cid = time.time(), self._cid
@@ -247,8 +259,8 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
     clients: list[AuctionClient] = []
     tasks: list[asyncio.Task[None]] = []
 
-    async def bidder(client: AuctionClient, cid: int, resume: asyncio.Event) -> None:
-        room = spec.room(cid)
+    async def bidder(client: AuctionClient, cid: int, recorder: _ClientRecorder) -> None:
+        room, resume = spec.room(cid), recorder.resume
         last = 0
         local = random.Random(spec.seed * 1_000_003 + cid)
         while True:
@@ -261,7 +273,8 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             known = client.rooms.get(room)
             state = known.state if known is not None else None
             current = state.get("bid") if isinstance(state, dict) else None
-            base = max(last, current if isinstance(current, int) else 0)
+            # The room's view, or a price an ack named that its update has not yet shown.
+            base = max(last, current if isinstance(current, int) else 0, recorder.price)
             amount = base + local.randint(1, 5)
             last = amount
             with contextlib.suppress(QueueFull, ValueError):
@@ -285,7 +298,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             )
             client.start()
             clients.append(client)
-            tasks.append(asyncio.create_task(bidder(client, cid, recorder.resume)))
+            tasks.append(asyncio.create_task(bidder(client, cid, recorder)))
             if spec.count > 1:
                 await asyncio.sleep(spec.ramp / spec.count)
         # `stop` is a threading or multiprocessing event (set from another process).

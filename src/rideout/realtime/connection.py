@@ -556,6 +556,7 @@ class Connection:
             encode_ack(
                 request_id=msg.id, room=msg.room, accepted=result.accepted,
                 reason=result.reason, position=result.position, region=server.region.name,
+                state=result.state,
             )
         )  # fmt: skip
         return outcome

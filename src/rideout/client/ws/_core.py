@@ -261,7 +261,8 @@ class ClientCore:
         return feedback
 
     def tick(self, now: float) -> Feedback:
-        """Timers: the heartbeat, the timeout, bid retries, time-based health."""
+        """Timers: the heartbeat, the timeout, bid retries, time-based health. Safe to
+        call early (a lazy timer does): it acts only on what is due at `now`."""
         feedback = Feedback()
         if not self.connected:
             return feedback
@@ -379,7 +380,16 @@ class ClientCore:
             return
         self.stats.bids_acked += 1
         feedback.events.append(
-            Acked(ack.id, ack.accepted, ack.reason, ack.position, bid.room, bid.amount, ack.region)
+            Acked(
+                ack.id,
+                ack.accepted,
+                ack.reason,
+                ack.position,
+                bid.room,
+                bid.amount,
+                ack.region,
+                ack.state,
+            )
         )
 
     def _apply_error(self, error: ErrorMsg, now: float, feedback: Feedback) -> None:

@@ -95,6 +95,8 @@ class Acked:
     ``accepted`` and ``reason`` as the server decided (``too_low``, ``out_of_bounds``),
     or ``accepted=False`` with ``reason`` the error code that ended it (``bad_request``,
     ``throttled``, ``unavailable`` after ``bid_retries`` retries); ``position`` is None then.
+    ``state`` is the room's state the server decided against (after the bid when
+    accepted, as it stood when refused: the price that beat it), when the server said.
     """
 
     id: str
@@ -104,6 +106,7 @@ class Acked:
     room: str
     amount: int
     region: str | None
+    state: Any = None
 
 
 @dataclass(frozen=True, slots=True)
