@@ -49,6 +49,19 @@ def test_recovery_extension_and_practice_expiry() -> None:
     assert decide([manual], 600.0, recover_after=5) == []
 
 
+def test_a_held_region_shifts_nothing_but_still_recovers() -> None:
+    zones = views(a1=(False, 2, None), a2=(True, 0, None))
+    [d] = decide(zones, 10, recover_after=5, min_failing=2, held={"a": "the writer moved"})
+    assert (d.action, d.zone) == ("hold", "a1")
+    assert "held: the writer moved" in d.why
+    assert [d.action for d in decide(zones, 10, recover_after=5, min_failing=2,
+                                      held={"b": "elsewhere"})] == ["evacuate"]  # fmt: skip
+    healed = ZoneView("a1", "a", True, 2.0, 0, "autoshift", 100.0)
+    assert [d.action for d in decide([healed], 7.5, recover_after=5, held={"a": "x"})] == [
+        "recover"
+    ]
+
+
 def test_the_tracker_counts_each_period_once_in_order() -> None:
     t = HealthTracker()
     t.observe("a1", 0.0, False)
@@ -70,11 +83,43 @@ def test_the_tracker_counts_each_period_once_in_order() -> None:
     )
 
 
-def zone_report(plane, clock: FakeClock, bad: str) -> None:  # type: ignore[no-untyped-def]
-    zones = [z.name for z in plane.config.region(P).zones]
+def zone_report(plane, clock: FakeClock, bad: str, region: str = P) -> None:  # type: ignore[no-untyped-def]
+    zones = [z.name for z in plane.config.region(region).zones]
     plane.put_metric_data(
-        metric_data([ProbeResult(P, z, z != bad, 0.01, None, clock.now) for z in zones])
+        metric_data([ProbeResult(region, z, z != bad, 0.01, None, clock.now) for z in zones])
     )
+
+
+async def test_a_zone_slowed_by_a_failovers_herd_is_held_then_shifted_if_it_still_fails(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config(evacuate={"autoshift_holddown": 5.0})
+    clock = FakeClock()
+    async with plane_on_redis(config, clock) as plane:
+        await healthy_for(plane, clock)
+        for _ in range(20):  # the primary goes silent: the writer moves to S
+            clock.now += plane.period
+            report(plane, clock, S)
+            await plane.evaluate()
+            if plane.controller.writer == S:
+                break
+        assert plane.controller.writer == S
+        moved = clock.now
+        bad = config.region(S).zones[1].name
+        while clock.now - moved < 4.0:  # the herd slows one of S's zones: held
+            clock.now += plane.period
+            zone_report(plane, clock, bad, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == frozenset()
+        events = plane.summary()["autoshift"]["events"]
+        assert [(e["action"], e["zone"], e["result"]) for e in events] == [("hold", bad, "held")]
+        assert "the writer moved" in events[0]["why"]
+        for _ in range(12):  # still failing after the hold-down: a zone failure after all
+            clock.now += plane.period
+            zone_report(plane, clock, bad, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == {bad}
+        assert plane.summary()["autoshift"]["events"][-1]["result"] == "done"
 
 
 async def test_one_failing_zone_is_shifted_without_failing_the_region_over(

@@ -275,12 +275,26 @@ class EvacuateConfig:
     autoshift: bool = True
     autoshift_expiry: float = 30.0
     autoshift_recover_after: float = 5.0
+    # For this long after the writer moves between regions, autoshift evacuates no zone:
+    # the clients are arriving as one herd, and a zone it slows is not a failed zone
+    # (evacuating it would move the herd onto the region's other zone, and back).
+    autoshift_holddown: float = field(default=15.0, metadata={"zero_ok": True})
 
 
 # The [evacuate] settings that scale with the timing profile.
 EVACUATE_PROFILES: Mapping[str, Mapping[str, Any]] = {
-    "seed": {"drain_seconds": 60.0, "autoshift_expiry": 3600.0, "autoshift_recover_after": 600.0},
-    "fast": {"drain_seconds": 2.0, "autoshift_expiry": 30.0, "autoshift_recover_after": 5.0},
+    "seed": {
+        "drain_seconds": 60.0,
+        "autoshift_expiry": 3600.0,
+        "autoshift_recover_after": 600.0,
+        "autoshift_holddown": 300.0,
+    },
+    "fast": {
+        "drain_seconds": 2.0,
+        "autoshift_expiry": 30.0,
+        "autoshift_recover_after": 5.0,
+        "autoshift_holddown": 15.0,
+    },
 }
 
 

@@ -91,6 +91,7 @@ class Autoshift:
         self.ledger: SqliteLedger | None = None
         self.events: deque[dict[str, Any]] = deque(maxlen=20)
         self.busy = False
+        self._held: set[tuple[str, float]] = set()  # (zone, move) holds already recorded
 
     def status(self) -> dict[str, Any]:
         return {"enabled": True, "events": list(self.events)}
@@ -116,13 +117,34 @@ class Autoshift:
         """Observe, decide, act."""
         self.observe(now, may_evaluate)
         shifts = {e.zone: (e.reason, e.expires_at) for e in self.plane.zones.evacuations.values()}
+        moved = self.last_move()
+        holddown = self.settings.autoshift_holddown
+        held: dict[str, str] = {}
+        if moved is not None and now - moved < holddown:
+            why = f"the writer moved {now - moved:.1f} s ago (hold-down {holddown:g} s)"
+            held = {region: why for _, region in self.zones}
         decisions = decide(
             self.tracker.views(self.zones, shifts), now,
             recover_after=self.settings.autoshift_recover_after,
             min_failing=self.plane.config.timing.failover_datapoints,
+            held=held,
         )  # fmt: skip
         for decision in decisions:
+            if decision.action == "hold":
+                assert moved is not None
+                if (decision.zone, moved) not in self._held:  # once per zone and move
+                    self._held.add((decision.zone, moved))
+                    self._event(decision, "held")
+                continue
             await self._carry_out(decision)
+
+    def last_move(self) -> float | None:
+        """When the writer last moved between regions (a failover or failback), if ever."""
+        state = self.plane.controller.state
+        if state is None:
+            return None
+        moves = [e.at for e in state.events if e.kind in ("fail-over", "fail-back")]
+        return max(moves, default=None)
 
     async def _carry_out(self, d: Decision) -> None:
         expiry = self.settings.autoshift_expiry

@@ -13,6 +13,12 @@ Rules, per round:
   not fail the region over (an evacuated zone's canary no longer counts in the region's
   alarm). One zone per region per round; a region whose every zone fails is left to
   regional failover; no data (a silent canary) is no evidence about a zone.
+- **hold**, instead of evacuate, in a region named in ``held`` (the control plane holds
+  every region for ``autoshift_holddown`` seconds after the writer moves): a failover's
+  herd slows the zones it lands on, one of them first, and evacuating that one moves the
+  herd onto the other, whose canary then fails in turn (measured at N = 1,000: the
+  writer region's zones drained in waves for 40 s after a failover). Recoveries and
+  extensions go on.
 - **recover** a zone it evacuated once its canary has passed for ``recover_after``
   seconds in a row.
 - **extend** an automatic shift whose expiry has passed while the zone is not yet
@@ -24,7 +30,7 @@ Rules, per round:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,14 +56,19 @@ class ZoneView:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    action: Literal["evacuate", "recover", "extend"]
+    action: Literal["evacuate", "recover", "extend", "hold"]
     zone: str
     region: str
     why: str
 
 
 def decide(
-    zones: Sequence[ZoneView], now: float, *, recover_after: float, min_failing: int = 1
+    zones: Sequence[ZoneView],
+    now: float,
+    *,
+    recover_after: float,
+    min_failing: int = 1,
+    held: Mapping[str, str] | None = None,
 ) -> list[Decision]:
     """This round's decisions (see the module docstring)."""
     recover_after = _validate.seconds("recover_after", recover_after, zero_ok=True)
@@ -90,7 +101,11 @@ def decide(
             f"canary failed {view.failing} periods in a row while "
             f"{', '.join(serving_healthy)} passes"
         )
-        decisions.append(Decision("evacuate", view.zone, view.region, why))
+        hold = (held or {}).get(view.region)
+        if hold is not None:
+            decisions.append(Decision("hold", view.zone, view.region, f"{why}; held: {hold}"))
+        else:
+            decisions.append(Decision("evacuate", view.zone, view.region, why))
     return decisions
 
 
