@@ -262,7 +262,7 @@ class ClientCore:
 
     def tick(self, now: float) -> Feedback:
         """Timers: the heartbeat, the timeout, bid retries, time-based health. Safe to
-        call early (a lazy timer does): it acts only on what is due at `now`."""
+        call early: it acts only on what is due at `now`."""
         feedback = Feedback()
         if not self.connected:
             return feedback
