@@ -201,7 +201,7 @@ async def test_nameserver_leaves_no_socket_open(dns_server: DnsServer) -> None:
     await resolver.resolve("ok.test")  # anything opened once (the loop's own) is open now
     await asyncio.sleep(0.05)
     before = open_fds()
-    for _ in range(20):
+    for _ in range(5):  # any one left open fails the final check
         for mode in ("ok", "truncate", "stray"):
             await resolver.resolve(f"{mode}.test")
         for failing in ("silent.test", "malformed.test", "servfail.test", "a..b", "nx.test"):
