@@ -181,7 +181,10 @@ async def test_heartbeat_timeout_reconnects_to_the_address_the_dns_now_answers(
 ) -> None:
     config = config_with_spare(make_config)
     async with pointed_at_a_silent_server(config) as (d, dns, silent):
-        settings = fast_settings(heartbeat_timeout=1.0)
+        # Seven heartbeats are due before the timeout. The server counts those it read,
+        # and the client's abort (an RST) discards any still unread: with a 1 s timeout
+        # a worker stalled for half a second let only one through (a rehearsal).
+        settings = fast_settings(heartbeat_timeout=2.0)
         client = make_client(
             config, dns, events, d.token("alice"), rooms=["lot-2"], settings=settings
         )
