@@ -231,6 +231,31 @@ async def test_drain_gradually_follows_the_schedule_on_an_injected_sleep() -> No
     assert server.mode is ZoneMode.SERVING
 
 
+async def test_a_drain_that_wakes_late_does_not_burst_to_catch_up() -> None:
+    server = zone_server()
+    conns = [TimedClosing(server) for _ in range(200)]
+    server.connections |= set(conns)
+    clock = [0.0]
+    sleeps = 0
+    first: dict[int, float] = {}
+    for conn in conns:  # note when each is first told to close, on the fake clock
+        conn.close_soon = lambda *a, c=conn: first.setdefault(id(c), clock[0])  # type: ignore[method-assign]
+
+    async def sleep(seconds: float) -> None:
+        nonlocal sleeps
+        sleeps += 1
+        clock[0] += seconds + (2.0 if sleeps == 5 else 0.0)  # the loop stalls once, 2 s
+
+    await drain_gradually(server, 5.0, rng=random.Random(4), sleep=sleep, clock=lambda: clock[0])
+    closed_at = list(first.values())
+    assert len(closed_at) == 200
+    # Planned: 200 over 5 s, about 2 per 50 ms. The stall's overdue batches did not all
+    # close on waking: no 100 ms holds more than a fair share of a 5 s spread.
+    peak = max(sum(1 for t in closed_at if start <= t < start + 0.1) for start in closed_at)
+    assert peak <= 15, peak
+    assert clock[0] == pytest.approx(7.0, abs=0.2)  # the drain ended the stall's 2 s later
+
+
 def test_a_mode_signal_before_the_zone_is_up_is_remembered_not_fatal() -> None:
     # SIGUSR1/2 terminate a process by default: a worker still starting must survive
     # `rideout chaos`'s signal, and apply the mode once its zone is up.
