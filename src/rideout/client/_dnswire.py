@@ -1,8 +1,8 @@
 """The DNS wire format of one A lookup: the query out, its answer in (sans-I/O).
 
 :func:`encode_query` writes a standard recursive query for a name's A records;
-:func:`parse_response` reads the answer to it. Only what a stub resolver needs is
-read: the header, the question and the answer section (never authority or
+:func:`parse_response` reads the answer to it. Only what a client asking one server
+needs is read: the header, the question and the answer section (never authority or
 additional). Every read is bounds-checked: bad bytes raise :class:`MalformedResponse`,
 a well-formed message that does not answer the query (another id or question, not a
 response) raises :class:`Mismatch`, which a UDP caller ignores and keeps waiting.

@@ -91,7 +91,7 @@ class Autoshift:
         self.ledger: SqliteLedger | None = None
         self.events: deque[dict[str, Any]] = deque(maxlen=20)
         self.busy = False
-        self._held: set[tuple[str, float]] = set()  # (zone, move) holds already recorded
+        self._held: tuple[float | None, set[str]] = (None, set())  # a move, its zones held
 
     def status(self) -> dict[str, Any]:
         return {"enabled": True, "events": list(self.events)}
@@ -132,8 +132,10 @@ class Autoshift:
         for decision in decisions:
             if decision.action == "hold":
                 assert moved is not None
-                if (decision.zone, moved) not in self._held:  # once per zone and move
-                    self._held.add((decision.zone, moved))
+                if self._held[0] != moved:  # a new move: its holds are recorded afresh
+                    self._held = (moved, set())
+                if decision.zone not in self._held[1]:  # once per zone and move
+                    self._held[1].add(decision.zone)
                     self._event(decision, "held")
                 continue
             await self._carry_out(decision)
