@@ -13,7 +13,9 @@ from rideout.backoff import FullJitter, NoJitter
 from rideout.client.resolve import Resolved
 from rideout.client.ws import (
     Acked,
+    AuctionClient,
     Cause,
+    ClientSettings,
     Connected,
     Disconnected,
     ReconnectScheduled,
@@ -26,6 +28,7 @@ from rideout.drill.clients import (
     _ClientRecorder,
     _RecordingResolver,
     client_settings,
+    failed_records,
     fleet_loop_factory,
     region_of,
 )
@@ -35,10 +38,12 @@ from rideout.drill.records import (
     ConnectedRecord,
     DisconnectedRecord,
     DrillRecord,
+    FailedRecord,
     RejectedRecord,
     RestoredRecord,
 )
 from rideout.protocol import Position
+from tests.conftest import until
 
 
 def test_a_group_spreads_its_clients_over_its_rooms(make_config: Any) -> None:
@@ -159,6 +164,28 @@ async def test_each_resolution_is_an_attempt_toward_the_region_named(make_config
     assert first.due - first.t == pytest.approx(0.5, abs=0.25)  # when its backoff was to end
     assert isinstance(second, AttemptRecord)
     assert (second.region, second.due) == ("?", second.t)  # no backoff before it: due now
+
+
+class Broken:
+    """A resolver with a bug: it raises what no resolver may."""
+
+    async def resolve(self, name: str) -> Resolved:
+        raise RuntimeError("a bug")
+
+
+async def test_a_client_whose_loop_died_is_recorded_and_one_that_gave_up_is_not() -> None:
+    settings = ClientSettings(max_attempts=1)
+    died = AuctionClient("app.test", port=1, token="t", resolver=Broken())
+    gave_up = AuctionClient("app.test", port=1, token="t", resolver=Fixed(), settings=settings)
+    never_started = AuctionClient("app.test", port=1, token="t", resolver=Fixed())
+    for client in (died, gave_up):
+        client.start()
+    try:
+        await until(lambda: not died.running and not gave_up.running)
+        records = failed_records([never_started, died, gave_up], 4, 9.0)
+        assert records == [FailedRecord(5, 9.0, "RuntimeError('a bug')")]
+    finally:
+        await asyncio.gather(died.stop(), gave_up.stop())
 
 
 async def test_a_fleet_without_processes_collects_what_its_groups_report(

@@ -45,6 +45,14 @@ def test_markdown_shows_failure() -> None:
     assert "**FAILED**" in text
 
 
+def test_markdown_names_the_clients_whose_loop_failed() -> None:
+    report = sample_report()
+    report["passes"][0]["failed_clients"] = [["AttributeError('when')", 186]]
+    assert "**186 clients' connection loop failed**: AttributeError('when')" in render_markdown(
+        report
+    )
+
+
 def test_write_report_files(tmp_path: Path) -> None:
     files = write_report(sample_report(), tmp_path / "out")
     names = sorted(f.name for f in files)

@@ -28,14 +28,20 @@ from tests.drill.conftest import sample_report
 def test_objectives() -> None:
     options = DrillOptions(clients=10, max_rto=4.0, max_lost=0)
     found = _objectives(options, sample_report(p99=5.0, lost=1)["passes"][:1])
-    assert [o["ok"] for o in found] == [False, False, True]
+    assert [o["ok"] for o in found] == [False, False, True, True]
     found = _objectives(options, sample_report(p99=3.0)["passes"][:1])
     assert all(o["ok"] for o in found)
-    # A bid applied twice fails the drill even with no objective asked for.
+    # A bid applied twice fails the drill even with no objective asked for...
     found = _objectives(DrillOptions(clients=10), sample_report(duplicates=2)["passes"][:1])
     assert [(o["name"], o["ok"]) for o in found] == [
-        ("full-jitter: bids applied more than once", False)
+        ("full-jitter: clients whose connection loop failed", True),
+        ("full-jitter: bids applied more than once", False),
     ]
+    # ...and so does a client whose loop died (a bug in the client), counted by error.
+    passes = sample_report()["passes"][:1]
+    passes[0]["failed_clients"] = [["AttributeError('when')", 186], ["KeyError('x')", 1]]
+    found = _objectives(DrillOptions(clients=10), passes)
+    assert (found[0]["value"], found[0]["ok"]) == (187, False)
 
 
 def test_the_write_rto_objective_gates_each_phase() -> None:

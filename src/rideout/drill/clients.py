@@ -27,6 +27,7 @@ from rideout.backoff import FullJitter, NoJitter
 from rideout.client.resolve import CachingResolver, NameserverResolver, Resolved, Resolver
 from rideout.client.ws import (
     Acked,
+    AllReconnectsFailed,
     AuctionClient,
     ClientSettings,
     Connected,
@@ -45,13 +46,14 @@ from rideout.drill.records import (
     ConnectedRecord,
     DisconnectedRecord,
     DrillRecord,
+    FailedRecord,
     GaveUpRecord,
     RejectedRecord,
     RestoredRecord,
 )
 from rideout.store.client import cancel_and_wait
 
-__all__ = ["ClientFleet", "GroupSpec", "flush_every", "run_group"]
+__all__ = ["ClientFleet", "GroupSpec", "failed_records", "flush_every", "run_group"]
 
 Sink = Callable[[list[DrillRecord]], None]
 
@@ -245,6 +247,16 @@ async def flush_every(out: list[Any], sink: Callable[[list[Any]], None], interva
             sink(batch)
 
 
+def failed_records(clients: Sequence[AuctionClient], first: int, t: float) -> list[FailedRecord]:
+    """A record for each client (numbered from `first`) whose connection loop died of an
+    unexpected error; one that gave up has its own record (:class:`GaveUpRecord`)."""
+    return [
+        FailedRecord(cid, t, repr(client.error))
+        for cid, client in enumerate(clients, first)
+        if client.error is not None and not isinstance(client.error, AllReconnectsFailed)
+    ]
+
+
 async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
     """Run ``spec``'s clients until ``stop`` is set; bid while ``bidding`` is set."""
     config = spec.config
@@ -305,6 +317,7 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
         while not stop.is_set():  # noqa: ASYNC110
             await asyncio.sleep(0.05)
     finally:
+        out.extend(failed_records(clients, spec.first, time.time()))
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

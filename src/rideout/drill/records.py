@@ -16,6 +16,7 @@ __all__ = [
     "ConnectedRecord",
     "DisconnectedRecord",
     "DrillRecord",
+    "FailedRecord",
     "GaveUpRecord",
     "RejectedRecord",
     "RestoredRecord",
@@ -87,6 +88,15 @@ class GaveUpRecord(NamedTuple):
     t: float
 
 
+class FailedRecord(NamedTuple):
+    """A client whose connection loop ended with an unexpected error (a bug in the
+    client, not a give-up): ``error`` is its repr."""
+
+    client: int
+    t: float
+    error: str
+
+
 DrillRecord: TypeAlias = (
     AttemptRecord
     | ConnectedRecord
@@ -95,6 +105,7 @@ DrillRecord: TypeAlias = (
     | AckRecord
     | RejectedRecord
     | GaveUpRecord
+    | FailedRecord
 )
 
 _R = TypeVar("_R", bound=DrillRecord)

@@ -175,6 +175,8 @@ def render_markdown(report: dict[str, Any]) -> str:
             f"(history trimmed); rejected: {bids.get('rejected') or {}}",
             f"- clients that gave up: {p.get('gave_up', 0)}",
         ]
+        for error, count in p.get("failed_clients", ()):
+            lines.append(f"- **{count} clients' connection loop failed**: {error}")
         for phase in ("failover", "failback"):
             d = p.get(phase)
             if not d:

@@ -47,6 +47,7 @@ from rideout.drill.clients import ClientFleet, GroupSpec
 from rideout.drill.records import (
     AckRecord,
     DrillRecord,
+    FailedRecord,
     GaveUpRecord,
     RejectedRecord,
     RestoredRecord,
@@ -571,6 +572,10 @@ class _Pass:
             "final_writer": writer,
             "bids": bids,
             "gave_up": len({r.client for r in of_kind(records, GaveUpRecord)}),
+            "failed_clients": sorted(
+                Counter(r.error for r in of_kind(records, FailedRecord)).items(),
+                key=lambda item: -item[1],
+            ),
             "timeline": timeline,
             "series": timeline_series(records, regions, timeline[0]["t"] if timeline else 0.0),
         }
@@ -633,6 +638,12 @@ def _objectives(options: DrillOptions, passes: list[dict[str, Any]]) -> list[dic
                 "limit": "no drill drain", "value": failback.get("drained_by_drill"),
                 "ok": failback.get("drained_by_drill") is False,
             })  # fmt: skip
+        # A client whose loop died is a bug in the client, whatever the options say.
+        failed = sum(n for _, n in p.get("failed_clients", ()))
+        found.append({
+            "name": f"{p['name']}: clients whose connection loop failed",
+            "limit": 0, "value": failed, "ok": failed == 0,
+        })  # fmt: skip
         # A bid applied twice is a correctness failure whatever the options say.
         duplicates = p["bids"]["duplicates"]
         found.append({

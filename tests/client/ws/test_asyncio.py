@@ -23,7 +23,6 @@ from rideout.client.ws import (
     AuctionClientMetrics,
     Cause,
     ClientClosed,
-    ClientSettings,
     Connected,
     Disconnected,
     Event,
@@ -35,7 +34,7 @@ from rideout.client.ws import (
     StateRestored,
     Updated,
 )
-from rideout.config import Config, parse_config
+from rideout.config import Config
 from rideout.protocol import Position
 from tests.client.ws.support import (
     DEAD,
@@ -49,13 +48,6 @@ from tests.client.ws.support import (
 )
 from tests.conftest import ZONE_ADDRESSES, free_port, until
 from tests.realtime.conftest import Deployment, recv_type, running_deployment, send
-
-
-def test_from_config_builds_a_client_for_the_deployment() -> None:
-    config = parse_config({"profile": "seed"})
-    client = AuctionClient.from_config(config, token="t")
-    assert (client.name, client.port) == (config.app_domain, config.app_port)
-    assert client.settings == ClientSettings.from_config(config)
 
 
 @pytest.fixture
@@ -514,3 +506,21 @@ async def test_clients_share_one_metrics_object(
     assert registry.get_sample_value("rideout_ws_client_reconnect_attempts_total") == 4
     assert [c.stats.reconnect_attempts for c in clients] == [2, 2]
     assert len(of_type(events, GaveUp)) == 2
+
+
+async def test_a_loop_that_dies_of_a_bug_says_so_at_once_and_keeps_the_error(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Broken:
+        async def resolve(self, name: str) -> Any:
+            raise RuntimeError("a bug")
+
+    client = AuctionClient("app.test", port=1, token="t", resolver=Broken())
+    with caplog.at_level(logging.ERROR, "rideout.client.ws"):
+        client.start()
+        await until(lambda: not client.running)
+    assert isinstance(client.error, RuntimeError)
+    assert "the connection loop for app.test failed" in caplog.text  # not only at stop()
+    assert "RuntimeError: a bug" in caplog.text  # with its traceback
+    await client.stop()
+    assert isinstance(client.error, RuntimeError)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rideout.backoff import FullJitter
-from rideout.client.ws import DEFAULT_OPEN_TIMEOUT, ClientSettings
+from rideout.client.ws import DEFAULT_OPEN_TIMEOUT, AuctionClient, ClientSettings
 from rideout.config import PROFILES, Config, parse_config
 
 
@@ -36,3 +36,10 @@ def test_the_opening_handshake_gets_at_most_the_heartbeat_timeout() -> None:
         ClientSettings.from_config(Config(timing=PROFILES["seed"])).open_timeout
         == DEFAULT_OPEN_TIMEOUT
     )
+
+
+def test_from_config_builds_a_client_for_the_deployment() -> None:
+    config = parse_config({"profile": "seed"})
+    client = AuctionClient.from_config(config, token="t")
+    assert (client.name, client.port) == (config.app_domain, config.app_port)
+    assert client.settings == ClientSettings.from_config(config)

@@ -240,6 +240,13 @@ class AuctionClient:
         return self._task is not None and not self._task.done()
 
     @property
+    def error(self) -> BaseException | None:
+        """What ended the connection loop: :class:`AllReconnectsFailed`, or an
+        unexpected error (a bug, logged when it happens); None while it runs and when
+        :meth:`stop` ended it."""
+        return self._error
+
+    @property
     def rooms(self) -> Mapping[str, Room]:
         """Every followed room: its state, position, region and last restore."""
         return self._core.rooms
@@ -400,6 +407,10 @@ class AuctionClient:
             await self._loop()
         except BaseException as exc:
             error = exc
+            if isinstance(exc, Exception) and not isinstance(exc, AllReconnectsFailed):
+                # Raised again only by stop() or __aexit__: a client started in the
+                # background would otherwise go quiet with nobody told.
+                log.error("the connection loop for %s failed", self.name, exc_info=exc)
             raise
         finally:
             self._finish(error)
