@@ -28,6 +28,7 @@ from rideout.client.resolve import (
     Resolver,
 )
 from rideout.client.ws._core import ClientCore, Feedback, Room, order_addresses
+from rideout.client.ws._deadline import LazyDeadline
 from rideout.client.ws._errors import AllReconnectsFailed, ClientClosed
 from rideout.client.ws._events import (
     Acked,
@@ -555,12 +556,13 @@ class AuctionClient:
     async def _converse(self, ws: ClientConnection, address: str) -> _ConnectResult:
         """Feed the open connection's messages and timers to the core until it ends."""
         loop = asyncio.get_running_loop()
+        deadline = LazyDeadline()  # one timer for many messages (see _deadline)
         try:
             await self._apply(self._core.connection_opened(loop.time(), address))
             while self._hung_up is None:
+                deadline.at_most(self._core.next_wakeup())
                 try:
-                    async with asyncio.timeout_at(self._core.next_wakeup()):
-                        data = await ws.recv()
+                    data = await deadline.wait(ws.recv)
                 except TimeoutError:
                     feedback = self._core.tick(loop.time())
                 else:
@@ -569,6 +571,8 @@ class AuctionClient:
         except ConnectionClosed as exc:
             if self._hung_up is None:
                 return _closed_by_peer(exc, address)
+        finally:
+            deadline.close()
         cause = self._hung_up
         assert cause is not None
         return _ConnectResult(
