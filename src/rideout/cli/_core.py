@@ -390,8 +390,8 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
         console.print(damping, highlight=False)
     drain = failover.get("drain")
     if drain and drain.get("notes"):
-        console.print(f"  failback drain ({drain['state']}): {drain['notes'][-1]['message']}",
-                      highlight=False)  # fmt: skip
+        console.print(f"  drain of {drain['region']} ({drain['state']}): "
+                      f"{drain['notes'][-1]['message']}", highlight=False)  # fmt: skip
     for event in failover["events"][-3:]:
         when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
         console.print(f"  [dim]{when}[/] {event['kind']}: {event['message']}", highlight=False)

@@ -400,10 +400,10 @@ class ControlPlane:
                     name,
                     "healthy" if self.checks[name].healthy else "UNHEALTHY",
                 )
-        moves = self._move_counts()
+        writer = self._writer_region()
         await self.controller.tick(self.healthy())
         self._refresh_answer()
-        self._after_moves(moves)
+        self._after_moves(writer)
         if changed:
             self.save()
         await self.flush()
@@ -413,18 +413,19 @@ class ControlPlane:
         evacuated = self.zones.evacuated
         return {ZONE_DIMENSION: evacuated} if evacuated else None
 
-    def _move_counts(self) -> tuple[int, int]:
+    def _writer_region(self) -> str | None:
         state = self.controller.state
-        return (state.failovers, state.failbacks) if state else (0, 0)
+        return state.writer if state else None
 
-    def _after_moves(self, before: tuple[int, int]) -> None:
-        """A failback (DNS already answers the primary) drains the old writer's zones;
-        a failover ends such a drain, so the region taking over serves at once."""
-        failovers, failbacks = self._move_counts()
-        if failbacks > before[1]:
-            self.drain.start(self.config.secondary.name)
-        elif failovers > before[0]:
-            self.drain.cancel()
+    def _after_moves(self, before: str | None) -> None:
+        """When the writer has left a region (a failover, or a failback away from the
+        secondary), drain that region's zones gradually: its clients' writes are refused
+        there, and DNS (already moved) sends them to the writer. Starting it ends a
+        drain of the region taking over, which then serves at once. External mode's
+        zones do the same for themselves (``_leave_with_the_writer``)."""
+        after = self._writer_region()
+        if before is not None and after is not None and after != before:
+            self.drain.start(before)
 
     def _refresh_answer(self) -> Answer:
         answer = failover_answer(
