@@ -16,7 +16,7 @@ from websockets.exceptions import ConnectionClosed
 
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config
-from rideout.controlplane.drain import FailbackDrain
+from rideout.controlplane.drain import PAUSE_LIMIT, FailbackDrain
 from rideout.controlplane.runtime import ControlPlane
 from rideout.failover.controller import ControllerState
 from rideout.realtime.zone import ZoneMode
@@ -164,6 +164,66 @@ async def test_a_move_during_the_drain_stops_it_and_other_modes_are_left_alone(
             assert deployment.servers["a2"].mode is ZoneMode.DEGRADED
             await http.post(degraded, json={"mode": "serving"}, headers=auth)
             await drain.stop()
+
+
+async def test_the_drain_pauses_while_the_region_it_sends_clients_to_fails_a_probe(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config(failover={"failback_drain_seconds": 2.0})
+    strained = {S: False}
+    async with (
+        running_deployment(config) as deployment,
+        _clients(deployment, ["a1"], 16) as sockets,
+    ):
+        loop = asyncio.get_running_loop()
+        drain = FailbackDrain(config, strained=strained.__getitem__)
+        closes = [asyncio.create_task(_closed(ws, loop)) for ws in sockets]
+        drain.start(P, toward=S)
+        a1 = deployment.servers["a1"]
+        await until(lambda: len(a1.connections) < 16, 10)
+        strained[S] = True  # the clients sent so far strain the writer's region
+        await until(lambda: (drain.status() or {}).get("pauses") == 1, 10)
+        await until(lambda: a1.draining is None, 10)
+        kept = len(a1.connections)
+        assert kept > 0
+        await asyncio.sleep(1.0)  # still strained: nobody else is sent
+        assert len(a1.connections) == kept
+        strained[S] = False  # it passes its probes again: the rest follow
+        assert {code for code, _ in await asyncio.gather(*closes)} == {1012}
+        await until(lambda: not drain.running, 10)
+        status = drain.status()
+        assert status is not None
+        assert (status["state"], status["pauses"], status["left"]) == ("done", 1, 0)
+        assert status["paused_seconds"] >= 1.0
+        messages = [n["message"] for n in status["notes"]]
+        assert any(m.startswith("paused: us-west-2 failed a canary probe") for m in messages)
+        assert any(m.startswith("resumed after") for m in messages)
+        await drain.stop()
+
+
+async def test_a_drain_toward_a_region_that_never_recovers_still_ends(
+    make_config: Callable[..., Config],
+) -> None:
+    """Pausing is bounded (PAUSE_LIMIT spreads in all): a drain that never ends strands
+    its clients as surely as none; a region that really fails is failed over instead."""
+    config = make_config(failover={"failback_drain_seconds": 0.6})
+    async with (
+        running_deployment(config) as deployment,
+        _clients(deployment, ["a1"], 8) as sockets,
+    ):
+        loop = asyncio.get_running_loop()
+        drain = FailbackDrain(config, strained=lambda region: True)
+        started = loop.time()
+        drain.start(P, toward=S)
+        closes = await asyncio.gather(*(_closed(ws, loop) for ws in sockets))
+        assert {code for code, _ in closes} == {1012}
+        assert max(t for _, t in closes) - started < 0.6 * (1 + PAUSE_LIMIT) + 5.0
+        await until(lambda: not drain.running, 10)
+        status = drain.status()
+        assert status is not None
+        assert status["state"] == "done"
+        assert status["paused_seconds"] <= 0.6 * PAUSE_LIMIT + 1.0
+        await drain.stop()
 
 
 async def test_a_failover_from_a_region_still_serving_drains_it_toward_the_new_writer(

@@ -42,9 +42,12 @@ from rideout.auth.errors import CredentialError
 from rideout.config import Config, ZoneConfig
 from rideout.store.client import cancel_and_wait
 
-__all__ = ["FailbackDrain"]
+__all__ = ["PAUSE_LIMIT", "FailbackDrain"]
 
 log = logging.getLogger("rideout.controlplane.drain")
+
+PAUSE_LIMIT = 3.0
+"""A paced drain pauses for at most this many spreads in all, then finishes."""
 
 
 class FailbackDrain:
@@ -58,10 +61,14 @@ class FailbackDrain:
         clock: Callable[[], float] = time.time,
         spread: float | None = None,
         destination: str = "the writer",
+        strained: Callable[[str], bool] | None = None,
     ) -> None:
         self.config = config
         self.spread = config.failover.failback_drain_seconds if spread is None else spread
         self.destination = destination
+        # Whether a region's latest canary datapoint failed (see start's `toward`).
+        self._strained = strained
+        self.period = config.timing.canary_interval
         self._token = token or (lambda: load_or_create_admin_token(config.keys_dir))
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
@@ -84,9 +91,17 @@ class FailbackDrain:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
-    def start(self, region: str, *, zones: Sequence[str] | None = None, delay: float = 0.0) -> None:
+    def start(
+        self,
+        region: str,
+        *,
+        zones: Sequence[str] | None = None,
+        delay: float = 0.0,
+        toward: str | None = None,
+    ) -> None:
         """Drain `region`'s zones (only `zones`, if given) in the background, after
-        `delay` seconds, ending any drain still running."""
+        `delay` seconds, ending any drain still running. With `toward` (the region the
+        clients go to), the drain pauses while that region's canary fails a probe."""
         previous = self._task
         self.cancel()
         if self.config.mode != "local":
@@ -96,7 +111,7 @@ class FailbackDrain:
             )
             return
         self._task = asyncio.create_task(
-            self._drain(region, previous, zones, delay), name=f"rideout-drain-{region}"
+            self._drain(region, previous, zones, delay, toward), name=f"rideout-drain-{region}"
         )
 
     def cancel(self) -> None:
@@ -117,13 +132,15 @@ class FailbackDrain:
         previous: asyncio.Task[None] | None,
         only: Sequence[str] | None,
         delay: float,
+        toward: str | None,
     ) -> None:
         if previous is not None:  # its zones must have been told before we look
             await asyncio.wait({previous})
         if delay:
             await asyncio.sleep(delay)
         self.last = {"region": region, "state": "draining", "started_at": self._clock(),
-                     "spread": self.spread, "zones": {}}  # fmt: skip
+                     "spread": self.spread, "zones": {}, "pauses": 0,
+                     "paused_seconds": 0.0}  # fmt: skip
         try:
             auth = {"Authorization": f"Bearer {self._token()}"}
         except CredentialError as exc:
@@ -132,7 +149,7 @@ class FailbackDrain:
             return
         async with httpx.AsyncClient(trust_env=False, timeout=2.0) as http:
             try:
-                await self._run(http, region, auth, only)
+                await self._run(http, region, auth, only, toward)
             except asyncio.CancelledError:
                 self.last["state"] = "cancelled"
                 raise
@@ -145,6 +162,7 @@ class FailbackDrain:
         region: str,
         auth: dict[str, str],
         only: Sequence[str] | None,
+        toward: str | None,
     ) -> None:
         assert self.last is not None
         zones = [z for z in self.config.region(region).zones if only is None or z.name in only]
@@ -161,7 +179,11 @@ class FailbackDrain:
             f"draining {region}'s zones {shown}: closing them with 1012 over "
             f"{self.spread:g} s so that their clients follow DNS to {self.destination}",
         )
-        await asyncio.sleep(self.spread + 0.5)
+        if toward is None or self._strained is None:
+            await asyncio.sleep(self.spread)
+        else:
+            await self._paced(http, [z for z in zones if z.name in closing], auth, toward)
+        await asyncio.sleep(0.5)
         left = await asyncio.gather(*(self._connections(http, z, auth) for z in zones))
         self.last["left"] = sum(n or 0 for n in left)
         self.last["state"] = "done"
@@ -169,6 +191,47 @@ class FailbackDrain:
             f"drained {region}: {sum(closing.values())} connections closed over "
             f"{self.spread:g} s, {self.last['left']} connected now",
         )
+
+    async def _paced(
+        self, http: httpx.AsyncClient, zones: list[ZoneConfig], auth: dict[str, str], toward: str
+    ) -> None:
+        """Let the zones drain over the spread, checked every canary period; while
+        `toward` fails a probe, pause them (the clients already sent are what strains it),
+        and resume with the spread that was left once it has passed two in a row, or
+        after ``PAUSE_LIMIT`` spreads of pausing in all (a drain that never ends strands
+        its clients as surely as none). A region that really fails meanwhile is failed
+        over, which ends this drain."""
+        assert self.last is not None
+        assert self._strained is not None
+        loop = asyncio.get_running_loop()
+        left, paused, step = self.spread, 0.0, self.period
+        while left > 0:
+            await asyncio.sleep(min(step, left))
+            left -= step
+            if left <= 0 or not self._strained(toward) or paused >= PAUSE_LIMIT * self.spread:
+                continue
+            stop = {"mode": "serving"}
+            await asyncio.gather(*(self._post(http, z, stop, auth) for z in zones))
+            self.last["pauses"] += 1
+            self._note(f"paused: {toward} failed a canary probe, {left:.1f} s of the drain left")
+            began, calm = loop.time(), 0
+            while calm < 2 and paused + (loop.time() - began) < PAUSE_LIMIT * self.spread:
+                await asyncio.sleep(step)
+                calm = 0 if self._strained(toward) else calm + 1
+            paused += loop.time() - began
+            self.last["paused_seconds"] = round(paused, 3)
+            resume = {"mode": "serving", "drain_over": left}
+            await asyncio.gather(*(self._post(http, z, resume, auth) for z in zones))
+            self._note(f"resumed after {loop.time() - began:.1f} s: {left:.1f} s of the drain left")
+
+    async def _post(
+        self, http: httpx.AsyncClient, zone: ZoneConfig, body: dict[str, Any], auth: dict[str, str]
+    ) -> None:
+        url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
+        try:
+            (await http.post(url, json=body, headers=auth)).raise_for_status()
+        except httpx.HTTPError as exc:
+            self._note(f"cannot switch {zone.name}: {exc or type(exc).__name__}")
 
     async def _switch(
         self, http: httpx.AsyncClient, zone: ZoneConfig, body: dict[str, Any], auth: dict[str, str]

@@ -148,7 +148,7 @@ class ControlPlane:
             config, state=restored, clock=clock, on_change=lambda _: self.save(),
             managed=managed, guard=lease.may_act if lease is not None else None,
         )  # fmt: skip
-        self.drain = FailbackDrain(config, clock=clock)
+        self.drain = FailbackDrain(config, clock=clock, strained=self._strained)
         self.zone = DnsZoneConfig.from_config(config)
         self.registry = CollectorRegistry()
         self.dns_metrics = DnsMetrics(self.registry)
@@ -425,7 +425,18 @@ class ControlPlane:
         zones do the same for themselves (``_leave_with_the_writer``)."""
         after = self._writer_region()
         if before is not None and after is not None and after != before:
-            self.drain.start(before)
+            self.drain.start(before, toward=after)
+
+    def _strained(self, region: str) -> bool:
+        """Whether `region`'s latest datapoint breaches its alarm (a probe failed): the
+        first sign that the clients a drain sends it are too many, a period or more
+        before the alarm could fire."""
+        alarm = self.alarms.get(region)
+        if alarm is None:
+            return False
+        points = alarm.datapoints(self._clock(), self.store, exclude=self._excluded())
+        latest = next((p for p in reversed(points) if p is not None), None)
+        return latest is not None and alarm.config.breaches(latest)
 
     def _refresh_answer(self) -> Answer:
         answer = failover_answer(
