@@ -198,6 +198,7 @@ async def test_the_drain_pauses_while_the_region_it_sends_clients_to_fails_a_pro
         messages = [n["message"] for n in status["notes"]]
         assert any(m.startswith("paused: us-west-2 failed a canary probe") for m in messages)
         assert any(m.startswith("resumed after") for m in messages)
+        assert "over 2 s (paused once, " in messages[-1]
         await drain.stop()
 
 

@@ -189,7 +189,7 @@ class FailbackDrain:
         self.last["state"] = "done"
         self._note(
             f"drained {region}: {sum(closing.values())} connections closed over "
-            f"{self.spread:g} s, {self.last['left']} connected now",
+            f"{self.spread:g} s{_paused(self.last)}, {self.last['left']} connected now",
         )
 
     async def _paced(
@@ -271,3 +271,10 @@ class FailbackDrain:
             url = routes.zone_url(self.config, zone.address, routes.ADMIN_MODE)
             with contextlib.suppress(httpx.HTTPError):
                 await http.post(url, json={"mode": "serving"}, headers=auth)
+
+
+def _paused(last: dict[str, Any]) -> str:
+    if not last["pauses"]:
+        return ""
+    times = "once" if last["pauses"] == 1 else f"{last['pauses']} times"
+    return f" (paused {times}, {last['paused_seconds']:.1f} s in all)"
