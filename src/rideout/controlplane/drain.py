@@ -1,12 +1,15 @@
-"""After a failback, the clients still on the old writer's region move too.
+"""After the writer moves to another region, the clients still on the one it left move too.
 
-Once the writer is back in the primary and DNS answers it, clients connected to the
-secondary stay there (their sockets are fine) and every bid they send is refused. The
-control plane moves them: it asks each of the secondary's zones to close its connections
-with 1012 at random moments over ``failback_drain_seconds`` (``POST /admin/mode``
+Once the writer has moved (a failback to the primary, or a failover from a region that
+still serves) and DNS answers its region, clients connected to the old writer's region
+stay there (their sockets are fine) and every bid they send is refused. The control
+plane moves them: it asks each of that region's zones to close its connections with
+1012 at random moments over ``failback_drain_seconds`` (``POST /admin/mode``
 ``{"mode": "serving", "drain_over": S}``, the admin token as the credential), so that
-the clients reconnect through DNS to the primary at a rate it can take, instead of as
-the herd that overloads it into the next failover.
+the clients reconnect through DNS to the writer at a rate it can take, instead of as
+the herd that overloads it into the next failover. Given the writer's region
+(``toward``) and a way to tell that it fails its canary (``strained``), the drain
+pauses while it does (:meth:`FailbackDrain._paced`).
 
 The zones stay in ``serving`` mode meanwhile: they are still the standby, their region's
 canary keeps succeeding (a zone refusing handshakes would raise its region's alarm, and a
@@ -51,7 +54,8 @@ PAUSE_LIMIT = 3.0
 
 
 class FailbackDrain:
-    """Drains one region's zones after a failback, gradually; see the module docstring."""
+    """Drains one region's zones after the writer left it, gradually; see the module
+    docstring."""
 
     def __init__(
         self,
