@@ -223,7 +223,7 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         clock.advance(2)
         await _moves_to(controller, both, P)  # move 2: failback, not held
         assert not controller.status()["damping"]["holding"]
-        clock.advance(2)
+        clock.advance(_failback_grace(config) + 1)  # past the grace its clients get
         await _moves_to(controller, {P: False, S: True}, S)  # move 3: failover again
         clock.advance(3)
         decision = await controller.tick(both)
@@ -239,7 +239,8 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
 
         # Leaving a failing region is never held: not to the primary (urgent failback)...
         await _moves_to(controller, {P: True, S: False}, P)  # move 4
-        # ...nor a failover.
+        # ...nor a failover (once the failback's grace is over).
+        clock.advance(_failback_grace(config) + 1)
         await _moves_to(controller, {P: False, S: True}, S)  # move 5
         clock.advance(3)
         assert (await controller.tick(both)).move == "none"
@@ -258,6 +259,61 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         assert kinds.count("fail-over") == 3
         assert kinds.count("fail-back") == 3
         assert controller.status()["failbacks"] == 3
+    finally:
+        await controller.close()
+
+
+def _failback_grace(config: Config) -> float:
+    t = config.timing
+    periods = t.failback_datapoints + t.failover_datapoints + 4
+    return config.failover.failback_drain_seconds + periods * t.canary_interval
+
+
+@pytest.mark.parametrize(
+    ("grace", "reachable", "move"),
+    [
+        (True, True, "none"),  # its clients are still coming back: held
+        (True, False, "fail-over"),  # its Redis is lost: at once, grace or not
+        (False, True, "fail-over"),  # the grace is over
+    ],
+)
+def test_a_primary_that_fails_just_after_its_failback_is_held_only_while_its_redis_answers(
+    grace: bool, reachable: bool, move: str
+) -> None:
+    decision = decide(
+        writer=P, primary=P, secondary=S, healthy={P: False, S: True}, auto_failback=True,
+        failback_grace=grace, writer_reachable=reachable,
+    )  # fmt: skip
+    assert decision.move == move
+    if move == "none":
+        assert "failback grace" in decision.reason
+
+
+async def test_a_failback_grants_its_clients_a_grace_that_a_failover_ends(pair: Pair) -> None:
+    """A soft failure of the primary just after its failback is held (the returning
+    herd); after the grace it fails over as usual. The grace survives a restart."""
+    config = pair.config
+    clock = FakeClock(1_800_000_000.0)
+    controller = FailoverController(config, clock=clock)
+    both = {P: True, S: True}
+    try:
+        await controller.tick(both)
+        await _moves_to(controller, {P: False, S: True}, S)
+        assert not controller.failback_grace()
+        clock.advance(2)
+        await _moves_to(controller, both, P)  # the failback
+        assert controller.failback_grace()
+        assert controller.state is not None
+        saved = ControllerState.from_dict(controller.state.to_dict())
+        assert saved.failed_back_at == clock.now
+        clock.advance(1)
+        decision = await controller.tick({P: False, S: True})  # the herd strains it
+        assert (decision.move, controller.writer) == ("none", P)
+        assert "failback grace" in decision.reason
+        clock.advance(_failback_grace(config))
+        assert not controller.failback_grace()
+        await _moves_to(controller, {P: False, S: True}, S)  # still failing: it moves
+        assert controller.state.failed_back_at is None
     finally:
         await controller.close()
 

@@ -98,6 +98,8 @@ def decide(
     failback_hold: float = 0.0,
     in_region_replica: Mapping[str, bool] | None = None,
     in_region_grace: bool = False,
+    failback_grace: bool = False,
+    writer_reachable: bool = True,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
 
@@ -108,6 +110,10 @@ def decide(
     - Within `in_region_grace` (just after such a promotion, while the alarm it raised
       clears on the promoted Redis) an unhealthy writer region stays: the region is
       given the time to recover before it is failed over.
+    - Within `failback_grace` (just after a failback, while its drain brings the
+      clients back) an unhealthy writer region whose Redis answers (`writer_reachable`)
+      stays: the returning clients are the likeliest cause, and a failover would only
+      move them back. A lost Redis is failed over at once.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -128,6 +134,12 @@ def decide(
         return Decision(
             "none", None, f"{writer} promoted in the region just now: its alarm is clearing"
         )
+    if not writer_ok and other_ok and failback_grace and writer_reachable:
+        return Decision(
+            "none", None,
+            f"{writer} took the writer back just now and its Redis answers: held while "
+            "its clients return (failback grace)",
+        )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
@@ -170,6 +182,7 @@ class ControllerState:
     writer_node: str | None = None
     in_region_promotions: int = 0
     promoted_in_region_at: float | None = None
+    failed_back_at: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -189,6 +202,9 @@ class ControllerState:
             in_region_promotions=int(data.get("in_region_promotions", 0)),
             promoted_in_region_at=float(data["promoted_in_region_at"])
             if data.get("promoted_in_region_at") is not None
+            else None,
+            failed_back_at=float(data["failed_back_at"])
+            if data.get("failed_back_at") is not None
             else None,
             damping=DampingState.from_dict(data["damping"])
             if "damping" in data
@@ -291,6 +307,14 @@ class FailoverController:
         still expected to be clearing."""
         at = self.state.promoted_in_region_at if self.state else None
         return at is not None and self._clock() - at < self._grace()
+
+    def failback_grace(self) -> bool:
+        """Whether a failback is recent enough that its drain may still be bringing the
+        clients back: the drain's spread, then the periods an alarm needs to go to
+        ALARM and back (as for an in-region promotion)."""
+        at = self.state.failed_back_at if self.state else None
+        spread = self.config.failover.failback_drain_seconds
+        return at is not None and self._clock() - at < spread + self._grace()
 
     def failback_hold(self) -> float:
         """Seconds a failback is still held by flap damping (0: not held)."""
@@ -439,6 +463,8 @@ class FailoverController:
             failback_hold=self.failback_hold(),
             in_region_replica={self.state.writer: candidate is not None},
             in_region_grace=self.in_region_grace(),
+            failback_grace=self.failback_grace(),
+            writer_reachable=self._writer_reachable(),
         )
         self.last_decision = decision
         try:
@@ -451,6 +477,10 @@ class FailoverController:
         except ReplicationError as exc:
             self._event("error", str(exc))
         return decision
+
+    def _writer_reachable(self) -> bool:
+        view = self.redis.get(self.writer_node)
+        return view is not None and view.reachable
 
     def in_region_candidate(self) -> str | None:
         """The writer region's other Redis, when it may be promoted now (topology)."""
@@ -503,6 +533,7 @@ class FailoverController:
         self.state.writer, self.state.epoch = new_region, epoch
         self.state.writer_node = None if new == new_region else new
         self.state.promoted_in_region_at = None
+        self.state.failed_back_at = self._clock() if decision.move == "fail-back" else None
         if self.damping is not None:
             self.state.damping = self.state.damping.record_move(self.damping, self._clock())
         if decision.move == "fail-over":
