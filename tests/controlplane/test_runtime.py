@@ -247,3 +247,43 @@ async def test_rounds_run_just_after_each_period_boundary(
     offset = evaluation_offset(config.timing)
     later = phases[1:]  # the first round runs at start
     assert offset <= statistics.median(later) < offset + 0.1, phases
+
+
+async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_for_the_grace(
+    make_config: Callable[..., Config], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rideout.cli._core import _print_control_plane
+
+    config = make_config()
+    clock = FakeClock(1_800_000_000.0)
+    async with plane_on_redis(config, clock) as plane:
+        await healthy_for(plane, clock)
+
+        async def until_writer(region: str, primary_healthy: bool) -> None:
+            for _ in range(60):
+                clock.now += plane.period
+                report(plane, clock, P, healthy=primary_healthy)
+                report(plane, clock, S)
+                await plane.evaluate()
+                if plane.controller.writer == region:
+                    return
+            raise AssertionError(f"the writer never moved to {region}")
+
+        await until_writer(S, primary_healthy=False)  # a coordinated failover
+        await until_writer(P, primary_healthy=True)  # and the failback
+        grace = plane.summary()["failover"]["failback_grace_seconds"]
+        assert grace > 0
+        assert plane.registry.get_sample_value("rideout_failback_grace_seconds") == grace
+        for _ in range(config.timing.failover_datapoints + 4):  # the herd strains it
+            clock.now += plane.period
+            report(plane, clock, P, healthy=False)
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.alarms[P].state == "ALARM"
+        assert plane.controller.writer == P  # held: its Redis answers
+        assert "failback grace" in plane.summary()["failover"]["decision"]["reason"]
+        capsys.readouterr()
+        _print_control_plane(plane.summary(), config.app_domain)
+        assert "failback grace:" in capsys.readouterr().out
+        await until_writer(S, primary_healthy=False)  # still failing after it: moved
+        assert plane.summary()["failover"]["failback_grace_seconds"] == 0

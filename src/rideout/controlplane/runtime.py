@@ -737,9 +737,16 @@ class ControlPlane:
             "Seconds a failback is still held by flap damping (0: not held).",
             registry=r,
         )
+        self._failback_grace = Gauge(
+            "rideout_failback_grace_seconds",
+            "Seconds left in which a failing primary whose Redis answers keeps the writer "
+            "after a failback (its clients are returning).",
+            registry=r,
+        )
         self._drain_active = Gauge(
             "rideout_failback_drain_active",
-            "1 while the control plane drains the old writer's zones after a failback.",
+            "1 while the control plane drains the zones of the region the writer left "
+            "(after a failback, or a failover from a region that still serves).",
             registry=r,
         )
         self._lease_held = Gauge(
@@ -774,6 +781,7 @@ class ControlPlane:
         damping = status["damping"] or {}
         self._damping_penalty.set(damping.get("penalty", 0.0))
         self._failback_hold.set(damping.get("hold_seconds", 0.0))
+        self._failback_grace.set(status["failback_grace_seconds"])
         self._drain_active.set(1 if self.drain.running else 0)
         self._lease_held.set(1 if self.active else 0)
         self._lease_fence.set(self.lease.view.fence or 0 if self.lease is not None else 0)

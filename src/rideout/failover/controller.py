@@ -312,9 +312,15 @@ class FailoverController:
         """Whether a failback is recent enough that its drain may still be bringing the
         clients back: the drain's spread, then the periods an alarm needs to go to
         ALARM and back (as for an in-region promotion)."""
+        return self.failback_grace_left() > 0
+
+    def failback_grace_left(self) -> float:
+        """Seconds left of the failback's grace (0: none)."""
         at = self.state.failed_back_at if self.state else None
+        if at is None:
+            return 0.0
         spread = self.config.failover.failback_drain_seconds
-        return at is not None and self._clock() - at < spread + self._grace()
+        return max(0.0, at + spread + self._grace() - self._clock())
 
     def failback_hold(self) -> float:
         """Seconds a failback is still held by flap damping (0: not held)."""
@@ -366,6 +372,7 @@ class FailoverController:
             "lag_bytes": lag_bytes,
             "lag_seconds": writer_view.replica_lag if writer_view else None,
             "damping": self.damping_status(),
+            "failback_grace_seconds": round(self.failback_grace_left(), 3),
             "redis": {name: view.to_dict() for name, view in self.redis.items()},
             "topology": self.topology_view(),
             "events": [asdict(e) for e in (self.state.events if self.state else ())][-20:],
