@@ -4,7 +4,8 @@
   the control plane's drain, spread over ``failback_drain_seconds`` (not in one
   instant), reconnect through DNS to the primary, and their bids are accepted there.
 - A primary that loses the writer again soon after a failback gets it back only after a
-  hold (flap damping), which `rideout status`, ``/metrics`` and the dashboard show.
+  hold (flap damping), which `rideout status`, ``/metrics`` and the dashboard show; the
+  dashboard shows the failback's grace too.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.slow
 PRIMARY = ["127.0.1.1", "127.0.1.2"]
 SECONDARY = ["127.0.2.1", "127.0.2.2"]
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+HAVE_CHROMIUM = Path(CHROMIUM).exists()
 
 
 @pytest.fixture
@@ -154,6 +156,13 @@ async def test_failback_drains_the_secondary_gradually_and_its_clients_bid_on_th
 
         clients = [c async for c in connected_clients(config, token.stdout.strip(), 24)]
         watchers = [asyncio.create_task(c.until_closed()) for c in clients]
+        # The dashboard, open before the failback, shows the grace it grants (11 s).
+        grace = (
+            asyncio.create_task(dashboard_shows(config, "keeps the writer", "grace"))
+            if HAVE_CHROMIUM
+            else None
+        )
+        await asyncio.sleep(0)
         chaos(workdir, "restore", "us-east-1")
         await until(lambda: answers(config, PRIMARY), 60, interval=0.1)
         back = time.monotonic()
@@ -180,6 +189,8 @@ async def test_failback_drains_the_secondary_gradually_and_its_clients_bid_on_th
         await until(lambda: drain_over(config), spread + 20, interval=0.2)
         watch.cancel()
         assert seen == {"OK"}, seen
+        if grace is not None:
+            await asyncio.wait_for(grace, 30)
 
 
 async def secondary_alarm(config: Config, seen: set[str]) -> None:
@@ -194,7 +205,7 @@ async def drain_over(config: Config) -> bool:
     return bool(drain and drain["state"] == "done")
 
 
-@pytest.mark.skipif(not Path(CHROMIUM).exists(), reason="Debian's chromium is not installed")
+@pytest.mark.skipif(not HAVE_CHROMIUM, reason="Debian's chromium is not installed")
 async def test_a_flapping_primary_gets_the_writer_back_only_after_a_visible_hold(
     make_workdir: Callable[..., tuple[Path, Config]],
 ) -> None:
@@ -242,7 +253,7 @@ async def test_a_flapping_primary_gets_the_writer_back_only_after_a_visible_hold
         assert (state["failover"]["failovers"], state["failover"]["failbacks"]) == (2, 2)
 
 
-async def dashboard_shows(config: Config, text: str) -> None:
+async def dashboard_shows(config: Config, text: str, element: str = "damping") -> None:
     from playwright.async_api import async_playwright
 
     cp = config.control_plane
@@ -256,13 +267,16 @@ async def dashboard_shows(config: Config, text: str) -> None:
             page.on("pageerror", lambda error: errors.append(str(error)))
             await page.goto(f"http://{cp.address}:{cp.port}/")
             await page.wait_for_function(
-                "(text) => document.getElementById('damping')?.textContent.includes(text)",
-                arg=text,
-                timeout=15000,
+                "([id, text]) => document.getElementById(id)?.textContent.includes(text)",
+                arg=[element, text],
+                timeout=30000,
             )
-            shown = await page.inner_text("#damping")
-            assert "penalty" in shown
-            assert re.search(r"\d moves in 40 s", shown), shown
+            shown = await page.inner_text(f"#{element}")
+            if element == "damping":
+                assert "penalty" in shown
+                assert re.search(r"\d moves in 40 s", shown), shown
+            else:
+                assert re.search(r"keeps the writer \d+ s more", shown), shown
             assert errors == []
         finally:
             await browser.close()

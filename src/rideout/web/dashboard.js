@@ -83,6 +83,13 @@ function dampingText(d) {
   return d.penalty > 0 ? `not held (${detail})` : "not held";
 }
 
+// The failback's grace, as `rideout status` prints it: a failing primary whose Redis
+// answers keeps the writer for a while after a failback (its clients are returning).
+function graceText(seconds) {
+  if (!seconds) return "none";
+  return `a failing primary keeps the writer ${Math.ceil(seconds)} s more (its clients are returning)`;
+}
+
 function render(view) {
   const failover = view.failover;
   const dns = view.dns;
@@ -103,6 +110,7 @@ function render(view) {
   $("moves").textContent = `${failover.failovers} / ${failover.failbacks}`;
   $("lost").textContent = failover.lost_writes;
   $("damping").textContent = dampingText(failover.damping);
+  $("grace").textContent = graceText(failover.failback_grace_seconds);
   for (const [name, alarm] of Object.entries(view.alarms)) {
     if (!$(`region-${name}`)) $("regions").append(regionCard(name));
     $(`alarm-${name}`).className = `pill ${alarm.state}`;
