@@ -11,7 +11,9 @@ alarms) and what each region's Redis says about itself, and:
   primary's Redis has caught up, and hands over; then a higher epoch, then DNS. No
   acknowledged write is lost, in either replication mode. A primary that keeps losing
   the writer again gets it back only after a hold that grows with its recent moves
-  (:mod:`~rideout.failover.damping`); leaving a failed region is never held;
+  (:mod:`~rideout.failover.damping`); leaving a failed region is never held, except
+  that just after a failback a primary whose Redis answers keeps the writer for a grace
+  while its clients return (a lost Redis is failed over at once);
 - **reconciles** roles: a writer that restarted as a replica is promoted again; a stale
   writer that comes back (a region restored after a kill or freeze) is demoted to a
   replica of the current writer as soon as it is reachable, after counting the writes it
