@@ -15,6 +15,7 @@ from rideout.client.ws import (
     Acked,
     AuctionClient,
     Cause,
+    ClientClosed,
     ClientSettings,
     Connected,
     Disconnected,
@@ -28,6 +29,7 @@ from rideout.drill.clients import (
     _ClientRecorder,
     _RecordingResolver,
     client_settings,
+    failed_bidders,
     failed_records,
     fleet_loop_factory,
     region_of,
@@ -186,6 +188,16 @@ async def test_a_client_whose_loop_died_is_recorded_and_one_that_gave_up_is_not(
         assert records == [FailedRecord(5, 9.0, "RuntimeError('a bug')")]
     finally:
         await asyncio.gather(died.stop(), gave_up.stop())
+
+
+def test_a_bidder_that_died_of_a_bug_is_recorded_and_one_whose_client_ended_is_not() -> None:
+    outcomes = [
+        None,  # returned (it never does, but nothing failed)
+        asyncio.CancelledError(),  # cancelled at the end: the normal way out
+        ClientClosed("the client for 'app.test' was stopped"),  # its client's own record
+        KeyError("bid"),  # a bug
+    ]
+    assert failed_bidders(outcomes, 10, 5.0) == [FailedRecord(13, 5.0, "bidder: KeyError('bid')")]
 
 
 async def test_a_fleet_without_processes_collects_what_its_groups_report(

@@ -24,6 +24,7 @@ from typing import Any, Protocol
 
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.backoff import FullJitter, NoJitter
+from rideout.client.errors import ClientError
 from rideout.client.resolve import CachingResolver, NameserverResolver, Resolved, Resolver
 from rideout.client.ws import (
     Acked,
@@ -53,7 +54,14 @@ from rideout.drill.records import (
 )
 from rideout.store.client import cancel_and_wait
 
-__all__ = ["ClientFleet", "GroupSpec", "failed_records", "flush_every", "run_group"]
+__all__ = [
+    "ClientFleet",
+    "GroupSpec",
+    "failed_bidders",
+    "failed_records",
+    "flush_every",
+    "run_group",
+]
 
 Sink = Callable[[list[DrillRecord]], None]
 
@@ -257,6 +265,18 @@ def failed_records(clients: Sequence[AuctionClient], first: int, t: float) -> li
     ]
 
 
+def failed_bidders(outcomes: Sequence[object], first: int, t: float) -> list[FailedRecord]:
+    """A record for each bidder (numbered from `first`) that died of an unexpected error:
+    not cancelled at the end, not stopped because its client had ended (a
+    :class:`ClientError`, which the client's own record covers)."""
+    return [
+        FailedRecord(cid, t, f"bidder: {outcome!r}")
+        for cid, outcome in enumerate(outcomes, first)
+        if isinstance(outcome, BaseException)
+        and not isinstance(outcome, asyncio.CancelledError | ClientError)
+    ]
+
+
 async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
     """Run ``spec``'s clients until ``stop`` is set; bid while ``bidding`` is set."""
     config = spec.config
@@ -320,7 +340,8 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
         out.extend(failed_records(clients, spec.first, time.time()))
         for task in tasks:
             task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
+        out.extend(failed_bidders(outcomes, spec.first, time.time()))
         await asyncio.gather(*(c.stop() for c in clients), return_exceptions=True)
         await cancel_and_wait(flusher)
         if out:
