@@ -4,8 +4,9 @@ deadline for each request head and WebSocket upgrade, and a bound on the head's 
 uvicorn's httptools protocol closes nothing that has not sent a request yet: a silent
 socket, a head sent a byte at a time (slow loris) or an upgrade that never completes
 each hold a file descriptor for good, and a process has only so many (20,000 here, not
-raisable). Its sans-I/O WebSocket protocol also drops the response websockets writes
-for a request line or header over websockets' limits, so such a client hears nothing.
+raisable). Where websockets refuses an upgrade request (a request line or header
+over its limits, or no valid request at all), uvicorn's sans-I/O WebSocket protocol
+answers in plain text (before 0.55 it sent nothing) and closes at once.
 
 The two protocol classes here, subclasses of uvicorn's, fix that with one
 :class:`ConnectionTable` per server: every connection is counted; one that is
@@ -14,7 +15,8 @@ connection, or for the app to accept its upgrade) has a deadline and is closed w
 passes; and at the cap a new connection pushes out the one that has waited longest,
 so a flood of silent sockets cannot keep ``/health`` or the canary out. A head larger
 than :attr:`ServerLimits.max_head` (or a request target or header longer than
-:attr:`ServerLimits.max_line`) gets 431 with a JSON body; an unreadable one 400.
+:attr:`ServerLimits.max_line`, or an upgrade over websockets' limits) gets 431 with a
+JSON body; an unreadable one 400, as every other rideout error.
 Connections that are past waiting (a request being answered, an open WebSocket) cost
 nothing here: no timer per connection, one table entry while waiting.
 """
@@ -392,14 +394,20 @@ class GuardedWebSocketProtocol(WebSocketsSansIOProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._refused:
-            return
+            return  # answered already: the rest is dropped until the client closes
         super().data_received(data)
-        failure = self.conn.handshake_exc
-        if failure is None or self.handshake_initiated or self.transport.is_closing():
-            return
+
+    def handle_handshake_exception(self) -> None:
+        # uvicorn (>= 0.55) calls this when websockets could not parse the upgrade
+        # request. It would send websockets' plain-text answer (or a 400) and close at
+        # once; rideout's answers are JSON, and the connection lingers so that a client
+        # still sending loses no byte of the answer.
+        self.handshake_complete = self.close_sent = True
         self._refused = True
-        if isinstance(failure, InvalidMessage):
+        if self.transport.is_closing():
+            return
+        if isinstance(self.conn.handshake_exc, InvalidMessage):
             answer = _response(400, "bad_request", "not a valid WebSocket request")
         else:
-            answer = _response(431, "request_too_large", str(failure))
+            answer = _response(431, "request_too_large", str(self.conn.handshake_exc))
         _answer_and_linger(self.transport, answer)

@@ -166,14 +166,36 @@ async def test_an_over_long_request_line_gets_431_with_a_body(
 async def test_too_many_headers_for_websockets_get_431_not_silence(
     deployment: Deployment,
 ) -> None:
-    """websockets' own limits (128 headers) refuse the upgrade; uvicorn used to drop
-    the response it wrote."""
+    """websockets' own limits (128 headers) refuse the upgrade. uvicorn 0.54 dropped the
+    answer websockets wrote; 0.55 sends it, in plain text: rideout's is JSON."""
     many = "".join(f"X-H{i}: v\r\n" for i in range(200))
     async with raw_sockets(deployment.urls["a1"], 1) as [(reader, writer)]:
         writer.write(f"GET /ws HTTP/1.1\r\n{UPGRADE}{many}\r\n".encode())
         status, body = await response(reader)
     assert status == 431
     assert json.loads(body)["error"] == "request_too_large"
+
+
+async def test_an_upgrade_websockets_cannot_parse_gets_400_json(deployment: Deployment) -> None:
+    """httptools takes an upgrade request with a body; websockets refuses one."""
+    async with raw_sockets(deployment.urls["a1"], 1) as [(reader, writer)]:
+        writer.write(f"GET /ws HTTP/1.1\r\n{UPGRADE}Content-Length: 1\r\n\r\nx".encode())
+        status, body = await response(reader)
+    assert status == 400
+    assert json.loads(body) == {"error": "bad_request", "message": "not a valid WebSocket request"}
+
+
+async def test_a_refused_upgrade_reads_on_and_answers_once(deployment: Deployment) -> None:
+    """After its answer the connection lingers: bytes the client still sends are read and
+    dropped (closing with them unread would reset it and could lose the answer)."""
+    many = "".join(f"X-H{i}: v\r\n" for i in range(200))
+    async with raw_sockets(deployment.urls["a1"], 1) as [(reader, writer)]:
+        writer.write(f"GET /ws HTTP/1.1\r\n{UPGRADE}{many}\r\n".encode())
+        await writer.drain()
+        writer.write(b"more bytes after the head" * 100)
+        status, body = await response(reader)
+    assert status == 431
+    assert body.count(b"request_too_large") == 1
 
 
 # ------------------------------------------------------------------ caps and the reserve
