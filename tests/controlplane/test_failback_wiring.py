@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -178,7 +179,12 @@ async def test_the_drain_pauses_while_the_region_it_sends_clients_to_fails_a_pro
         loop = asyncio.get_running_loop()
         drain = FailbackDrain(config, strained=strained.__getitem__)
         closes = [asyncio.create_task(_closed(ws, loop)) for ws in sockets]
+        assert drain.ends_at() is None
+        started = time.time()
         drain.start(P, toward=S)
+        planned = drain.ends_at()
+        assert planned is not None
+        assert planned == pytest.approx(started + 2.0 + 0.5, abs=0.5)
         a1 = deployment.servers["a1"]
         await until(lambda: len(a1.connections) < 16, 10)
         strained[S] = True  # the clients sent so far strain the writer's region
@@ -188,9 +194,15 @@ async def test_the_drain_pauses_while_the_region_it_sends_clients_to_fails_a_pro
         assert kept > 0
         await asyncio.sleep(1.0)  # still strained: nobody else is sent
         assert len(a1.connections) == kept
+        paused_until = drain.ends_at()
+        assert paused_until is not None
+        assert paused_until > planned + 0.5  # each paused period moves the end on
         strained[S] = False  # it passes its probes again: the rest follow
         assert {code for code, _ in await asyncio.gather(*closes)} == {1012}
         await until(lambda: not drain.running, 10)
+        ended = drain.ends_at()
+        assert ended is not None
+        assert paused_until - 1.0 < ended <= time.time()
         status = drain.status()
         assert status is not None
         assert (status["state"], status["pauses"], status["left"]) == ("done", 1, 0)

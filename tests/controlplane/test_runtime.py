@@ -250,7 +250,9 @@ async def test_rounds_run_just_after_each_period_boundary(
 
 
 async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_for_the_grace(
-    make_config: Callable[..., Config], capsys: pytest.CaptureFixture[str]
+    make_config: Callable[..., Config],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     from rideout.cli._core import _print_control_plane
 
@@ -274,6 +276,13 @@ async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_
         grace = plane.summary()["failover"]["failback_grace_seconds"]
         assert grace > 0
         assert plane.registry.get_sample_value("rideout_failback_grace_seconds") == grace
+        # It runs from the end of the plane's own drain (here skipped: no app servers),
+        # later when that drain paused.
+        drain_ends = plane.drain.ends_at()
+        assert drain_ends is not None
+        with monkeypatch.context() as patch:
+            patch.setattr(plane.drain, "ends_at", lambda: clock.now + 30.0)
+            assert plane.controller.failback_grace_left() > 30.0
         for _ in range(config.timing.failover_datapoints + 4):  # the herd strains it
             clock.now += plane.period
             report(plane, clock, P, healthy=False)

@@ -318,6 +318,36 @@ async def test_a_failback_grants_its_clients_a_grace_that_a_failover_ends(pair: 
         await controller.close()
 
 
+async def test_the_failback_grace_runs_from_the_end_of_a_drain_that_paused(pair: Pair) -> None:
+    """A drain that pauses (its destination strained) sends its last clients later than
+    its spread: the grace covers them from then, and still ends."""
+    config = pair.config
+    clock = FakeClock(1_800_000_000.0)
+    drain_ends: list[float | None] = [None]
+    controller = FailoverController(config, clock=clock, drain_ends=lambda: drain_ends[0])
+    both = {P: True, S: True}
+    periods = _failback_grace(config) - config.failover.failback_drain_seconds
+    try:
+        await controller.tick(both)
+        await _moves_to(controller, {P: False, S: True}, S)
+        clock.advance(2)
+        await _moves_to(controller, both, P)
+        assert controller.failback_grace_left() == pytest.approx(_failback_grace(config))
+        drain_ends[0] = clock.now - 1.0  # an earlier drain's end: the spread still counts
+        assert controller.failback_grace_left() == pytest.approx(_failback_grace(config))
+        drain_ends[0] = clock.now + 20.0  # paused: its last clients go 20 s from now
+        assert controller.failback_grace_left() == pytest.approx(20.0 + periods)
+        clock.advance(_failback_grace(config) + 1)  # past the grace from the failback
+        decision = await controller.tick({P: False, S: True})
+        assert (decision.move, controller.writer) == ("none", P)
+        assert "failback grace" in decision.reason
+        clock.advance(20.0 + periods - _failback_grace(config))  # past the drain's end too
+        assert controller.failback_grace_left() == 0
+        await _moves_to(controller, {P: False, S: True}, S)
+    finally:
+        await controller.close()
+
+
 async def test_damping_off_fails_back_at_once(make_config: Callable[..., Config]) -> None:
     config = make_config(failover={"flap_damping": False})
     controller = FailoverController(config, state=ControllerState(writer=S, epoch=3))

@@ -9,7 +9,9 @@ plane moves them: it asks each of that region's zones to close its connections w
 the clients reconnect through DNS to the writer at a rate it can take, instead of as
 the herd that overloads it into the next failover. Given the writer's region
 (``toward``) and a way to tell that it fails its canary (``strained``), the drain
-pauses while it does (:meth:`FailbackDrain._paced`).
+pauses while it does (:meth:`FailbackDrain._paced`). :meth:`FailbackDrain.ends_at` says
+when its clients will all have been sent (the failover controller's failback grace runs
+from then).
 
 The zones stay in ``serving`` mode meanwhile: they are still the standby, their region's
 canary keeps succeeding (a zone refusing handshakes would raise its region's alarm, and a
@@ -52,6 +54,8 @@ log = logging.getLogger("rideout.controlplane.drain")
 PAUSE_LIMIT = 3.0
 """A paced drain pauses for at most this many spreads in all, then finishes."""
 
+_SETTLE = 0.5  # seconds after the spread before the connections left are counted
+
 
 class FailbackDrain:
     """Drains one region's zones after the writer left it, gradually; see the module
@@ -77,6 +81,7 @@ class FailbackDrain:
         self._clock = clock
         self._task: asyncio.Task[None] | None = None
         self._draining: list[ZoneConfig] = []  # zones told to drain, to stop if cancelled
+        self._ends_at: float | None = None
         self.last: dict[str, Any] | None = None
         self.notes: deque[dict[str, Any]] = deque(maxlen=10)
 
@@ -95,6 +100,11 @@ class FailbackDrain:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    def ends_at(self) -> float | None:
+        """When the latest drain ended or, while one runs, when it will end if it pauses
+        no more (a pause moves it on, period by period); None before the first."""
+        return self._ends_at
+
     def start(
         self,
         region: str,
@@ -108,15 +118,21 @@ class FailbackDrain:
         clients go to), the drain pauses while that region's canary fails a probe."""
         previous = self._task
         self.cancel()
+        self._ends_at = self._clock() + delay + self.spread + _SETTLE
         if self.config.mode != "local":
             self._note(
                 f"clients on {region} are not drained from here: in external mode each "
                 "app server drains itself once it reads that the writer left its region",
             )
-            return
+            return  # each zone drains over the same spread: ends_at stands
         self._task = asyncio.create_task(
             self._drain(region, previous, zones, delay, toward), name=f"rideout-drain-{region}"
         )
+        self._task.add_done_callback(self._ended)
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        if task is self._task:  # not a drain that a newer one ended
+            self._ends_at = self._clock()
 
     def cancel(self) -> None:
         """Stop a running drain (the task tells its zones as it ends)."""
@@ -187,7 +203,7 @@ class FailbackDrain:
             await asyncio.sleep(self.spread)
         else:
             await self._paced(http, [z for z in zones if z.name in closing], auth, toward)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(_SETTLE)
         left = await asyncio.gather(*(self._connections(http, z, auth) for z in zones))
         self.last["left"] = sum(n or 0 for n in left)
         self.last["state"] = "done"
@@ -220,6 +236,7 @@ class FailbackDrain:
             self._note(f"paused: {toward} failed a canary probe, {left:.1f} s of the drain left")
             began, calm = loop.time(), 0
             while calm < 2 and paused + (loop.time() - began) < PAUSE_LIMIT * self.spread:
+                self._ends_at = self._clock() + step + left + _SETTLE
                 await asyncio.sleep(step)
                 calm = 0 if self._strained(toward) else calm + 1
             paused += loop.time() - began

@@ -147,6 +147,7 @@ class ControlPlane:
         self.controller = FailoverController(
             config, state=restored, clock=clock, on_change=lambda _: self.save(),
             managed=managed, guard=lease.may_act if lease is not None else None,
+            drain_ends=lambda: self.drain.ends_at(),
         )  # fmt: skip
         self.drain = FailbackDrain(config, clock=clock, strained=self._strained)
         self.zone = DnsZoneConfig.from_config(config)

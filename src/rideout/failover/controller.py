@@ -242,18 +242,22 @@ class FailoverController:
         mover: WriterMover | None = None,
         managed: ManagedWriter | None = None,
         guard: Callable[[], Awaitable[str | None]] | None = None,
+        drain_ends: Callable[[], float | None] | None = None,
     ) -> None:
         """`mover` moves the writer (default: :class:`ReplicationMover` on the topology's
         Redis); `managed`, when given, does the whole move instead and keeps the replicas
         (the controller then only fences). `guard`, when given, is asked before every act
         that changes a Redis (the control plane's lease): None to go ahead, else why not
-        (the act is skipped, and the tick records that as an error event)."""
+        (the act is skipped, and the tick records that as an error event). `drain_ends`,
+        when given, says when the drain of the region the writer left ends (see
+        :meth:`failback_grace_left`)."""
         self.config = config
         self.state = state
         self.managed = managed
         self._clock = clock
         self._on_change = on_change
         self._guard = guard
+        self._drain_ends = drain_ends
         credentials = credentials_for(config, RedisRole.CONTROLLER)
         # Every Redis by node key: a region's name for its main one, REGION/replica for
         # its in-region replica.
@@ -312,17 +316,22 @@ class FailoverController:
 
     def failback_grace(self) -> bool:
         """Whether a failback is recent enough that its drain may still be bringing the
-        clients back: the drain's spread, then the periods an alarm needs to go to
-        ALARM and back (as for an in-region promotion)."""
+        clients back: until the drain has sent the last of them, then the periods an
+        alarm needs to go to ALARM and back (as for an in-region promotion)."""
         return self.failback_grace_left() > 0
 
     def failback_grace_left(self) -> float:
-        """Seconds left of the failback's grace (0: none)."""
+        """Seconds left of the failback's grace (0: none). It runs from the drain's end:
+        at least the drain's spread after the failback, later if the drain paused
+        (``drain_ends``; the drain bounds its pauses)."""
         at = self.state.failed_back_at if self.state else None
         if at is None:
             return 0.0
-        spread = self.config.failover.failback_drain_seconds
-        return max(0.0, at + spread + self._grace() - self._clock())
+        ends = at + self.config.failover.failback_drain_seconds
+        drained = self._drain_ends() if self._drain_ends is not None else None
+        if drained is not None and drained > ends:
+            ends = drained
+        return max(0.0, ends + self._grace() - self._clock())
 
     def failback_hold(self) -> float:
         """Seconds a failback is still held by flap damping (0: not held)."""
