@@ -45,6 +45,7 @@ async def test_health_and_metrics_on_every_zone(make_config: Callable[..., Confi
                     )
                     assert 'rideout_health_checks_total{outcome="ok"} 1.0' in metrics
                     assert "rideout_redis_up 1.0" in metrics
+                    assert "rideout_event_loop_lag_seconds " in metrics
 
 
 async def test_health_is_503_when_redis_is_gone(make_config: Callable[..., Config]) -> None:

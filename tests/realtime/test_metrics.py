@@ -9,7 +9,7 @@ NAMES = {
     "rideout_ws_connections", "rideout_ws_handshakes", "rideout_ws_messages",
     "rideout_ws_closes", "rideout_fanout_latency_seconds", "rideout_replays",
     "rideout_slow_consumers", "rideout_store_errors", "rideout_sync_replication",
-    "rideout_zone_mode", "rideout_store_backend_up",
+    "rideout_zone_mode", "rideout_store_backend_up", "rideout_event_loop_lag_seconds",
 }  # fmt: skip
 
 

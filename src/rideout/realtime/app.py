@@ -47,6 +47,7 @@ from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_writer
 from rideout.realtime.hub import Hub
+from rideout.realtime.lag import LagReport, watch
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.revocation import RevocationFollower
@@ -62,7 +63,7 @@ from rideout.realtime.zone import (
 )
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
-from rideout.store.client import retarget, state_client
+from rideout.store.client import cancel_and_wait, retarget, state_client
 from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
 from rideout.store.sync import placements
@@ -154,6 +155,8 @@ async def metrics(request: Request) -> Response:
 
 
 WEB_DIR = Path(__file__).resolve().parent.parent / "web"
+
+LAG_INTERVAL = 0.05  # seconds between the loop-lag watcher's timers (rideout.realtime.lag)
 
 
 async def browser_config(request: Request) -> Response:
@@ -335,6 +338,14 @@ async def _open_zone(
     prober = StoreProber(server)
     prober.start()
     stack.push_async_callback(prober.stop)
+    watcher = asyncio.create_task(
+        watch(
+            server.lag, interval=LAG_INTERVAL, on_lag=app_metrics.loop_lag.set,
+            report=LagReport(config.timing.canary_timeout / 2),
+        ),
+        name="rideout-loop-lag",
+    )  # fmt: skip
+    stack.push_async_callback(cancel_and_wait, watcher)
     return server
 
 

@@ -53,6 +53,12 @@ class AppMetrics:
             ["code"],
             registry=r,
         )
+        self.loop_lag = Gauge(
+            "rideout_event_loop_lag_seconds",
+            "The worst lag of this process's event loop in the last 2 s: how late a timer "
+            "due every 50 ms ran (every message on the loop waited as long).",
+            registry=r,
+        )
         self.fanout_latency = Histogram(
             "rideout_fanout_latency_seconds",
             "From a change's append to its stream until it is queued for every local subscriber.",

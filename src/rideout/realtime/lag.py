@@ -1,0 +1,105 @@
+"""How late the app server's event loop runs: the delay every message on it waits.
+
+A process whose loop falls behind answers everything late, the canary's heartbeat
+included: "no pong within 0.4 s" is, most often, a loop that ran 0.4 s late, not a
+server that is gone. :class:`LoopLag` keeps the worst lag of the last few seconds (pure,
+clock injected); :func:`watch` measures it with a timer that should fire every
+`interval` seconds; :class:`LagReport` says when it passes a bound, at most once per
+:attr:`LagReport.every` seconds. The app server exports it as
+``rideout_event_loop_lag_seconds`` and logs a warning.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+
+__all__ = ["LagReport", "LoopLag", "watch"]
+
+log = logging.getLogger("rideout.serve")
+
+Clock = Callable[[], float]
+
+
+class LoopLag:
+    """The worst lag seen within the last `window` seconds."""
+
+    __slots__ = ("_samples", "window")
+
+    def __init__(self, window: float = 2.0) -> None:
+        self.window = window
+        self._samples: deque[tuple[float, float]] = deque()  # (when, lag), lag decreasing
+
+    def observe(self, expected: float, now: float) -> float:
+        """A timer due at `expected` ran at `now`; returns its lag (never negative)."""
+        lag = max(0.0, now - expected)
+        samples = self._samples
+        while samples and samples[-1][1] <= lag:
+            samples.pop()  # a later, larger lag outlives it
+        samples.append((now, lag))
+        self._expire(now)
+        return lag
+
+    def worst(self, now: float) -> float:
+        """The largest lag observed in the window ending `now` (0 when none)."""
+        self._expire(now)
+        return self._samples[0][1] if self._samples else 0.0
+
+    def _expire(self, now: float) -> None:
+        samples = self._samples
+        while samples and samples[0][0] < now - self.window:
+            samples.popleft()
+
+
+class LagReport:
+    """Decides when a lag over `bound` is worth a warning: at most once per `every`
+    seconds, with the worst lag and how many times it was passed since the last one."""
+
+    __slots__ = ("_last", "_passed", "_worst", "bound", "every")
+
+    def __init__(self, bound: float, every: float = 5.0) -> None:
+        self.bound = bound
+        self.every = every
+        self._last = float("-inf")
+        self._passed = 0
+        self._worst = 0.0
+
+    def observe(self, lag: float, now: float) -> str | None:
+        """The warning to log now, if any."""
+        if lag > self.bound:
+            self._passed += 1
+            self._worst = max(self._worst, lag)
+        if not self._passed or now - self._last < self.every:
+            return None
+        times = "once" if self._passed == 1 else f"{self._passed} times"
+        message = (
+            f"the event loop ran up to {self._worst:.2f} s late ({times} over {self.bound:g} s "
+            "since the last report): everything on it, the canary's heartbeat too, waits"
+        )
+        self._last, self._passed, self._worst = now, 0, 0.0
+        return message
+
+
+async def watch(
+    lag: LoopLag,
+    *,
+    interval: float,
+    report: LagReport | None = None,
+    on_lag: Callable[[float], None] | None = None,
+    clock: Clock = time.monotonic,
+) -> None:
+    """Measure the running loop's lag every `interval` seconds until cancelled."""
+    while True:
+        expected = clock() + interval
+        await asyncio.sleep(interval)
+        now = clock()
+        late = lag.observe(expected, now)
+        if on_lag is not None:
+            on_lag(lag.worst(now))
+        if report is not None:
+            message = report.observe(late, now)
+            if message is not None:
+                log.warning("%s", message)

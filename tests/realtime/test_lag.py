@@ -1,0 +1,76 @@
+"""The event loop's lag: the pure window and report, and the watcher on a real loop."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rideout.realtime.lag import LagReport, LoopLag, watch
+from rideout.store.client import cancel_and_wait
+
+
+def test_the_worst_lag_is_kept_for_the_window_then_forgotten() -> None:
+    lag = LoopLag(window=2.0)
+    assert lag.worst(0.0) == 0.0
+    assert lag.observe(expected=10.0, now=10.3) == pytest.approx(0.3)
+    assert lag.observe(expected=10.4, now=10.45) == pytest.approx(0.05)
+    assert lag.worst(11.0) == pytest.approx(0.3)
+    assert lag.worst(12.35) == pytest.approx(0.05)  # the 0.3 s one is older than 2 s
+    assert lag.worst(12.5) == 0.0
+    assert lag.observe(expected=20.0, now=19.9) == 0.0  # early is not late
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 2.0)), min_size=1, max_size=60),
+    st.floats(0.1, 5.0),
+)
+def test_worst_is_the_largest_lag_within_the_window(
+    steps: list[tuple[float, float]], window: float
+) -> None:
+    lag = LoopLag(window=window)
+    seen: list[tuple[float, float]] = []
+    now = 0.0
+    for gap, late in steps:
+        now += gap
+        lag.observe(expected=now - late, now=now)
+        seen.append((now, late))
+        expected = max((v for t, v in seen if t >= now - window), default=0.0)
+        assert lag.worst(now) == pytest.approx(expected)
+
+
+def test_a_report_comes_at_most_once_per_period_and_counts_what_it_covers() -> None:
+    report = LagReport(bound=0.2, every=5.0)
+    assert report.observe(0.1, now=0.0) is None  # under the bound
+    first = report.observe(0.5, now=1.0)
+    assert first is not None
+    assert first.startswith("the event loop ran up to 0.50 s late (once over 0.2 s")
+    assert report.observe(0.3, now=2.0) is None  # within 5 s of the last one
+    assert report.observe(0.9, now=3.0) is None
+    later = report.observe(0.1, now=6.5)
+    assert later is not None
+    assert "up to 0.90 s late (2 times over 0.2 s" in later
+    assert report.observe(0.1, now=20.0) is None  # nothing passed since
+
+
+async def test_the_watcher_sees_a_blocked_loop_and_warns(caplog: pytest.LogCaptureFixture) -> None:
+    lag, values = LoopLag(), []
+    caplog.set_level(logging.WARNING, logger="rideout.serve")
+    task = asyncio.create_task(
+        watch(lag, interval=0.02, report=LagReport(bound=0.1, every=0.0), on_lag=values.append)
+    )
+    try:
+        await asyncio.sleep(0.1)
+        assert lag.worst(time.monotonic()) < 0.5  # idle: on time, bar a busy machine
+        time.sleep(0.8)  # noqa: ASYNC251 - the point: something holds the loop
+        await asyncio.sleep(0.1)
+        assert 0.75 < lag.worst(time.monotonic()) < 5.0
+        assert max(values) > 0.75
+        assert any("the event loop ran up to" in r.getMessage() for r in caplog.records)
+    finally:
+        await cancel_and_wait(task)
+    assert task.cancelled()
