@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -54,7 +55,22 @@ async def test_a_probe_that_hangs_times_out(deployment: Deployment) -> None:
         port = silent.getsockname()[1]
         healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", deployment.token(), 0.3)
     assert not healthy
-    assert error == "no pong within 0.3 s"
+    assert error == "no WebSocket handshake within 0.3 s"
+
+
+async def test_a_heartbeat_left_unanswered_times_out_and_says_how_long_the_handshake_took() -> None:
+    async def silent_after_accept(ws: WebSocket) -> None:
+        await ws.accept()
+        while (await ws.receive())["type"] != "websocket.disconnect":
+            pass  # reads the heartbeat and the probe, answers neither
+
+    port = free_port("127.0.1.1")
+    app = Starlette(routes=[WebSocketRoute("/ws", silent_after_accept)])
+    async with serving(app, "127.0.1.1", port):
+        healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", "token", 0.3)
+    assert not healthy
+    assert error is not None
+    assert re.fullmatch(r"no pong within 0\.3 s \(the handshake took 0\.[0-2]\d s\)", error)
 
 
 async def test_a_store_probe_left_unanswered_times_out_and_says_which() -> None:
@@ -69,7 +85,8 @@ async def test_a_store_probe_left_unanswered_times_out_and_says_which() -> None:
     async with serving(Starlette(routes=[WebSocketRoute("/ws", pong_only)]), "127.0.1.1", port):
         healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", "token", 0.3)
     assert not healthy
-    assert error == "no answer to the store probe within 0.3 s"
+    assert error is not None
+    assert error.startswith("no answer to the store probe within 0.3 s (the handshake took 0.")
 
 
 @contextlib.asynccontextmanager

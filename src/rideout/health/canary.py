@@ -96,8 +96,12 @@ class DatapointPublisher(Protocol):
 
 async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
     """Connect, heartbeat and probe the store, expect ``pong`` and the probe's answer,
-    all within `timeout`: (healthy, why not)."""
+    all within `timeout`: (healthy, why not). A timeout says what it was waiting for and,
+    past the handshake, how long that took: a zone whose accept queue is full of a herd's
+    handshakes answers late for another reason than one whose store is slow."""
     replies: list[str | bytes] = []
+    started = time.monotonic()
+    opened: float | None = None
     try:
         async with asyncio.timeout(timeout):
             async with connect(
@@ -108,14 +112,17 @@ async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]
                 close_timeout=0.1,
                 ping_interval=None,
             ) as ws:
+                opened = time.monotonic() - started
                 # Both at once: the server answers a connection's messages in order.
                 await ws.send(encode_client_message(Heartbeat()))
                 await ws.send(encode_client_message(Probe()))
                 replies.append(await ws.recv())
                 replies.append(await ws.recv())
     except TimeoutError:
+        if opened is None:
+            return False, f"no WebSocket handshake within {timeout:g} s"
         waiting = "pong" if not replies else "answer to the store probe"
-        return False, f"no {waiting} within {timeout:g} s"
+        return False, f"no {waiting} within {timeout:g} s (the handshake took {opened:.2f} s)"
     except (OSError, WebSocketException) as exc:
         return False, f"{type(exc).__name__}: {exc}"
     return _judge(replies[0], replies[1])

@@ -1,8 +1,8 @@
 """How late the app server's event loop runs: the delay every message on it waits.
 
 A process whose loop falls behind answers everything late, the canary's heartbeat
-included: "no pong within 0.4 s" is, most often, a loop that ran 0.4 s late, not a
-server that is gone. :class:`LoopLag` keeps the worst lag of the last few seconds (pure,
+included, so a canary's timeout alone cannot tell a slow loop from a slow store or a
+long accept queue; this tells the first apart. :class:`LoopLag` keeps the worst lag of the last few seconds (pure,
 clock injected); :func:`watch` measures it with a timer that should fire every
 `interval` seconds; :class:`LagReport` says when it passes a bound, at most once per
 :attr:`LagReport.every` seconds. The app server exports it as
