@@ -162,6 +162,37 @@ async def test_a_canary_that_fell_behind_skips_the_rounds_it_missed(
     assert stamps == [1001.25 * interval, 1005.25 * interval]
 
 
+async def test_a_timeout_names_the_canarys_own_lag(make_config: Callable[..., Config]) -> None:
+    """A canary that stalled times out on its own: its reasons say how late it was."""
+    import asyncio
+    import time as wall
+
+    config = make_config()
+    clock = FakeClock(1000 * config.timing.canary_interval)
+
+    async def stalled_then_timed_out(url: str, token: str, timeout: float) -> tuple[bool, str]:
+        wall.sleep(0.5)  # noqa: ASYNC251 - the canary's own process stalls
+        await asyncio.sleep(0.1)  # its lag watcher runs
+        return False, f"no pong within {timeout:g} s"
+
+    canary = Canary(
+        config, "us-east-1", probe_zone=stalled_then_timed_out, clock=clock, sleep=clock.asleep
+    )
+    async with ingesting(config):
+        await canary.run(rounds=1)
+    errors = [r.error or "" for r in canary.last_results]
+    assert len(errors) == 2
+    for error in errors:
+        match = re.fullmatch(
+            r"no pong within 0\.4 s; this canary's own loop ran up to (\S+) s late", error
+        )
+        assert match is not None, error
+        assert 0.4 < float(match.group(1)) < 5.0
+    # Outside run() nothing watches the loop: nothing is claimed about it.
+    results = await canary.probe_all()
+    assert {r.error for r in results} == {"no pong within 0.4 s"}
+
+
 async def test_a_real_canary_gets_through_a_real_control_plane(deployment: Deployment) -> None:
     """Signed with its region's key, the canary's datapoints are stored; nothing refused."""
     from rideout.controlplane.app import create_app

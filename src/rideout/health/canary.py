@@ -35,6 +35,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
 from rideout import routes
+from rideout._looplag import LagReport, LoopLag, watch
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.auth.canary_keys import load_or_create_canary_key
 from rideout.auth.request_signing import RequestSigner
@@ -204,6 +205,10 @@ class Canary:
         # current, so it can evaluate at once when it takes over.
         self.ingest_urls = routes.control_plane_urls(config, routes.METRICS_INGEST)
         self.rounds = 0
+        # The canary's own loop (measured while run() runs): a timeout it reports names
+        # how late the canary itself was, since a stalled canary times out on its own.
+        self.lag = LoopLag()
+        self._watching = False
         self.last_round_at: float | None = None  # wall clock
         self.last_pushed_at: float | None = None  # wall clock, a push that some instance took
         self.last_results: list[ProbeResult] = []
@@ -236,6 +241,9 @@ class Canary:
             started = time.monotonic()
             url = f"ws://{address}:{self.config.app_port}/ws"
             healthy, error = await self._probe(url, token, timing.canary_timeout)
+            if error is not None and error.startswith("no ") and self._watching:
+                late = self.lag.worst(time.monotonic())
+                error = f"{error}; this canary's own loop ran up to {late:.2f} s late"
             return ProbeResult(
                 self.region.name,
                 zone_name,
@@ -297,6 +305,20 @@ class Canary:
         breaching.)
         """
         interval = self.config.timing.canary_interval
+        watcher = asyncio.create_task(
+            watch(self.lag, interval=min(0.05, interval / 10), log=log,
+                  report=LagReport(self.config.timing.canary_timeout / 2)),
+            name="rideout-canary-lag",
+        )  # fmt: skip
+        self._watching = True
+        try:
+            await self._run(interval, rounds)
+        finally:
+            self._watching = False
+            watcher.cancel()
+            await asyncio.wait({watcher})
+
+    async def _run(self, interval: float, rounds: int | None) -> None:
         previous: dict[str, bool] = {}
         async with httpx.AsyncClient(timeout=max(1.0, interval), trust_env=False) as http:
             done = 0

@@ -37,6 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from rideout import routes
 from rideout._guard import connection_cap
+from rideout._looplag import LagReport, watch
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.revocation import RevocationList
@@ -47,7 +48,6 @@ from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_writer
 from rideout.realtime.hub import Hub
-from rideout.realtime.lag import LagReport, watch
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.revocation import RevocationFollower
@@ -69,8 +69,6 @@ from rideout.store.revocations import RevocationStore
 from rideout.store.sync import placements
 
 __all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app", "drain_for_exit"]
-
-log = logging.getLogger("rideout.realtime")
 
 log = logging.getLogger("rideout.realtime")
 
@@ -341,7 +339,7 @@ async def _open_zone(
     watcher = asyncio.create_task(
         watch(
             server.lag, interval=LAG_INTERVAL, on_lag=app_metrics.loop_lag.set,
-            report=LagReport(config.timing.canary_timeout / 2),
+            report=LagReport(config.timing.canary_timeout / 2), log=log,
         ),
         name="rideout-loop-lag",
     )  # fmt: skip

@@ -36,9 +36,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
+from rideout._looplag import LoopLag
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
-from rideout.realtime.lag import LoopLag
 from rideout.realtime.limits import ConnectionCaps, CostBudget
 from rideout.store.sync import SyncRule, rule_for
 
@@ -203,7 +203,7 @@ class ZoneServer:
     backend: BackendHealth = field(default_factory=BackendHealth)  # see realtime.backend
     # Sync replication's rule for this region's writer (store.sync); None in async mode.
     sync_rule: SyncRule | None = None
-    lag: LoopLag = field(default_factory=LoopLag)  # kept by the app's watcher (realtime.lag)
+    lag: LoopLag = field(default_factory=LoopLag)  # kept by the app's watcher (rideout._looplag)
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)

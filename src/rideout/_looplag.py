@@ -1,12 +1,13 @@
-"""How late the app server's event loop runs: the delay every message on it waits.
+"""How late a process's event loop runs: the delay everything on it waits.
 
 A process whose loop falls behind answers everything late, the canary's heartbeat
 included, so a canary's timeout alone cannot tell a slow loop from a slow store or a
 long accept queue; this tells the first apart. :class:`LoopLag` keeps the worst lag of the last few seconds (pure,
 clock injected); :func:`watch` measures it with a timer that should fire every
 `interval` seconds; :class:`LagReport` says when it passes a bound, at most once per
-:attr:`LagReport.every` seconds. The app server exports it as
-``rideout_event_loop_lag_seconds`` and logs a warning.
+:attr:`LagReport.every` seconds. An app server exports it as
+``rideout_event_loop_lag_seconds`` and logs a warning; a canary names its own lag in a
+probe's timeout (a canary that stalled cannot tell a slow zone from itself).
 """
 
 from __future__ import annotations
@@ -18,8 +19,6 @@ from collections import deque
 from collections.abc import Callable
 
 __all__ = ["LagReport", "LoopLag", "watch"]
-
-log = logging.getLogger("rideout.serve")
 
 Clock = Callable[[], float]
 
@@ -88,10 +87,13 @@ async def watch(
     *,
     interval: float,
     report: LagReport | None = None,
+    log: logging.Logger | None = None,
     on_lag: Callable[[float], None] | None = None,
     clock: Clock = time.monotonic,
 ) -> None:
-    """Measure the running loop's lag every `interval` seconds until cancelled."""
+    """Measure the running loop's lag every `interval` seconds until cancelled; with
+    `report`, its warnings go to `log` (default ``rideout``)."""
+    logger = log or logging.getLogger("rideout")
     while True:
         expected = clock() + interval
         await asyncio.sleep(interval)
@@ -102,4 +104,4 @@ async def watch(
         if report is not None:
             message = report.observe(late, now)
             if message is not None:
-                log.warning("%s", message)
+                logger.warning("%s", message)

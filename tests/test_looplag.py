@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rideout.realtime.lag import LagReport, LoopLag, watch
+from rideout._looplag import LagReport, LoopLag, watch
 from rideout.store.client import cancel_and_wait
 
 
@@ -59,7 +59,7 @@ def test_a_report_comes_at_most_once_per_period_and_counts_what_it_covers() -> N
 
 async def test_the_watcher_sees_a_blocked_loop_and_warns(caplog: pytest.LogCaptureFixture) -> None:
     lag, values = LoopLag(), []
-    caplog.set_level(logging.WARNING, logger="rideout.serve")
+    caplog.set_level(logging.WARNING, logger="rideout")
     task = asyncio.create_task(
         watch(lag, interval=0.02, report=LagReport(bound=0.1, every=0.0), on_lag=values.append)
     )
