@@ -32,8 +32,9 @@ from tests.conftest import until
 class Closing:
     """A connection as the zone sees it: something to close."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, probe: bool = False) -> None:
         self.closed: tuple[int, str] | None = None
+        self.probe = probe
 
     def close_soon(self, code: int, reason: str) -> None:
         self.closed = (code, reason)
@@ -136,8 +137,8 @@ def test_importing_the_zone_or_the_package_loads_no_server_stack() -> None:
 class TimedClosing(Closing):
     """Remembers when (loop time) it was closed, and leaves the zone as a socket does."""
 
-    def __init__(self, server: ZoneServer) -> None:
-        super().__init__()
+    def __init__(self, server: ZoneServer, *, probe: bool = False) -> None:
+        super().__init__(probe=probe)
         self.server = server
         self.at: float | None = None
 
@@ -188,6 +189,24 @@ async def test_a_failback_drain_closes_in_batches_over_the_spread_and_keeps_serv
     assert late.at - start >= 0.6 - 0.05  # the newcomers go at the end
     await until(lambda: first.done(), 5)
     assert server.mode is ZoneMode.SERVING
+
+
+async def test_a_drain_that_moves_clients_leaves_the_canarys_probes_alone() -> None:
+    """Closing a probe failed the canary of a region that only handed its clients on;
+    a zone that is going away (draining) closes them at the end like the rest."""
+    server = zone_server()
+    clients = [TimedClosing(server) for _ in range(10)]
+    probe = TimedClosing(server, probe=True)
+    server.connections |= {*clients, probe}
+    server.set_mode(ZoneMode.SERVING, drain_over=0.3)
+    assert server.draining is not None
+    await until(lambda: server.draining is not None and server.draining.done(), 5)
+    assert all(c.closed is not None for c in clients)
+    assert probe.closed is None
+    assert server.connections == {probe}
+    server.set_mode(ZoneMode.DRAINING, drain_over=0.2)
+    await until(lambda: probe.closed is not None, 5)
+    drain(server, probes=False)  # nothing left to close: no error
 
 
 async def test_a_slow_drain_in_draining_mode_refuses_newcomers_meanwhile() -> None:

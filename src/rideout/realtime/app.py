@@ -362,7 +362,7 @@ def _leave_with_the_writer(server: ZoneServer, last: list[str], writer: str) -> 
         if spread > 0:
             server.set_mode(ZoneMode.SERVING, drain_over=spread)
         else:
-            drain(server)
+            drain(server, probes=False)  # the canary still probes this zone
 
 
 async def _follow_revocations(stack: contextlib.AsyncExitStack, server: ZoneServer) -> None:

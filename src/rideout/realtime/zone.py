@@ -109,7 +109,10 @@ def early_mode() -> ZoneMode | None:
 
 class ZoneConnection(Protocol):
     """What the zone needs of an open connection (a
-    :class:`~rideout.realtime.connection.Connection`): a way to close it."""
+    :class:`~rideout.realtime.connection.Connection`): a way to close it, and whether it
+    is the canary's probe."""
+
+    probe: bool
 
     def close_soon(self, code: int, reason: str) -> None:
         """Drop what is queued and close with `code`."""
@@ -236,10 +239,12 @@ class ZoneServer:
 _DRAIN_REASON = "zone draining; reconnect now"
 
 
-def drain(server: ZoneServer) -> None:
-    """Close every connection with 1012 so clients reconnect (elsewhere) at once."""
+def drain(server: ZoneServer, *, probes: bool = True) -> None:
+    """Close every connection with 1012 so clients reconnect (elsewhere) at once; the
+    canary's probes too unless `probes` is False."""
     for connection in list(server.connections):
-        connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
+        if probes or not connection.probe:
+            connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
 
 
 def drain_schedule(
@@ -270,6 +275,11 @@ async def drain_gradually(
     """Close the zone's connections with 1012 over `spread` seconds, on the schedule of
     :func:`drain_schedule`; at the end, also those that opened meanwhile.
 
+    The canary's probe connections are left alone while the zone serves: each lives for
+    one probe (well under a second), and closing one failed the canary of a region that
+    was only handing its clients to the writer (in drills, the standby's alarm went off
+    during the failback's drain). In draining mode the last sweep closes them too.
+
     A drain that wakes late (its event loop stalled under load) does not close the
     batches that fell due meanwhile all at once: the rest of the schedule moves later by
     the delay, so the clients still leave at the planned rate and the drain ends that
@@ -277,7 +287,7 @@ async def drain_gradually(
     where the schedule allows about 2.)"""
     now = clock or asyncio.get_running_loop().time
     start = now()
-    waiting = list(server.connections)
+    waiting = [c for c in server.connections if not c.probe]
     (rng or random).shuffle(waiting)
     for offset, count in drain_schedule(len(waiting), spread, rng, step=_DRAIN_STEP):
         await sleep(max(0.0, start + offset - now()))
@@ -289,7 +299,8 @@ async def drain_gradually(
             if connection in server.connections:
                 connection.close_soon(CloseCode.DRAINING, _DRAIN_REASON)
     await sleep(max(0.0, start + spread - now()))
-    drain(server)  # those that came meanwhile (a client's DNS cache not yet expired)
+    # Those that came meanwhile (a client's DNS cache not yet expired).
+    drain(server, probes=server.mode == ZoneMode.DRAINING)
 
 
 def _start_gradual_drain(server: ZoneServer, mode: ZoneMode, spread: float) -> None:
