@@ -273,16 +273,16 @@ async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_
 
         await until_writer(S, primary_healthy=False)  # a coordinated failover
         await until_writer(P, primary_healthy=True)  # and the failback
-        grace = plane.summary()["failover"]["failback_grace_seconds"]
+        grace = plane.summary()["failover"]["move_grace_seconds"]
         assert grace > 0
-        assert plane.registry.get_sample_value("rideout_failback_grace_seconds") == grace
+        assert plane.registry.get_sample_value("rideout_move_grace_seconds") == grace
         # It runs from the end of the plane's own drain (here skipped: no app servers),
         # later when that drain paused.
         drain_ends = plane.drain.ends_at()
         assert drain_ends is not None
         with monkeypatch.context() as patch:
             patch.setattr(plane.drain, "ends_at", lambda: clock.now + 30.0)
-            assert plane.controller.failback_grace_left() > 30.0
+            assert plane.controller.move_grace_left() > 30.0
         for _ in range(config.timing.failover_datapoints + 4):  # the herd strains it
             clock.now += plane.period
             report(plane, clock, P, healthy=False)
@@ -290,9 +290,9 @@ async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_
             await plane.evaluate()
         assert plane.alarms[P].state == "ALARM"
         assert plane.controller.writer == P  # held: its Redis answers
-        assert "failback grace" in plane.summary()["failover"]["decision"]["reason"]
+        assert "the grace after a move" in plane.summary()["failover"]["decision"]["reason"]
         capsys.readouterr()
         _print_control_plane(plane.summary(), config.app_domain)
-        assert "failback grace:" in capsys.readouterr().out
+        assert "grace after the move:" in capsys.readouterr().out
         await until_writer(S, primary_healthy=False)  # still failing after it: moved
-        assert plane.summary()["failover"]["failback_grace_seconds"] == 0
+        assert plane.summary()["failover"]["move_grace_seconds"] > 0  # S's turn now

@@ -209,8 +209,9 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
 ) -> None:
     """Flap damping: a failover and a failback pass at once; a primary that loses the
     writer again soon after gets it back only after a hold, longer the more it moved;
-    failover and leaving a failing secondary are never held; once the penalty has
-    decayed, failback happens as usual."""
+    damping never holds a failover or leaving a failing secondary (only the grace after
+    a move does, while its clients arrive); once the penalty has decayed, failback
+    happens as usual."""
     config = pair.config
     policy = config.failover
     assert (policy.damping_half_life, policy.damping_max_hold) == (15.0, 60.0)  # fast
@@ -223,7 +224,7 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         clock.advance(2)
         await _moves_to(controller, both, P)  # move 2: failback, not held
         assert not controller.status()["damping"]["holding"]
-        clock.advance(_failback_grace(config) + 1)  # past the grace its clients get
+        clock.advance(_move_grace(config) + 1)  # past the grace its clients get
         await _moves_to(controller, {P: False, S: True}, S)  # move 3: failover again
         clock.advance(3)
         decision = await controller.tick(both)
@@ -237,10 +238,12 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         assert damping["moves"] == 3
         assert damping["penalty"] > config.failover.damping_suppress
 
-        # Leaving a failing region is never held: not to the primary (urgent failback)...
+        # Damping never holds leaving a failing region: not to the primary (an urgent
+        # failback, once the grace after move 3 is over)...
+        clock.advance(_move_grace(config) + 1)
         await _moves_to(controller, {P: True, S: False}, P)  # move 4
         # ...nor a failover (once the failback's grace is over).
-        clock.advance(_failback_grace(config) + 1)
+        clock.advance(_move_grace(config) + 1)
         await _moves_to(controller, {P: False, S: True}, S)  # move 5
         clock.advance(3)
         assert (await controller.tick(both)).move == "none"
@@ -263,7 +266,7 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         await controller.close()
 
 
-def _failback_grace(config: Config) -> float:
+def _move_grace(config: Config) -> float:
     t = config.timing
     periods = t.failback_datapoints + t.failover_datapoints + 4
     return config.failover.failback_drain_seconds + periods * t.canary_interval
@@ -277,48 +280,62 @@ def _failback_grace(config: Config) -> float:
         (False, True, "fail-over"),  # the grace is over
     ],
 )
-def test_a_primary_that_fails_just_after_its_failback_is_held_only_while_its_redis_answers(
-    grace: bool, reachable: bool, move: str
+@pytest.mark.parametrize(("writer", "other"), [(P, S), (S, P)], ids=["failback", "failover"])
+def test_a_writer_that_fails_just_after_a_move_is_held_only_while_its_redis_answers(
+    grace: bool, reachable: bool, move: str, writer: str, other: str
 ) -> None:
     decision = decide(
-        writer=P, primary=P, secondary=S, healthy={P: False, S: True}, auto_failback=True,
-        failback_grace=grace, writer_reachable=reachable,
+        writer=writer, primary=P, secondary=S, healthy={writer: False, other: True},
+        auto_failback=True, move_grace=grace, writer_reachable=reachable,
     )  # fmt: skip
+    if move != "none" and writer == S:
+        move = "fail-back"  # leaving the secondary for the primary
     assert decision.move == move
     if move == "none":
-        assert "failback grace" in decision.reason
+        assert "the grace after a move" in decision.reason
 
 
-async def test_a_failback_grants_its_clients_a_grace_that_a_failover_ends(pair: Pair) -> None:
-    """A soft failure of the primary just after its failback is held (the returning
-    herd); after the grace it fails over as usual. The grace survives a restart."""
+async def test_every_move_grants_the_clients_it_sends_a_grace(pair: Pair) -> None:
+    """A soft failure of the region that just took the writer, either way, is held (the
+    clients sent to it are arriving); after the grace it is left as usual. Without it,
+    a failover whose herd strained the secondary went straight back to the primary, and
+    the two regions passed the herd to and fro (4 failovers and 4 failbacks in one
+    N = 1,000 drill). The grace survives a restart, and a state saved before it covered
+    failovers too loads."""
     config = pair.config
     clock = FakeClock(1_800_000_000.0)
     controller = FailoverController(config, clock=clock)
     both = {P: True, S: True}
     try:
         await controller.tick(both)
-        await _moves_to(controller, {P: False, S: True}, S)
-        assert not controller.failback_grace()
-        clock.advance(2)
-        await _moves_to(controller, both, P)  # the failback
-        assert controller.failback_grace()
+        assert not controller.move_grace()
+        await _moves_to(controller, {P: False, S: True}, S)  # a coordinated failover
+        assert controller.move_grace_left() == pytest.approx(_move_grace(config))
+        clock.advance(1)
+        decision = await controller.tick({P: True, S: False})  # its herd strains S
+        assert (decision.move, controller.writer) == ("none", S)
+        assert "the grace after a move" in decision.reason
+        clock.advance(_move_grace(config))
+        assert not controller.move_grace()
+        await _moves_to(controller, both, P)  # the failback, once S is well again
+        assert controller.move_grace()
         assert controller.state is not None
         saved = ControllerState.from_dict(controller.state.to_dict())
-        assert saved.failed_back_at == clock.now
+        assert saved.moved_at == clock.now
+        legacy = {k: v for k, v in controller.state.to_dict().items() if k != "moved_at"}
+        assert ControllerState.from_dict({**legacy, "failed_back_at": 5.0}).moved_at == 5.0
         clock.advance(1)
-        decision = await controller.tick({P: False, S: True})  # the herd strains it
+        decision = await controller.tick({P: False, S: True})  # the herd strains P
         assert (decision.move, controller.writer) == ("none", P)
-        assert "failback grace" in decision.reason
-        clock.advance(_failback_grace(config))
-        assert not controller.failback_grace()
+        clock.advance(_move_grace(config))
+        assert not controller.move_grace()
         await _moves_to(controller, {P: False, S: True}, S)  # still failing: it moves
-        assert controller.state.failed_back_at is None
+        assert controller.state.moved_at == clock.now  # and S gets the grace in turn
     finally:
         await controller.close()
 
 
-async def test_the_failback_grace_runs_from_the_end_of_a_drain_that_paused(pair: Pair) -> None:
+async def test_the_grace_runs_from_the_end_of_a_drain_that_paused(pair: Pair) -> None:
     """A drain that pauses (its destination strained) sends its last clients later than
     its spread: the grace covers them from then, and still ends."""
     config = pair.config
@@ -326,23 +343,23 @@ async def test_the_failback_grace_runs_from_the_end_of_a_drain_that_paused(pair:
     drain_ends: list[float | None] = [None]
     controller = FailoverController(config, clock=clock, drain_ends=lambda: drain_ends[0])
     both = {P: True, S: True}
-    periods = _failback_grace(config) - config.failover.failback_drain_seconds
+    periods = _move_grace(config) - config.failover.failback_drain_seconds
     try:
         await controller.tick(both)
         await _moves_to(controller, {P: False, S: True}, S)
         clock.advance(2)
         await _moves_to(controller, both, P)
-        assert controller.failback_grace_left() == pytest.approx(_failback_grace(config))
+        assert controller.move_grace_left() == pytest.approx(_move_grace(config))
         drain_ends[0] = clock.now - 1.0  # an earlier drain's end: the spread still counts
-        assert controller.failback_grace_left() == pytest.approx(_failback_grace(config))
+        assert controller.move_grace_left() == pytest.approx(_move_grace(config))
         drain_ends[0] = clock.now + 20.0  # paused: its last clients go 20 s from now
-        assert controller.failback_grace_left() == pytest.approx(20.0 + periods)
-        clock.advance(_failback_grace(config) + 1)  # past the grace from the failback
+        assert controller.move_grace_left() == pytest.approx(20.0 + periods)
+        clock.advance(_move_grace(config) + 1)  # past the grace from the failback
         decision = await controller.tick({P: False, S: True})
         assert (decision.move, controller.writer) == ("none", P)
-        assert "failback grace" in decision.reason
-        clock.advance(20.0 + periods - _failback_grace(config))  # past the drain's end too
-        assert controller.failback_grace_left() == 0
+        assert "the grace after a move" in decision.reason
+        clock.advance(20.0 + periods - _move_grace(config))  # past the drain's end too
+        assert controller.move_grace_left() == 0
         await _moves_to(controller, {P: False, S: True}, S)
     finally:
         await controller.close()

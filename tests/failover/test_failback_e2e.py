@@ -156,7 +156,7 @@ async def test_failback_drains_the_secondary_gradually_and_its_clients_bid_on_th
 
         clients = [c async for c in connected_clients(config, token.stdout.strip(), 24)]
         watchers = [asyncio.create_task(c.until_closed()) for c in clients]
-        # The dashboard, open before the failback, shows the grace it grants (11 s).
+        # The dashboard, open before the failback, shows the grace after the move.
         grace = (
             asyncio.create_task(dashboard_shows(config, "keeps the writer", "grace"))
             if HAVE_CHROMIUM

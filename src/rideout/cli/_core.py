@@ -388,11 +388,11 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
     damping = _damping_line(failover.get("damping"))
     if damping:
         console.print(damping, highlight=False)
-    grace = failover.get("failback_grace_seconds") or 0
+    grace = failover.get("move_grace_seconds") or 0
     if grace > 0:
-        console.print(f"  failback grace: {grace:.0f} s more in which a failing primary whose "
-                      "Redis answers keeps the writer (its clients are returning)",
-                      highlight=False)  # fmt: skip
+        console.print(f"  grace after the move: {grace:.0f} s more in which a failing "
+                      f"{failover.get('writer')} whose Redis answers keeps the writer (the "
+                      "clients sent to it are arriving)", highlight=False)  # fmt: skip
     drain = failover.get("drain")
     if drain and drain.get("notes"):
         console.print(f"  drain of {drain['region']} ({drain['state']}): "

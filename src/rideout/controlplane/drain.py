@@ -10,8 +10,8 @@ the clients reconnect through DNS to the writer at a rate it can take, instead o
 the herd that overloads it into the next failover. Given the writer's region
 (``toward``) and a way to tell that it fails its canary (``strained``), the drain
 pauses while it does (:meth:`FailbackDrain._paced`). :meth:`FailbackDrain.ends_at` says
-when its clients will all have been sent (the failover controller's failback grace runs
-from then).
+when its clients will all have been sent (the failover controller's grace after the move
+runs from then).
 
 The zones stay in ``serving`` mode meanwhile: they are still the standby, their region's
 canary keeps succeeding (a zone refusing handshakes would raise its region's alarm, and a

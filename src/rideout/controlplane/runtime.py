@@ -738,10 +738,11 @@ class ControlPlane:
             "Seconds a failback is still held by flap damping (0: not held).",
             registry=r,
         )
-        self._failback_grace = Gauge(
-            "rideout_failback_grace_seconds",
-            "Seconds left in which a failing primary whose Redis answers keeps the writer "
-            "after a failback (its clients are returning).",
+        self._move_grace = Gauge(
+            "rideout_move_grace_seconds",
+            "Seconds left in which a failing writer region whose Redis answers keeps the "
+            "writer after the latest move, failover or failback (the clients sent to it "
+            "are arriving).",
             registry=r,
         )
         self._drain_active = Gauge(
@@ -782,7 +783,7 @@ class ControlPlane:
         damping = status["damping"] or {}
         self._damping_penalty.set(damping.get("penalty", 0.0))
         self._failback_hold.set(damping.get("hold_seconds", 0.0))
-        self._failback_grace.set(status["failback_grace_seconds"])
+        self._move_grace.set(status["move_grace_seconds"])
         self._drain_active.set(1 if self.drain.running else 0)
         self._lease_held.set(1 if self.active else 0)
         self._lease_fence.set(self.lease.view.fence or 0 if self.lease is not None else 0)

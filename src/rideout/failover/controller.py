@@ -12,8 +12,9 @@ alarms) and what each region's Redis says about itself, and:
   acknowledged write is lost, in either replication mode. A primary that keeps losing
   the writer again gets it back only after a hold that grows with its recent moves
   (:mod:`~rideout.failover.damping`); leaving a failed region is never held, except
-  that just after a failback a primary whose Redis answers keeps the writer for a grace
-  while its clients return (a lost Redis is failed over at once);
+  that just after any move the region that took the writer keeps it while its Redis
+  answers, for a grace in which the clients sent to it arrive (a lost Redis is moved
+  away from at once);
 - **reconciles** roles: a writer that restarted as a replica is promoted again; a stale
   writer that comes back (a region restored after a kill or freeze) is demoted to a
   replica of the current writer as soon as it is reachable, after counting the writes it
@@ -100,7 +101,7 @@ def decide(
     failback_hold: float = 0.0,
     in_region_replica: Mapping[str, bool] | None = None,
     in_region_grace: bool = False,
-    failback_grace: bool = False,
+    move_grace: bool = False,
     writer_reachable: bool = True,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
@@ -112,10 +113,11 @@ def decide(
     - Within `in_region_grace` (just after such a promotion, while the alarm it raised
       clears on the promoted Redis) an unhealthy writer region stays: the region is
       given the time to recover before it is failed over.
-    - Within `failback_grace` (just after a failback, while its drain brings the
-      clients back) an unhealthy writer region whose Redis answers (`writer_reachable`)
-      stays: the returning clients are the likeliest cause, and a failover would only
-      move them back. A lost Redis is failed over at once.
+    - Within `move_grace` (just after the writer moved to this region, either way,
+      while the drain of the region it left sends the clients over) an unhealthy writer
+      region whose Redis answers (`writer_reachable`) stays: the arriving clients are
+      the likeliest cause, and another move would only send them back. A lost Redis is
+      moved away from at once.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -136,11 +138,11 @@ def decide(
         return Decision(
             "none", None, f"{writer} promoted in the region just now: its alarm is clearing"
         )
-    if not writer_ok and other_ok and failback_grace and writer_reachable:
+    if not writer_ok and other_ok and move_grace and writer_reachable:
         return Decision(
             "none", None,
-            f"{writer} took the writer back just now and its Redis answers: held while "
-            "its clients return (failback grace)",
+            f"{writer} took the writer just now and its Redis answers: held while the "
+            "clients sent to it arrive (the grace after a move)",
         )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
@@ -184,7 +186,7 @@ class ControllerState:
     writer_node: str | None = None
     in_region_promotions: int = 0
     promoted_in_region_at: float | None = None
-    failed_back_at: float | None = None
+    moved_at: float | None = None  # the writer's latest move to another region
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -202,12 +204,9 @@ class ControllerState:
             failbacks=int(data.get("failbacks", 0)),
             writer_node=str(data["writer_node"]) if data.get("writer_node") else None,
             in_region_promotions=int(data.get("in_region_promotions", 0)),
-            promoted_in_region_at=float(data["promoted_in_region_at"])
-            if data.get("promoted_in_region_at") is not None
-            else None,
-            failed_back_at=float(data["failed_back_at"])
-            if data.get("failed_back_at") is not None
-            else None,
+            promoted_in_region_at=_optional_float(data.get("promoted_in_region_at")),
+            # `failed_back_at`: a state saved before every move had a grace (2026-12-02)
+            moved_at=_optional_float(data.get("moved_at", data.get("failed_back_at"))),
             damping=DampingState.from_dict(data["damping"])
             if "damping" in data
             else DampingState(),
@@ -215,6 +214,10 @@ class ControllerState:
         for e in data.get("events", []):
             state.events.append(FailoverEvent(**e))
         return state
+
+
+def _optional_float(value: Any) -> float | None:
+    return None if value is None else float(value)
 
 
 def damping_policy(failover: FailoverConfig) -> DampingPolicy | None:
@@ -250,7 +253,7 @@ class FailoverController:
         that changes a Redis (the control plane's lease): None to go ahead, else why not
         (the act is skipped, and the tick records that as an error event). `drain_ends`,
         when given, says when the drain of the region the writer left ends (see
-        :meth:`failback_grace_left`)."""
+        :meth:`move_grace_left`)."""
         self.config = config
         self.state = state
         self.managed = managed
@@ -314,17 +317,18 @@ class FailoverController:
         at = self.state.promoted_in_region_at if self.state else None
         return at is not None and self._clock() - at < self._grace()
 
-    def failback_grace(self) -> bool:
-        """Whether a failback is recent enough that its drain may still be bringing the
-        clients back: until the drain has sent the last of them, then the periods an
-        alarm needs to go to ALARM and back (as for an in-region promotion)."""
-        return self.failback_grace_left() > 0
+    def move_grace(self) -> bool:
+        """Whether the writer's latest move (a failover or a failback) is recent enough
+        that the drain of the region it left may still be sending clients over: until
+        the drain has sent the last of them, then the periods an alarm needs to go to
+        ALARM and back (as for an in-region promotion)."""
+        return self.move_grace_left() > 0
 
-    def failback_grace_left(self) -> float:
-        """Seconds left of the failback's grace (0: none). It runs from the drain's end:
-        at least the drain's spread after the failback, later if the drain paused
-        (``drain_ends``; the drain bounds its pauses)."""
-        at = self.state.failed_back_at if self.state else None
+    def move_grace_left(self) -> float:
+        """Seconds left of the grace after the latest move (0: none). It runs from the
+        drain's end: at least the drain's spread after the move, later if the drain
+        paused (``drain_ends``; the drain bounds its pauses)."""
+        at = self.state.moved_at if self.state else None
         if at is None:
             return 0.0
         ends = at + self.config.failover.failback_drain_seconds
@@ -383,7 +387,7 @@ class FailoverController:
             "lag_bytes": lag_bytes,
             "lag_seconds": writer_view.replica_lag if writer_view else None,
             "damping": self.damping_status(),
-            "failback_grace_seconds": round(self.failback_grace_left(), 3),
+            "move_grace_seconds": round(self.move_grace_left(), 3),
             "redis": {name: view.to_dict() for name, view in self.redis.items()},
             "topology": self.topology_view(),
             "events": [asdict(e) for e in (self.state.events if self.state else ())][-20:],
@@ -481,7 +485,7 @@ class FailoverController:
             failback_hold=self.failback_hold(),
             in_region_replica={self.state.writer: candidate is not None},
             in_region_grace=self.in_region_grace(),
-            failback_grace=self.failback_grace(),
+            move_grace=self.move_grace(),
             writer_reachable=self._writer_reachable(),
         )
         self.last_decision = decision
@@ -551,7 +555,7 @@ class FailoverController:
         self.state.writer, self.state.epoch = new_region, epoch
         self.state.writer_node = None if new == new_region else new
         self.state.promoted_in_region_at = None
-        self.state.failed_back_at = self._clock() if decision.move == "fail-back" else None
+        self.state.moved_at = self._clock()
         if self.damping is not None:
             self.state.damping = self.state.damping.record_move(self.damping, self._clock())
         if decision.move == "fail-over":

@@ -83,11 +83,11 @@ function dampingText(d) {
   return d.penalty > 0 ? `not held (${detail})` : "not held";
 }
 
-// The failback's grace, as `rideout status` prints it: a failing primary whose Redis
-// answers keeps the writer for a while after a failback (its clients are returning).
-function graceText(seconds) {
+// The grace after the writer's latest move, as `rideout status` prints it: a failing
+// writer region whose Redis answers keeps the writer a while (its clients are arriving).
+function graceText(seconds, writer) {
   if (!seconds) return "none";
-  return `a failing primary keeps the writer ${Math.ceil(seconds)} s more (its clients are returning)`;
+  return `a failing ${writer} keeps the writer ${Math.ceil(seconds)} s more (the clients sent to it are arriving)`;
 }
 
 function render(view) {
@@ -110,7 +110,7 @@ function render(view) {
   $("moves").textContent = `${failover.failovers} / ${failover.failbacks}`;
   $("lost").textContent = failover.lost_writes;
   $("damping").textContent = dampingText(failover.damping);
-  $("grace").textContent = graceText(failover.failback_grace_seconds);
+  $("grace").textContent = graceText(failover.move_grace_seconds, failover.writer);
   for (const [name, alarm] of Object.entries(view.alarms)) {
     if (!$(`region-${name}`)) $("regions").append(regionCard(name));
     $(`alarm-${name}`).className = `pill ${alarm.state}`;
