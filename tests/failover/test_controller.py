@@ -209,9 +209,9 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
 ) -> None:
     """Flap damping: a failover and a failback pass at once; a primary that loses the
     writer again soon after gets it back only after a hold, longer the more it moved;
-    damping never holds a failover or leaving a failing secondary (only the grace after
-    a move does, while its clients arrive); once the penalty has decayed, failback
-    happens as usual."""
+    the hold never keeps the writer in a failing region (only the grace after a move and
+    a region that just failed under the same clients do, each for a while); once the
+    penalty has decayed, failback happens as usual."""
     config = pair.config
     policy = config.failover
     assert (policy.damping_half_life, policy.damping_max_hold) == (15.0, 60.0)  # fast
@@ -238,12 +238,14 @@ async def test_repeated_moves_hold_the_next_failback_longer_until_the_penalty_de
         assert damping["moves"] == 3
         assert damping["penalty"] > config.failover.damping_suppress
 
-        # Damping never holds leaving a failing region: not to the primary (an urgent
-        # failback, once the grace after move 3 is over)...
-        clock.advance(_move_grace(config) + 1)
+        # Damping's hold never keeps the writer in a failing region: not from an urgent
+        # failback to the primary (once the grace after move 3 and the half-life after
+        # the primary's own failure are over)...
+        clock.advance(max(_move_grace(config), policy.damping_half_life) + 0.5)
         await _moves_to(controller, {P: True, S: False}, P)  # move 4
-        # ...nor a failover (once the failback's grace is over).
-        clock.advance(_move_grace(config) + 1)
+        # ...nor a failover (once the failback's grace and the secondary's half-life are
+        # over).
+        clock.advance(max(_move_grace(config), policy.damping_half_life) + 0.5)
         await _moves_to(controller, {P: False, S: True}, S)  # move 5
         clock.advance(3)
         assert (await controller.tick(both)).move == "none"
@@ -293,6 +295,52 @@ def test_a_writer_that_fails_just_after_a_move_is_held_only_while_its_redis_answ
     assert decision.move == move
     if move == "none":
         assert "the grace after a move" in decision.reason
+
+
+@pytest.mark.parametrize(
+    ("reachable", "move"),
+    [(True, "none"), (False, "fail-over")],  # a lost Redis is left at once, as ever
+)
+def test_the_clients_stay_when_the_other_region_just_failed_under_them(
+    reachable: bool, move: str
+) -> None:
+    decision = decide(
+        writer=P, primary=P, secondary=S, healthy={P: False, S: True}, auto_failback=True,
+        writer_reachable=reachable, other_strained=True,
+    )  # fmt: skip
+    assert decision.move == move
+    if move == "none":
+        assert "both are strained by the same clients" in decision.reason
+
+
+async def test_a_region_that_failed_while_it_held_the_writer_is_not_sent_it_back_at_once(
+    pair: Pair,
+) -> None:
+    """The herd passed to and fro: a failover from a strained primary, the secondary
+    strained in turn, an urgent failback to the primary that had failed under the same
+    clients seconds before. Now the clients stay for a damping half-life after the
+    other region's failure; past it, the urgent failback goes as before."""
+    config = pair.config
+    clock = FakeClock(1_800_000_000.0)
+    controller = FailoverController(config, clock=clock)
+    both = {P: True, S: True}
+    half_life = config.failover.damping_half_life
+    try:
+        await controller.tick(both)
+        assert not controller.strained_recently(P)
+        await _moves_to(controller, {P: False, S: True}, S)  # P failed, its Redis up
+        assert controller.strained_recently(P)
+        clock.advance(_move_grace(config) + 0.5)  # past S's grace, within P's half-life
+        assert _move_grace(config) + 0.5 < half_life
+        decision = await controller.tick({P: True, S: False})
+        assert (decision.move, controller.writer) == ("none", S)
+        assert "both are strained by the same clients" in decision.reason
+        assert controller.strained_recently(S)
+        clock.advance(half_life)  # P's failure is old news now
+        assert not controller.strained_recently(P)
+        await _moves_to(controller, {P: True, S: False}, P)  # the urgent failback
+    finally:
+        await controller.close()
 
 
 async def test_every_move_grants_the_clients_it_sends_a_grace(pair: Pair) -> None:

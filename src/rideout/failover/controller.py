@@ -103,6 +103,7 @@ def decide(
     in_region_grace: bool = False,
     move_grace: bool = False,
     writer_reachable: bool = True,
+    other_strained: bool = False,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
 
@@ -118,6 +119,10 @@ def decide(
       region whose Redis answers (`writer_reachable`) stays: the arriving clients are
       the likeliest cause, and another move would only send them back. A lost Redis is
       moved away from at once.
+    - `other_strained` (the other region failed its canary while it held the writer,
+      its Redis answering, within the last damping half-life): an unhealthy writer
+      region whose Redis answers stays too. Both regions have just shown they cannot
+      take the clients; moving them back would only start the next failure.
 
     - The writer's region healthy: stay, except that a writer in the secondary moves
       back to a healthy primary when `auto_failback` is set and no `failback_hold`
@@ -143,6 +148,13 @@ def decide(
             "none", None,
             f"{writer} took the writer just now and its Redis answers: held while the "
             "clients sent to it arrive (the grace after a move)",
+        )  # fmt: skip
+    if not writer_ok and other_ok and other_strained and writer_reachable:
+        return Decision(
+            "none", None,
+            f"{writer} is unhealthy but its Redis answers, and {other} failed while it "
+            "held the writer just before: both are strained by the same clients, who "
+            "stay (flap damping)",
         )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
@@ -261,6 +273,9 @@ class FailoverController:
         self._on_change = on_change
         self._guard = guard
         self._drain_ends = drain_ends
+        # When each region last failed its canary while it held the writer and its Redis
+        # answered (in memory: a restart forgets, and at worst moves once more).
+        self._strained_at: dict[str, float] = {}
         credentials = credentials_for(config, RedisRole.CONTROLLER)
         # Every Redis by node key: a region's name for its main one, REGION/replica for
         # its in-region replica.
@@ -336,6 +351,18 @@ class FailoverController:
         if drained is not None and drained > ends:
             ends = drained
         return max(0.0, ends + self._grace() - self._clock())
+
+    def strained_recently(self, region: str) -> bool:
+        """Whether `region` failed its canary while it held the writer, its Redis
+        answering, within the last damping half-life (never with damping off)."""
+        at = self._strained_at.get(region)
+        if self.damping is None or at is None:
+            return False
+        return self._clock() - at < self.damping.half_life
+
+    def _other(self, region: str) -> str:
+        primary, secondary = self.config.primary.name, self.config.secondary.name
+        return secondary if region == primary else primary
 
     def failback_hold(self) -> float:
         """Seconds a failback is still held by flap damping (0: not held)."""
@@ -476,6 +503,9 @@ class FailoverController:
             await self._bootstrap()
         assert self.state is not None
         candidate = self.in_region_candidate()
+        writer, reachable = self.state.writer, self._writer_reachable()
+        if not healthy.get(writer, True) and reachable:
+            self._strained_at[writer] = self._clock()  # failing while its Redis answers
         decision = decide(
             writer=self.state.writer,
             primary=self.config.primary.name,
@@ -486,7 +516,8 @@ class FailoverController:
             in_region_replica={self.state.writer: candidate is not None},
             in_region_grace=self.in_region_grace(),
             move_grace=self.move_grace(),
-            writer_reachable=self._writer_reachable(),
+            writer_reachable=reachable,
+            other_strained=self.strained_recently(self._other(writer)),
         )
         self.last_decision = decision
         try:
