@@ -515,13 +515,16 @@ class _Pass:
 
     async def _wait_written(self, since: float, region: str) -> bool:
         """Once the clients restored their state: wait until every client has had a bid
-        accepted by `region` since `since`, for ten bid intervals at most (and never
-        past the recovery window); whether they did. (In sync mode with ``replica_down =
+        accepted by `region` since `since`, for a bid interval per client of a room at
+        most (ten at least; never past the recovery window); whether they did. (In sync mode with ``replica_down =
         "reject"`` the new writer, with no replica, accepts nothing until the other region
         is back: the wait runs out, and the report's write RTO says so.)"""
-        # Ten bids each: twenty clients share a room, and a bid that lost the race to a
-        # higher one (too_low) is no accepted write.
-        grace = max(5.0, 10 * self.plan.bid_interval)
+        # A bid that lost the race to a higher one (too_low) is no accepted write, and a
+        # room's last client to win one may lose to each of the others first: a bid
+        # interval per client of the room, and at least ten. (Ten alone ran out on a slow
+        # machine, 2 of 200 clients short.) The wait ends as soon as every client wrote.
+        per_room = math.ceil(self.plan.clients / max(1, len(self.plan.rooms)))
+        grace = max(5.0, max(10, per_room) * self.plan.bid_interval)
         end = min(since + self.recovery_timeout, time.time() + grace)
         deadline = time.monotonic() + max(0.0, end - time.time())
         while True:
