@@ -28,9 +28,10 @@ def test_the_worst_lag_is_kept_for_the_window_then_forgotten() -> None:
 @given(
     st.lists(st.tuples(st.floats(0.0, 1.0), st.floats(0.0, 2.0)), min_size=1, max_size=60),
     st.floats(0.1, 5.0),
+    st.floats(0.0, 6.0),
 )
 def test_worst_is_the_largest_lag_within_the_window(
-    steps: list[tuple[float, float]], window: float
+    steps: list[tuple[float, float]], window: float, within: float
 ) -> None:
     lag = LoopLag(window=window)
     seen: list[tuple[float, float]] = []
@@ -41,6 +42,17 @@ def test_worst_is_the_largest_lag_within_the_window(
         seen.append((now, late))
         expected = max((v for t, v in seen if t >= now - window), default=0.0)
         assert lag.worst(now) == pytest.approx(expected)
+        recent = max((v for t, v in seen if t >= now - min(window, within)), default=0.0)
+        assert lag.worst(now, within=within) == pytest.approx(recent)
+
+
+def test_the_worst_lag_of_part_of_the_window() -> None:
+    lag = LoopLag(window=2.0)
+    lag.observe(expected=10.0, now=10.5)
+    lag.observe(expected=11.0, now=11.1)
+    assert lag.worst(11.2, within=0.5) == pytest.approx(0.1)  # the 0.5 s one is older
+    assert lag.worst(11.2) == pytest.approx(0.5)
+    assert lag.worst(12.0, within=0.5) == 0.0
 
 
 def test_a_report_comes_at_most_once_per_period_and_counts_what_it_covers() -> None:

@@ -42,10 +42,17 @@ class LoopLag:
         self._expire(now)
         return lag
 
-    def worst(self, now: float) -> float:
-        """The largest lag observed in the window ending `now` (0 when none)."""
+    def worst(self, now: float, within: float | None = None) -> float:
+        """The largest lag observed in the window ending `now` (0 when none); with
+        `within`, in the last `within` seconds of it only."""
         self._expire(now)
-        return self._samples[0][1] if self._samples else 0.0
+        if within is None:
+            return self._samples[0][1] if self._samples else 0.0
+        since = now - within
+        for when, lag in self._samples:  # lags decrease along the deque: the first is the max
+            if when >= since:
+                return lag
+        return 0.0
 
     def _expire(self, now: float) -> None:
         samples = self._samples

@@ -4,8 +4,10 @@ the connection caps, with an injected clock."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from rideout.realtime.limits import ConnectionCaps, CostBudget, TokenBucket
+from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder, TokenBucket
 
 
 class Clock:
@@ -100,3 +102,37 @@ def test_a_cap_of_zero_is_no_cap() -> None:
     refusal = caps.admit("u100", "127.0.0.1")
     assert refusal is not None
     assert refusal.reason == "zone_full"
+
+
+def test_the_shedder_ramps_from_none_to_all_between_its_bounds() -> None:
+    draws = iter([0.49, 0.51, 0.0, 0.999])
+    shedder = LoadShedder(start=0.1, full=0.2, rng=lambda: next(draws))
+    assert shedder.share(0.0) == 0.0
+    assert shedder.refuse(0.1) is None  # at the start: nobody (and no draw)
+    assert shedder.share(0.15) == pytest.approx(0.5)
+    refused = shedder.refuse(0.15)  # draws 0.49 < 0.5
+    assert refused is not None
+    assert (refused.status, refused.reason) == (503, "overloaded")
+    assert refused.message == "this server's event loop is running 0.15 s late; retry later"
+    assert shedder.refuse(0.15) is None  # draws 0.51
+    assert shedder.refuse(0.1001) is not None  # draws 0.0: a sliver refused
+    assert shedder.refuse(0.1999) is None  # draws 0.999
+    assert shedder.refuse(0.2) is not None  # from `full`, everybody, without a draw
+    assert shedder.refuse(5.0) is not None
+    with pytest.raises(StopIteration):
+        next(draws)
+
+
+@given(st.floats(0.0, 10.0), st.floats(0.0, 10.0))
+def test_the_share_shed_never_falls_as_the_lag_grows(a: float, b: float) -> None:
+    shedder = LoadShedder.for_canary(0.4)
+    low, high = sorted((a, b))
+    assert 0.0 <= shedder.share(low) <= shedder.share(high) <= 1.0
+
+
+def test_the_shedder_follows_the_canarys_timeout_and_checks_its_bounds() -> None:
+    shedder = LoadShedder.for_canary(0.4)
+    assert (shedder.start, shedder.full) == (pytest.approx(0.1), pytest.approx(0.2))
+    for start, full in ((0.0, 1.0), (0.2, 0.2), (0.3, 0.1)):
+        with pytest.raises(ValueError, match="need 0 < start < full"):
+            LoadShedder(start, full)

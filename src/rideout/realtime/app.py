@@ -48,7 +48,7 @@ from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_writer
 from rideout.realtime.hub import Hub
-from rideout.realtime.limits import ConnectionCaps, CostBudget
+from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder
 from rideout.realtime.metrics import AppMetrics
 from rideout.realtime.revocation import RevocationFollower
 from rideout.realtime.zone import (
@@ -325,6 +325,10 @@ async def _open_zone(
             config.realtime, connection_cap(config.realtime.max_connections)
         ),
         budget=CostBudget.for_config(config.realtime),
+        shedder=(
+            LoadShedder.for_canary(config.timing.canary_timeout)
+            if config.realtime.shed_load else None
+        ),
         revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
     )  # fmt: skip
     await epoch.refresh()

@@ -46,7 +46,7 @@ from rideout.protocol import (
     parse_client_message,
 )
 from rideout.realtime.backend import probe_store, record_failure, record_ok
-from rideout.realtime.limits import TokenBucket
+from rideout.realtime.limits import Refusal, TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 
@@ -117,7 +117,9 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     probe = claims.raw.get(PROBE_CLAIM) == CANARY_PROBE
     client = scope.get("client")
     address = str(client[0]) if client else ""
-    refusal = server.caps.admit(claims.sub, address, probe=probe)
+    refusal = None if probe else _shed(server)
+    if refusal is None:
+        refusal = server.caps.admit(claims.sub, address, probe=probe)
     if refusal is not None:
         await _deny(
             scope, send, server, refusal.status, refusal.reason, refusal.message,
@@ -134,6 +136,14 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         send, claims.sub, claims.exp, server,
         address=address, probe=probe, jti=claims.jti, issued=claims.iat,
     )  # fmt: skip
+
+
+def _shed(server: ZoneServer) -> Refusal | None:
+    """The load shedder's refusal of an ordinary upgrade, if the loop runs that late."""
+    shedder = server.shedder
+    if shedder is None:
+        return None
+    return shedder.refuse(server.lag.worst(time.monotonic(), within=shedder.window))
 
 
 async def _authorize(server: ZoneServer, token: str) -> Claims:

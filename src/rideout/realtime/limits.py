@@ -1,14 +1,17 @@
 """What one user, one client address or the zone as a whole may take of an app server:
-connection caps with a reserve for the canary, and a cost budget per user.
+connection caps with a reserve for the canary, a cost budget per user, and load shedding
+while the event loop runs late.
 
-Pure: no I/O, the clock is injected. The WebSocket endpoint
-(:mod:`~rideout.realtime.connection`) asks :class:`ConnectionCaps` before every upgrade
-and :class:`CostBudget` before every ``getState``; both count per app server process
-(worker), as the per-connection :class:`TokenBucket` does for messages.
+Pure: no I/O, the clock and the randomness are injected. The WebSocket endpoint
+(:mod:`~rideout.realtime.connection`) asks :class:`LoadShedder` and
+:class:`ConnectionCaps` before every upgrade and :class:`CostBudget` before every
+``getState``; all count per app server process (worker), as the per-connection
+:class:`TokenBucket` does for messages.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,13 +20,14 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from rideout.config import RealtimeConfig
 
-__all__ = ["ConnectionCaps", "CostBudget", "Refusal", "TokenBucket"]
+__all__ = ["ConnectionCaps", "CostBudget", "LoadShedder", "Refusal", "TokenBucket"]
 
 Clock = Callable[[], float]
 
 TOO_MANY_FOR_USER: Final = "too_many_connections"
 TOO_MANY_FROM_ADDRESS: Final = "too_many_connections_from_address"
 ZONE_FULL: Final = "zone_full"
+OVERLOADED: Final = "overloaded"
 
 
 class TokenBucket:
@@ -199,6 +203,50 @@ class ConnectionCaps:
 
     def from_address(self, address: str) -> int:
         return self._by_address.get(address, 0)
+
+
+class LoadShedder:
+    """Refuses part of the new ordinary connections while the event loop runs late.
+
+    A process whose loop is `lag` seconds late answers everything that much later, the
+    canary's probe too; every connection it takes on while late makes it later. Under
+    `start` seconds of lag every upgrade is let in; from there to `full` the share refused
+    rises linearly from 0 to 1 (RED's ramp, the lag as the queue). The canary's probes
+    are never shed (the caller does not ask for them), so what a herd is refused is what
+    keeps its region answering its canary. Those refused retry after their backoff.
+    """
+
+    __slots__ = ("_random", "full", "start")
+
+    window: Final = 0.5
+    """Seconds of the loop's lag the caller should look at: the worst of the last half second."""
+
+    def __init__(self, start: float, full: float, rng: Callable[[], float] = random.random) -> None:
+        if not 0 < start < full:
+            raise ValueError(f"need 0 < start < full, got start={start!r}, full={full!r}")
+        self.start = start
+        self.full = full
+        self._random = rng
+
+    @classmethod
+    def for_canary(cls, canary_timeout: float) -> LoadShedder:
+        """Shedding from a quarter of the canary's timeout, everything from half of it: a
+        probe waits for the loop at least twice (the upgrade, then the answer)."""
+        return cls(canary_timeout / 4, canary_timeout / 2)
+
+    def share(self, lag: float) -> float:
+        """The share of new connections refused at `lag` seconds of lag (0 to 1)."""
+        return min(1.0, max(0.0, (lag - self.start) / (self.full - self.start)))
+
+    def refuse(self, lag: float) -> Refusal | None:
+        """Whether to refuse one new ordinary connection at `lag`: the refusal, or None."""
+        share = self.share(lag)
+        if share <= 0.0 or (share < 1.0 and self._random() >= share):
+            return None
+        return Refusal(
+            503, OVERLOADED,
+            f"this server's event loop is running {lag:.2f} s late; retry later",
+        )  # fmt: skip
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:

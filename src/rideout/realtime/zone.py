@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from rideout._looplag import LoopLag
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
-from rideout.realtime.limits import ConnectionCaps, CostBudget
+from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder
 from rideout.store.sync import SyncRule, rule_for
 
 if TYPE_CHECKING:
@@ -207,6 +207,7 @@ class ZoneServer:
     # Sync replication's rule for this region's writer (store.sync); None in async mode.
     sync_rule: SyncRule | None = None
     lag: LoopLag = field(default_factory=LoopLag)  # kept by the app's watcher (rideout._looplag)
+    shedder: LoadShedder | None = None  # refuses new upgrades while `lag` is high; None: off
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)
