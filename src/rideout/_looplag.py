@@ -24,13 +24,16 @@ Clock = Callable[[], float]
 
 
 class LoopLag:
-    """The worst lag seen within the last `window` seconds."""
+    """The lags seen within the last `window` seconds: the worst (what the metric and the
+    warning show) and the typical one (what load shedding goes by: one long callback
+    makes one late timer, a loop that is behind makes them all late)."""
 
-    __slots__ = ("_samples", "window")
+    __slots__ = ("_all", "_samples", "window")
 
     def __init__(self, window: float = 2.0) -> None:
         self.window = window
         self._samples: deque[tuple[float, float]] = deque()  # (when, lag), lag decreasing
+        self._all: deque[tuple[float, float]] = deque()  # (when, lag), every one
 
     def observe(self, expected: float, now: float) -> float:
         """A timer due at `expected` ran at `now`; returns its lag (never negative)."""
@@ -39,25 +42,31 @@ class LoopLag:
         while samples and samples[-1][1] <= lag:
             samples.pop()  # a later, larger lag outlives it
         samples.append((now, lag))
+        self._all.append((now, lag))
         self._expire(now)
         return lag
 
-    def worst(self, now: float, within: float | None = None) -> float:
-        """The largest lag observed in the window ending `now` (0 when none); with
-        `within`, in the last `within` seconds of it only."""
+    def worst(self, now: float) -> float:
+        """The largest lag observed in the window ending `now` (0 when none)."""
         self._expire(now)
-        if within is None:
-            return self._samples[0][1] if self._samples else 0.0
+        return self._samples[0][1] if self._samples else 0.0
+
+    def typical(self, now: float, within: float) -> float:
+        """The median lag of the timers that ran in the last `within` seconds (0 when
+        none did)."""
+        self._expire(now)
         since = now - within
-        for when, lag in self._samples:  # lags decrease along the deque: the first is the max
-            if when >= since:
-                return lag
-        return 0.0
+        recent = sorted(lag for when, lag in self._all if when >= since)
+        if not recent:
+            return 0.0
+        middle = len(recent) // 2
+        return recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
 
     def _expire(self, now: float) -> None:
-        samples = self._samples
-        while samples and samples[0][0] < now - self.window:
-            samples.popleft()
+        since = now - self.window
+        for samples in (self._samples, self._all):
+            while samples and samples[0][0] < since:
+                samples.popleft()
 
 
 class LagReport:

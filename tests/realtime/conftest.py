@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -13,6 +14,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus
 
+from rideout._looplag import LoopLag
 from rideout._serve import ServerLimits
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config
@@ -72,11 +74,43 @@ async def rejected(url: str, **kw: Any) -> tuple[int, dict[str, Any]]:
     return response.status_code, json.loads(response.body or b"{}")
 
 
+class HeldLag(LoopLag):
+    """A loop lag held where the test puts it (the shedder's input; the watcher that
+    measures the real one keeps writing to the server's own, replaced, LoopLag)."""
+
+    def __init__(self, held: float) -> None:
+        super().__init__()
+        self.held = held
+
+    def worst(self, now: float) -> float:
+        return self.held
+
+    def typical(self, now: float, within: float) -> float:
+        return self.held
+
+
+def hold_lag(d: Deployment, lag: float) -> list[HeldLag]:
+    """Hold the primary region's servers' lag at `lag` (each one's HeldLag, to move)."""
+    held = []
+    for name in ("a1", "a1b", "a2"):  # the primary region's servers
+        d.servers[name].lag = HeldLag(lag)
+        held.append(d.servers[name].lag)
+    return held
+
+
 @contextlib.asynccontextmanager
 async def running_deployment(
-    config: Config, app_options: Callable[[], dict[str, Any]] = dict
+    config: Config, app_options: Callable[[], dict[str, Any]] = dict, *, shed: bool = False
 ) -> AsyncIterator[Deployment]:
-    """The four servers, each app built with ``create_app(..., **app_options())``."""
+    """The four servers, each app built with ``create_app(..., **app_options())``.
+
+    They run on this test's one event loop, so its lag is every server's and the test's
+    own, not a zone's: their load shedding is off unless `shed` (the tests of shedding
+    hold the lag where they want it, see :func:`hold_lag`)."""
+    if not shed:
+        config = dataclasses.replace(
+            config, realtime=dataclasses.replace(config.realtime, shed_load=False)
+        )
     key = SigningKey.load_or_create(config.keys_dir)
     deployment = Deployment(config, TokenIssuer(key, config.auth.issuer, config.auth.audience, 600))
     primary, secondary = config.primary, config.secondary

@@ -14,11 +14,17 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from rideout._looplag import LoopLag
 from rideout.config import Config
 from rideout.protocol import PONG, parse_retry_hint
 from tests.conftest import until
-from tests.realtime.conftest import Deployment, recv, rejected, running_deployment, send
+from tests.realtime.conftest import (
+    Deployment,
+    hold_lag,
+    recv,
+    rejected,
+    running_deployment,
+    send,
+)
 
 UPGRADE = (
     "Host: zone\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
@@ -267,37 +273,21 @@ async def test_the_canary_and_health_get_through_a_zone_at_its_cap(
         assert all(pushed_out)
 
 
-class HeldLag(LoopLag):
-    """A loop lag held where the test puts it (the shedder's input; the watcher that
-    measures the real one keeps writing to the server's own, replaced, LoopLag)."""
-
-    def __init__(self, held: float) -> None:
-        super().__init__()
-        self.held = held
-
-    def worst(self, now: float, within: float | None = None) -> float:
-        return self.held
-
-
-def hold_lag(d: Deployment, lag: float) -> list[HeldLag]:
-    held = []
-    for name in ("a1", "a1b", "a2"):  # the primary region's servers
-        d.servers[name].lag = HeldLag(lag)
-        held.append(d.servers[name].lag)
-    return held
-
-
 async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
-    deployment: Deployment,
+    make_config: Callable[..., Config],
 ) -> None:
     """Half the canary's timeout late, every new ordinary upgrade gets 503 overloaded,
     while the canary's probe, and those already connected, are answered; once the loop
     keeps time again, upgrades are let in."""
     from rideout.health.canary import Canary
 
-    d, config = deployment, deployment.config
-    async with d.connect(sub="early") as early:
-        held = hold_lag(d, config.timing.canary_timeout / 2)
+    config = make_config()
+    assert config.realtime.shed_load  # the default
+    async with running_deployment(config, shed=True) as d:
+        held = hold_lag(d, 0.0)  # this test's loop, not the deployment's lag, decides
+        early = await d.connect(sub="early")
+        for lag in held:
+            lag.held = config.timing.canary_timeout / 2
         status, body = await rejected(d.urls["a1"] + "/ws?token=" + d.token("late"))
         assert (status, body["error"]) == (503, "overloaded")
         assert body["message"] == (
@@ -316,11 +306,12 @@ async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
             lag.held = config.timing.canary_timeout / 4  # where shedding starts: none yet
         async with d.connect(sub="late") as late:
             assert await heartbeat(late) == PONG
+        await early.close()
 
 
 async def test_shedding_is_off_with_shed_load_false(make_config: Callable[..., Config]) -> None:
     config = make_config(realtime={"shed_load": False})
-    async with running_deployment(config) as d:
+    async with running_deployment(config, shed=True) as d:
         assert d.servers["a1"].shedder is None
         hold_lag(d, 10 * config.timing.canary_timeout)
         async with d.connect(sub="late") as late:

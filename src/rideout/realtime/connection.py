@@ -143,7 +143,7 @@ def _shed(server: ZoneServer) -> Refusal | None:
     shedder = server.shedder
     if shedder is None:
         return None
-    return shedder.refuse(server.lag.worst(time.monotonic(), within=shedder.window))
+    return shedder.refuse(server.lag.typical(time.monotonic(), shedder.window))
 
 
 async def _authorize(server: ZoneServer, token: str) -> Claims:

@@ -209,7 +209,8 @@ class LoadShedder:
     """Refuses part of the new ordinary connections while the event loop runs late.
 
     A process whose loop is `lag` seconds late answers everything that much later, the
-    canary's probe too; every connection it takes on while late makes it later. Under
+    canary's probe too; every connection it takes on while late makes it later. `lag` is
+    the typical lag of the last :attr:`window` seconds (:meth:`LoopLag.typical`). Under
     `start` seconds of lag every upgrade is let in; from there to `full` the share refused
     rises linearly from 0 to 1 (RED's ramp, the lag as the queue). The canary's probes
     are never shed (the caller does not ask for them), so what a herd is refused is what
@@ -219,7 +220,8 @@ class LoadShedder:
     __slots__ = ("_random", "full", "start")
 
     window: Final = 0.5
-    """Seconds of the loop's lag the caller should look at: the worst of the last half second."""
+    """Seconds of the loop's lag the caller should look at: the median of the last half
+    second's timers, so that one long callback is not taken for a loop that is behind."""
 
     def __init__(self, start: float, full: float, rng: Callable[[], float] = random.random) -> None:
         if not 0 < start < full:
