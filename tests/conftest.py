@@ -413,3 +413,42 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 cmdlines.append("?")
         print(f"\nprocesses left behind by the tests: {list(zip(left, cmdlines, strict=True))}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# The longest modules, longest first, as `./dev test --durations=120` measured them on a
+# clean clone (docs/performance.md, "The suite"). xdist's loadscope hands out modules in
+# collection order, so a long module collected last runs alone at the end while the
+# other workers idle; starting the longest first (LPT scheduling) shortens that tail.
+# The order changes how long the run takes, never what it tests.
+SLOWEST_MODULES = (
+    "tests/failover/test_failback_e2e.py",
+    "tests/drill/test_drill_e2e.py",
+    "tests/evacuate/test_local_e2e.py",
+    "tests/cluster/test_inregion_e2e.py",
+    "tests/web/test_browser.py",
+    "tests/cluster/test_up_e2e.py",
+    "tests/drill/test_surge_e2e.py",
+    "tests/cluster/test_restart_e2e.py",
+    "tests/test_quality.py",
+    "tests/cluster/test_store_outage_e2e.py",
+    "tests/web/test_room_page.py",
+    "tests/external/test_external_e2e.py",
+    "tests/cluster/test_restart.py",
+    "tests/drill/test_zone_drill.py",
+    "tests/evacuate/aws/test_cli_aws.py",
+    "tests/cluster/test_failover_e2e.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Longest modules first: those of SLOWEST_MODULES in its order, then the other
+    modules with a test marked slow, then the rest (a stable sort: each module keeps its
+    own order, and modules stay whole)."""
+    slow = {item.nodeid.partition("::")[0] for item in items if item.get_closest_marker("slow")}
+    rank = {module: i for i, module in enumerate(SLOWEST_MODULES)}
+
+    def order(item: pytest.Item) -> int:
+        module = item.nodeid.partition("::")[0]
+        return rank.get(module, len(rank) + (0 if module in slow else 1))
+
+    items.sort(key=order)
