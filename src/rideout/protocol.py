@@ -14,9 +14,11 @@ server can read a message differently from it.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import math
 import re
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -64,6 +66,7 @@ __all__ = [
     "offset_key",
     "overloaded_reason",
     "parse_client_message",
+    "parse_retry_after",
     "parse_retry_hint",
     "parse_server_message",
 ]
@@ -708,6 +711,26 @@ def overloaded_reason(retry_after: float) -> str:
     millis = math.ceil(round(min(retry_after, MAX_RETRY_HINT) * 1000, 6))
     text = f"{millis // 1000}.{millis % 1000:03d}".rstrip("0").rstrip(".")
     return f"overloaded; retry-after={text}"
+
+
+def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
+    """Seconds a ``Retry-After`` value asks for, or None when absent or invalid.
+
+    Accepts delta-seconds (``"120"``) and an HTTP-date (``"Wed, 21 Oct 2015 07:28:00
+    GMT"``, measured from ``now``, Unix seconds, default the wall clock; a date in the
+    past means 0).
+    """
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit() and text.isascii():
+        return float(text)  # inf for an absurdly long value (int() would refuse it)
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    current = time.time() if now is None else now
+    return max(0.0, when.timestamp() - current)
 
 
 def parse_retry_hint(reason: str | None) -> float | None:

@@ -47,7 +47,13 @@ from tests.client.ws.support import (
     silent_server,
 )
 from tests.conftest import ZONE_ADDRESSES, free_port, until
-from tests.realtime.conftest import Deployment, recv_type, running_deployment, send
+from tests.realtime.conftest import (
+    Deployment,
+    hold_lag,
+    recv_type,
+    running_deployment,
+    send,
+)
 
 
 @pytest.fixture
@@ -461,6 +467,29 @@ async def test_tokens_are_refreshed_on_401_and_after_a_1008_close(
         with pytest.raises(AllReconnectsFailed, match="auth_rejected"):
             await stubborn.run()
         assert [s.cause for s in of_type(refused, ReconnectScheduled)] == [Cause.AUTH_REJECTED]
+
+
+async def test_a_shedding_region_is_retried_after_the_wait_it_asks_for(
+    make_config: Callable[..., Config], events: list[Event]
+) -> None:
+    """Every zone of the region refuses the upgrade, 503 overloaded with retry_after:
+    the client tries each address once, then waits between half that and all of it
+    (not its 50-200 ms backoff), and gets in once the servers keep time again."""
+    config = make_config()
+    asked = config.timing.backoff_cap
+    sleeps = Sleeps()
+    async with running_deployment(config, shed=True) as d, running_dns(config) as dns:
+        held = hold_lag(d, config.timing.canary_timeout)
+        client = make_client(config, dns, events, d.token("alice"), rooms=["lot-3"], sleep=sleeps)
+        async with client:
+            await until(lambda: len(of_type(events, ReconnectScheduled)) >= 2, message="refused")
+            for lag in held:
+                lag.held = 0.0
+            await client.wait_ready(10)
+        scheduled = of_type(events, ReconnectScheduled)[:2]
+        assert {s.cause for s in scheduled} == {Cause.CONNECT_FAILED}
+        assert all(asked / 2 <= s.delay <= asked for s in scheduled)
+        assert all(asked / 2 <= delay <= asked for delay in sleeps.delays[:2])
 
 
 async def test_stop_leaves_nothing_running(

@@ -284,6 +284,25 @@ def test_close_codes_decide_the_delay() -> None:
     assert planner.lost(1.0, Cause.CLOSED, 1011) == Reconnect(5, 16.0)
 
 
+def test_a_refused_upgrades_retry_after_is_waited_for_spread_over_its_second_half() -> None:
+    settings = core_settings(backoff=NoJitter(0.25, 1.0), max_retry_hint=10.0)
+    planner = ReconnectPlanner(settings, rng=random.Random(5))
+    planner.start(0.0)
+    delays = [planner.lost(0.0, Cause.CONNECT_FAILED, retry_after=4.0).delay for _ in range(200)]
+    assert all(2.0 <= d <= 4.0 for d in delays)  # never before half of it, never after
+    assert max(delays) - min(delays) > 1.5  # spread, so a herd refused at once is too
+    # Capped like a close's hint; a backoff longer than the ask wins; none: the backoff.
+    capped = ReconnectPlanner(settings, rng=random.Random(5))
+    assert 5.0 <= capped.lost(0.0, Cause.CONNECT_FAILED, retry_after=500.0).delay <= 10.0
+    longer = ReconnectPlanner(core_settings(backoff=NoJitter(8.0, 8.0)), rng=random.Random(5))
+    assert longer.lost(0.0, Cause.CONNECT_FAILED, retry_after=2.0) == Reconnect(1, 8.0)
+    plain = ReconnectPlanner(settings)
+    assert plain.lost(0.0, Cause.CONNECT_FAILED, retry_after=None) == Reconnect(1, 0.25)
+    # Only a refused connect carries one: a close goes by its code.
+    closed = ReconnectPlanner(settings)
+    assert closed.lost(0.0, Cause.CLOSED, 1011, retry_after=4.0) == Reconnect(1, 0.25)
+
+
 def test_full_jitter_and_the_give_up_bounds() -> None:
     policy = FullJitter(2.0, 20.0)
     planner = ReconnectPlanner(core_settings(backoff=policy, max_attempts=6), rng=random.Random(3))

@@ -1,14 +1,12 @@
 """What is retried, when, and where: the policy, the predicate and the domain plan.
 
-Pure: no clock (``parse_retry_after`` reads the wall clock only when not given ``now``)
-and no I/O.
+Pure: no clock (``parse_retry_after``, from :mod:`rideout.protocol`, reads the wall clock
+only when not given ``now``) and no I/O.
 """
 
 from __future__ import annotations
 
-import email.utils
 import socket
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -21,6 +19,7 @@ from rideout.backoff import FixedSchedule
 from rideout.client.http._errors import ErrorKind, Outcome, UnknownGeoError
 from rideout.client.resolve import ResolutionError
 from rideout.errors import InvalidArgument, InvalidArgumentType
+from rideout.protocol import parse_retry_after
 
 __all__ = [
     "DEFAULT_SCHEDULE",
@@ -156,26 +155,6 @@ def _header(headers: _HeadersIn | None, name: str) -> str | None:
         if key.lower() == wanted:
             return value
     return None
-
-
-def parse_retry_after(value: str | None, now: float | None = None) -> float | None:
-    """Seconds a ``Retry-After`` value asks for, or None when absent or invalid.
-
-    Accepts delta-seconds (``"120"``) and an HTTP-date (``"Wed, 21 Oct 2015 07:28:00
-    GMT"``, measured from ``now``, Unix seconds, default the wall clock; a date in the
-    past means 0).
-    """
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit() and text.isascii():
-        return float(text)  # inf for an absurdly long value (int() would refuse it)
-    try:
-        when = email.utils.parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError, OverflowError):
-        return None
-    current = time.time() if now is None else now
-    return max(0.0, when.timestamp() - current)
 
 
 def _method_may_retry(method: str, headers: _HeadersIn | None, policy: RetryPolicy) -> bool:

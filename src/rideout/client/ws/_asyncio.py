@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
+import math
 import random
 import time
 import uuid
@@ -17,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeAlias
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+from websockets.http11 import Response
 
 from rideout import __version__
 from rideout._validate import choice, count, text
@@ -43,6 +46,7 @@ from rideout.client.ws._metrics import AuctionClientMetrics
 from rideout.client.ws._planner import ReconnectPlanner, StopReconnecting
 from rideout.client.ws._settings import ClientSettings
 from rideout.client.ws._stats import ClientStats
+from rideout.protocol import parse_retry_after
 
 if TYPE_CHECKING:
     from rideout.config import Config
@@ -121,6 +125,7 @@ class _ConnectResult:
     address: str = ""
     detail: str = ""
     opened: bool = False
+    retry_after: float | None = None  # what a server that refused the upgrade asked for
 
     def describe(self) -> str:
         return f"{self.cause.value}: {self.detail}" if self.detail else self.cause.value
@@ -420,7 +425,9 @@ class AuctionClient:
         self._planner.start(self._clock())
         while True:
             result = await self._attempt()
-            decision = self._planner.lost(self._clock(), result.cause, result.code, result.reason)
+            decision = self._planner.lost(
+                self._clock(), result.cause, result.code, result.reason, result.retry_after
+            )
             detail = result.describe()
             if isinstance(decision, StopReconnecting):
                 event = GaveUp(
@@ -454,11 +461,14 @@ class AuctionClient:
             log.warning("cannot resolve %s: %s", self.name, exc)
             return _ConnectResult(Cause.RESOLVE_FAILED, detail=str(exc))
         failures: list[str] = []
+        asked: list[float] = []  # the Retry-After of each address that refused
         for address in order_addresses(resolved.addresses, self._avoid, self._shuffle):
             opened = await self._open(address)
             if isinstance(opened, _ConnectResult):
                 log.warning("cannot connect to %s (%s): %s", address, self.name, opened.detail)
                 failures.append(opened.detail)
+                if opened.retry_after is not None:
+                    asked.append(opened.retry_after)
                 self._avoid.add(address)
                 if opened.cause in (Cause.AUTH_REJECTED, Cause.TOKEN_FAILED):
                     return opened
@@ -470,7 +480,11 @@ class AuctionClient:
         forget = getattr(self._resolver, "invalidate", None)
         if callable(forget):
             forget(self.name)
-        return _ConnectResult(Cause.CONNECT_FAILED, detail="; ".join(failures) or "no address")
+        return _ConnectResult(
+            Cause.CONNECT_FAILED,
+            detail="; ".join(failures) or "no address",
+            retry_after=max(asked, default=None),
+        )
 
     async def _get_token(self) -> str:
         token = self._token
@@ -518,7 +532,10 @@ class AuctionClient:
                         )
                         continue
                     return _ConnectResult(Cause.AUTH_REJECTED, address=address, detail=detail)
-                return _ConnectResult(Cause.CONNECT_FAILED, address=address, detail=detail)
+                return _ConnectResult(
+                    Cause.CONNECT_FAILED, address=address, detail=detail,
+                    retry_after=_retry_after(exc.response) if status in (429, 503) else None,
+                )  # fmt: skip
             except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed, EOFError) as exc:
                 reason = str(exc) or type(exc).__name__
                 return _ConnectResult(
@@ -680,6 +697,17 @@ def _closed_by_peer(exc: ConnectionClosed, address: str) -> _ConnectResult:
         return _ConnectResult(Cause.CONNECTION_LOST, address=address, detail=detail, opened=True)
     detail = f"{address} closed {rcvd.code} {rcvd.reason}".rstrip()
     return _ConnectResult(Cause.CLOSED, rcvd.code, rcvd.reason, address, detail, opened=True)
+
+
+def _retry_after(response: Response) -> float | None:
+    """The seconds a refusal asks to wait: its JSON body's ``retry_after`` (rideout's,
+    exact), else its ``Retry-After`` header; None when it names neither."""
+    with contextlib.suppress(ValueError, AttributeError):
+        value = json.loads(response.body or b"").get("retry_after")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if number and math.isfinite(value) and value >= 0:
+            return float(value)
+    return parse_retry_after(response.headers.get("Retry-After"))
 
 
 def _body(body: bytes | bytearray | None) -> str:

@@ -79,9 +79,16 @@ class ReconnectPlanner:
         return 0.0 if self._outage_since is None else max(0.0, now - self._outage_since)
 
     def lost(
-        self, now: float, cause: Cause, code: int | None = None, reason: str | None = None
+        self,
+        now: float,
+        cause: Cause,
+        code: int | None = None,
+        reason: str | None = None,
+        retry_after: float | None = None,
     ) -> Reconnect | StopReconnecting:
-        """A connection ended or an attempt failed: when to try again, or to stop."""
+        """A connection ended or an attempt failed: when to try again, or to stop.
+
+        `retry_after` is what a server that refused the upgrade (429, 503) asked for."""
         if self._disconnected_since is None:
             self._disconnected_since = now
         if self._outage_since is None:
@@ -94,7 +101,7 @@ class ReconnectPlanner:
         ]
         if limits and self.attempt > min(limits):
             return StopReconnecting("max_attempts", self.attempt - 1, self.disconnected_for(now))
-        delay = self._delay(cause, code, reason)
+        delay = self._delay(cause, code, reason, retry_after)
         limit = self.settings.max_disconnected
         if limit is not None and self.disconnected_for(now) + delay > limit:
             return StopReconnecting(
@@ -103,7 +110,9 @@ class ReconnectPlanner:
         self.stats.reconnect_attempts += 1
         return Reconnect(self.attempt, delay)
 
-    def _delay(self, cause: Cause, code: int | None, reason: str | None) -> float:
+    def _delay(
+        self, cause: Cause, code: int | None, reason: str | None, retry_after: float | None
+    ) -> float:
         immediate = cause is Cause.CLOSED and code in (CloseCode.DRAINING, CloseCode.POLICY)
         if immediate and not self._immediate_spent:
             self._immediate_spent = True
@@ -112,4 +121,11 @@ class ReconnectPlanner:
             hint = parse_retry_hint(reason)
             if hint is not None:
                 return min(hint, self.settings.max_retry_hint)
-        return self.settings.backoff.delay(self.attempt - 1, self._rng)
+        backoff = self.settings.backoff.delay(self.attempt - 1, self._rng)
+        if cause is Cause.CONNECT_FAILED and retry_after is not None:
+            # Between half the server's ask and all of it (or the backoff, if longer): a
+            # herd it refused at once does not come back at once.
+            hint = min(max(0.0, retry_after), self.settings.max_retry_hint)
+            uniform = (self._rng or random).uniform
+            return max(backoff, uniform(hint / 2, hint))
+        return backoff
