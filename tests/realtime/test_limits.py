@@ -274,7 +274,7 @@ async def test_the_canary_and_health_get_through_a_zone_at_its_cap(
 
 
 async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
-    make_config: Callable[..., Config],
+    make_config: Callable[..., Config], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Half the canary's timeout late, every new ordinary upgrade gets 503 overloaded,
     while the canary's probe, and those already connected, are answered; once the loop
@@ -302,6 +302,10 @@ async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
         assert await heartbeat(early) == PONG
         shed = d.servers["a1"].metrics.handshakes.labels("overloaded")._value.get()
         assert shed >= 1
+        await until(
+            lambda: any("shedding load: refused 1 new" in r.getMessage() for r in caplog.records),
+            5, message="the shedder's report in the log",
+        )  # fmt: skip
         for lag in held:
             lag.held = config.timing.canary_timeout / 4  # where shedding starts: none yet
         async with d.connect(sub="late") as late:

@@ -136,3 +136,22 @@ def test_the_shedder_follows_the_canarys_timeout_and_checks_its_bounds() -> None
     for start, full in ((0.0, 1.0), (0.2, 0.2), (0.3, 0.1)):
         with pytest.raises(ValueError, match="need 0 < start < full"):
             LoadShedder(start, full)
+
+
+def test_the_shedder_reports_what_it_refused_at_most_every_five_seconds() -> None:
+    shedder = LoadShedder(start=0.1, full=0.2, rng=lambda: 0.0)
+    assert shedder.report(0.0) is None  # nothing refused yet
+    assert shedder.refuse(0.3) is not None
+    assert shedder.refuse(0.25) is not None
+    assert shedder.refuse(0.05) is None  # let in: not counted
+    assert shedder.report(1.0) == (
+        "shedding load: refused 2 new WebSocket connection(s) (503 overloaded) since the "
+        "last report, the event loop typically up to 0.30 s late (realtime.shed_load)"
+    )
+    assert shedder.refuse(0.4) is not None
+    assert shedder.report(5.9) is None  # within 5 s of the last one: counted on
+    later = shedder.report(6.0)
+    assert later is not None
+    assert "refused 1 new" in later
+    assert "up to 0.40 s" in later
+    assert shedder.report(20.0) is None  # none since

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -342,13 +342,26 @@ async def _open_zone(
     stack.push_async_callback(prober.stop)
     watcher = asyncio.create_task(
         watch(
-            server.lag, interval=LAG_INTERVAL, on_lag=app_metrics.loop_lag.set,
+            server.lag, interval=LAG_INTERVAL, on_lag=_on_lag(server),
             report=LagReport(config.timing.canary_timeout / 2), log=log,
         ),
         name="rideout-loop-lag",
     )  # fmt: skip
     stack.push_async_callback(cancel_and_wait, watcher)
     return server
+
+
+def _on_lag(server: ZoneServer) -> Callable[[float], None]:
+    """What the lag watcher does on each of its timers: export the worst lag, and log
+    what the load shedder refused (at most every LoadShedder.every seconds)."""
+    gauge, shedder = server.metrics.loop_lag, server.shedder
+
+    def on_lag(worst: float) -> None:
+        gauge.set(worst)
+        if shedder is not None and (message := shedder.report(time.monotonic())) is not None:
+            log.warning("%s", message)
+
+    return on_lag
 
 
 def _leave_with_the_writer(server: ZoneServer, last: list[str], writer: str) -> None:

@@ -215,13 +215,16 @@ class LoadShedder:
     rises linearly from 0 to 1 (RED's ramp, the lag as the queue). The canary's probes
     are never shed (the caller does not ask for them), so what a herd is refused is what
     keeps its region answering its canary. Those refused retry after their backoff.
+    :meth:`report` says, at most every :attr:`every` seconds, how many it refused.
     """
 
-    __slots__ = ("_random", "full", "start")
+    __slots__ = ("_last", "_random", "_refused", "_worst", "full", "start")
 
     window: Final = 0.5
     """Seconds of the loop's lag the caller should look at: the median of the last half
     second's timers, so that one long callback is not taken for a loop that is behind."""
+    every: Final = 5.0
+    """Seconds between two of :meth:`report`'s messages, at least."""
 
     def __init__(self, start: float, full: float, rng: Callable[[], float] = random.random) -> None:
         if not 0 < start < full:
@@ -229,6 +232,9 @@ class LoadShedder:
         self.start = start
         self.full = full
         self._random = rng
+        self._refused = 0  # since the last report
+        self._worst = 0.0
+        self._last = float("-inf")
 
     @classmethod
     def for_canary(cls, canary_timeout: float) -> LoadShedder:
@@ -245,10 +251,25 @@ class LoadShedder:
         share = self.share(lag)
         if share <= 0.0 or (share < 1.0 and self._random() >= share):
             return None
+        self._refused += 1
+        self._worst = max(self._worst, lag)
         return Refusal(
             503, OVERLOADED,
             f"this server's event loop is running {lag:.2f} s late; retry later",
         )  # fmt: skip
+
+    def report(self, now: float) -> str | None:
+        """What to log now about the connections refused since the last report, if any
+        were and the last report is :attr:`every` seconds old."""
+        if not self._refused or now - self._last < self.every:
+            return None
+        message = (
+            f"shedding load: refused {self._refused} new WebSocket connection(s) "
+            f"(503 overloaded) since the last report, the event loop typically up to "
+            f"{self._worst:.2f} s late (realtime.shed_load)"
+        )
+        self._last, self._refused, self._worst = now, 0, 0.0
+        return message
 
 
 def _decrement(counts: dict[str, int], key: str) -> None:
