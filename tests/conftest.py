@@ -417,9 +417,11 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # The longest modules, longest first, as `./dev test --durations=120` measured them on a
 # clean clone (docs/performance.md, "The suite"). xdist's loadscope hands out modules in
-# collection order, so a long module collected last runs alone at the end while the
-# other workers idle; starting the longest first (LPT scheduling) shortens that tail.
-# The order changes how long the run takes, never what it tests.
+# collection order (`./dev test` passes --no-loadscope-reorder; by default xdist sorts
+# them by their number of tests, which puts the few long end-to-end tests last), so a
+# long module collected last runs alone at the end while the other workers idle;
+# starting the longest first (LPT scheduling) shortens that tail. The order changes how
+# long the run takes, never what it tests.
 SLOWEST_MODULES = (
     "tests/failover/test_failback_e2e.py",
     "tests/drill/test_drill_e2e.py",
