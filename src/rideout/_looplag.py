@@ -51,12 +51,14 @@ class LoopLag:
         self._expire(now)
         return self._samples[0][1] if self._samples else 0.0
 
-    def typical(self, now: float, within: float) -> float:
-        """The median lag of the timers that ran in the last `within` seconds (0 when
-        none did)."""
+    def typical(self, now: float, count: int) -> float:
+        """The median lag of the last `count` timers within the window (0 when none ran).
+
+        By count, not by time: a loop that was blocked (a long callback, a SIGSTOP, a
+        paused VM) runs few timers while blocked, so its last second holds one huge lag
+        that would be the median; its last ten timers hold it once."""
         self._expire(now)
-        since = now - within
-        recent = sorted(lag for when, lag in self._all if when >= since)
+        recent = sorted(lag for _, lag in list(self._all)[-count:])
         if not recent:
             return 0.0
         middle = len(recent) // 2

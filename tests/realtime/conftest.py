@@ -85,7 +85,7 @@ class HeldLag(LoopLag):
     def worst(self, now: float) -> float:
         return self.held
 
-    def typical(self, now: float, within: float) -> float:
+    def typical(self, now: float, count: int) -> float:
         return self.held
 
 

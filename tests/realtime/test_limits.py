@@ -276,9 +276,10 @@ async def test_the_canary_and_health_get_through_a_zone_at_its_cap(
 async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
     make_config: Callable[..., Config], caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Half the canary's timeout late, every new ordinary upgrade gets 503 overloaded,
-    while the canary's probe, and those already connected, are answered; once the loop
-    keeps time again, upgrades are let in."""
+    """Half the canary's timeout late, every new ordinary upgrade gets 503 overloaded
+    and every bid error/unavailable, while the canary's probe, and the heartbeats of
+    those already connected, are answered; once the loop keeps time again, upgrades and
+    bids are let in, and the bid's retry (same id) is applied once."""
     from rideout.health.canary import Canary
 
     config = make_config()
@@ -300,16 +301,26 @@ async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
             (z.name, True, None) for z in config.primary.zones
         ]
         assert await heartbeat(early) == PONG
+        await send(early, action="bid", room="shed-1", amount=5, id="b-1")
+        refused = await recv(early)
+        assert (refused["type"], refused["code"], refused["id"]) == ("error", "unavailable", "b-1")
+        assert "event loop is running" in refused["message"]
         shed = d.servers["a1"].metrics.handshakes.labels("overloaded")._value.get()
         assert shed >= 1
         await until(
-            lambda: any("shedding load: refused 1 new" in r.getMessage() for r in caplog.records),
+            lambda: any(
+                "shedding load: refused 1 bid(s) (error/unavailable) and 1 new" in r.getMessage()
+                for r in caplog.records
+            ),
             5, message="the shedder's report in the log",
         )  # fmt: skip
         for lag in held:
             lag.held = config.timing.canary_timeout / 4  # where shedding starts: none yet
         async with d.connect(sub="late") as late:
             assert await heartbeat(late) == PONG
+        await send(early, action="bid", room="shed-1", amount=5, id="b-1")  # the retry
+        ack = await recv(early)
+        assert (ack["type"], ack["id"], ack["accepted"]) == ("ack", "b-1", True)
         await early.close()
 
 

@@ -148,10 +148,14 @@ def test_the_shedder_reports_what_it_refused_at_most_every_five_seconds() -> Non
         "shedding load: refused 2 new WebSocket connection(s) (503 overloaded) since the "
         "last report, the event loop typically up to 0.30 s late (realtime.shed_load)"
     )
-    assert shedder.refuse(0.4) is not None
+    assert shedder.refuse(0.4, "bid") is not None
+    assert shedder.refuse(0.2, "bid") is not None
+    assert shedder.refuse(0.2) is not None
     assert shedder.report(5.9) is None  # within 5 s of the last one: counted on
     later = shedder.report(6.0)
-    assert later is not None
-    assert "refused 1 new" in later
-    assert "up to 0.40 s" in later
+    assert later == (
+        "shedding load: refused 2 bid(s) (error/unavailable) and 1 new WebSocket "
+        "connection(s) (503 overloaded) since the last report, the event loop typically "
+        "up to 0.40 s late (realtime.shed_load)"
+    )
     assert shedder.report(20.0) is None  # none since

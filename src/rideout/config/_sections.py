@@ -156,9 +156,9 @@ class RealtimeConfig:
     replay_rate: float = 200.0  # per second, sustained
     replay_burst: int = 1000  # at once (one full replay of history_size updates)
     max_rooms_per_connection: int = 64  # rooms one connection may watch (the hub follows each)
-    # Refuse part of the new WebSockets (503 overloaded; never the canary's) while the
-    # process's event loop runs late: from a quarter of timing.canary_timeout, all of them
-    # from half of it (rideout.realtime.limits.LoadShedder).
+    # Refuse part of the new WebSockets (503 overloaded; never the canary's) and of the
+    # bids (error/unavailable) while the process's event loop runs late: from a quarter
+    # of timing.canary_timeout, all of them from half of it (realtime.limits.LoadShedder).
     shed_load: bool = True
     history_size: int = 1000  # updates kept per room for replay
     history_ttl: float = 3600.0  # seconds of updates kept per room for replay

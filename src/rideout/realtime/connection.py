@@ -138,12 +138,13 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     )  # fmt: skip
 
 
-def _shed(server: ZoneServer) -> Refusal | None:
-    """The load shedder's refusal of an ordinary upgrade, if the loop runs that late."""
+def _shed(server: ZoneServer, kind: str = "connection") -> Refusal | None:
+    """The load shedder's refusal of an ordinary upgrade or a bid (`kind`), if the loop
+    runs that late."""
     shedder = server.shedder
     if shedder is None:
         return None
-    return shedder.refuse(server.lag.typical(time.monotonic(), shedder.window))
+    return shedder.refuse(server.lag.typical(time.monotonic(), shedder.samples), kind)
 
 
 async def _authorize(server: ZoneServer, token: str) -> Claims:
@@ -393,7 +394,7 @@ class Connection:
                 outcome = await self._get_state(msg)
             else:
                 outcome = await self._bid(msg)
-                if outcome != "fenced":  # the writer took it (a read alone proves less)
+                if outcome in _STORE_ANSWERED:  # the writer took it (a read alone proves less)
                     record_ok(server)
         except NotWriter:
             metrics.store_errors.labels("not_writer").inc()
@@ -521,6 +522,12 @@ class Connection:
 
     async def _bid(self, msg: Bid) -> str:
         server = self.server
+        refusal = _shed(server, "bid")
+        if refusal is not None:
+            # Before the store: a loop this late answers nobody in time, the canary
+            # included; the client retries the bid, with the same id, after its delay.
+            self._send(encode_error(ErrorCode.UNAVAILABLE, refusal.message, msg.id))
+            return "overloaded"
         epoch = server.epoch.value
         if epoch is None:
             epoch = await server.epoch.refresh()
@@ -571,6 +578,9 @@ class Connection:
         )  # fmt: skip
         return outcome
 
+
+_STORE_ANSWERED = frozenset({"accepted", "rejected", "unreplicated", "accepted_async"})
+"""The outcomes of a bid the writer's store answered: they prove the backend works."""
 
 _ACTIONS: dict[type[Any], str] = {
     Heartbeat: "heartbeat", GetState: "getState", Bid: "bid", Probe: "probe",

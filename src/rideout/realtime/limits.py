@@ -205,24 +205,35 @@ class ConnectionCaps:
         return self._by_address.get(address, 0)
 
 
+_SHED_NAMES: Final = {
+    "bid": "bid(s) (error/unavailable)",
+    "connection": "new WebSocket connection(s) (503 overloaded)",
+}
+
+
 class LoadShedder:
-    """Refuses part of the new ordinary connections while the event loop runs late.
+    """Refuses part of the new ordinary connections, and of the bids, while the event loop
+    runs late.
 
     A process whose loop is `lag` seconds late answers everything that much later, the
     canary's probe too; every connection it takes on while late makes it later. `lag` is
-    the typical lag of the last :attr:`window` seconds (:meth:`LoopLag.typical`). Under
+    the typical lag of the last :attr:`samples` timers (:meth:`LoopLag.typical`). Under
     `start` seconds of lag every upgrade is let in; from there to `full` the share refused
     rises linearly from 0 to 1 (RED's ramp, the lag as the queue). The canary's probes
-    are never shed (the caller does not ask for them), so what a herd is refused is what
-    keeps its region answering its canary. Those refused retry after their backoff.
+    are never shed (the caller does not ask for them), nor heartbeats and state reads:
+    what a herd is refused, new connections and bids (each bid costs the store a script
+    and, in sync mode, a WAIT, and an accepted one an update to every client of its room),
+    is what keeps its region answering its canary. Those refused retry: a connection after
+    its backoff, a bid (``unavailable``) with the same id after the client's bid delay.
     :meth:`report` says, at most every :attr:`every` seconds, how many it refused.
     """
 
     __slots__ = ("_last", "_random", "_refused", "_worst", "full", "start")
 
-    window: Final = 0.5
-    """Seconds of the loop's lag the caller should look at: the median of the last half
-    second's timers, so that one long callback is not taken for a loop that is behind."""
+    samples: Final = 10
+    """How many of the loop's latest timers the caller should take the median lag of
+    (half a second's, when the loop keeps time): one long callback, or a process that
+    was stopped and resumed, makes one late timer; a loop that is behind, all of them."""
     every: Final = 5.0
     """Seconds between two of :meth:`report`'s messages, at least."""
 
@@ -232,7 +243,7 @@ class LoadShedder:
         self.start = start
         self.full = full
         self._random = rng
-        self._refused = 0  # since the last report
+        self._refused: dict[str, int] = {}  # by kind, since the last report
         self._worst = 0.0
         self._last = float("-inf")
 
@@ -246,12 +257,13 @@ class LoadShedder:
         """The share of new connections refused at `lag` seconds of lag (0 to 1)."""
         return min(1.0, max(0.0, (lag - self.start) / (self.full - self.start)))
 
-    def refuse(self, lag: float) -> Refusal | None:
-        """Whether to refuse one new ordinary connection at `lag`: the refusal, or None."""
+    def refuse(self, lag: float, kind: str = "connection") -> Refusal | None:
+        """Whether to refuse one new ordinary connection, or one bid (`kind`), at `lag`:
+        the refusal, or None."""
         share = self.share(lag)
         if share <= 0.0 or (share < 1.0 and self._random() >= share):
             return None
-        self._refused += 1
+        self._refused[kind] = self._refused.get(kind, 0) + 1
         self._worst = max(self._worst, lag)
         return Refusal(
             503, OVERLOADED,
@@ -263,12 +275,15 @@ class LoadShedder:
         were and the last report is :attr:`every` seconds old."""
         if not self._refused or now - self._last < self.every:
             return None
-        message = (
-            f"shedding load: refused {self._refused} new WebSocket connection(s) "
-            f"(503 overloaded) since the last report, the event loop typically up to "
-            f"{self._worst:.2f} s late (realtime.shed_load)"
+        what = " and ".join(
+            f"{n} {_SHED_NAMES.get(kind, kind + '(s)')}"
+            for kind, n in sorted(self._refused.items())
         )
-        self._last, self._refused, self._worst = now, 0, 0.0
+        message = (
+            f"shedding load: refused {what} since the last report, the event loop "
+            f"typically up to {self._worst:.2f} s late (realtime.shed_load)"
+        )
+        self._last, self._refused, self._worst = now, {}, 0.0
         return message
 
 
