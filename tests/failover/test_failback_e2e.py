@@ -242,13 +242,15 @@ async def test_a_flapping_primary_gets_the_writer_back_only_after_a_visible_hold
             metrics = (await http.get(f"http://{cp.address}:{cp.port}/metrics")).text
         hold = float(metrics.split("\nrideout_failback_hold_seconds ")[1].split()[0])
         assert 0 < hold <= 40
+        hold_ends = time.monotonic() + hold  # late by the metric's age, at most a tick
         assert "\nrideout_failover_damping_penalty " in metrics
         await dashboard_shows(config, "failback held")
 
-        # Once the penalty has decayed, the failback happens by itself.
-        held_since = time.monotonic()
+        # Once the penalty has decayed, the failback happens by itself, not before the
+        # hold the metric announced has run out (however long the checks above took:
+        # under load the browser's alone may outlast it).
         await until(lambda: answers(config, PRIMARY), 40 + 20, interval=0.2)
-        assert time.monotonic() - held_since > 1.0
+        assert time.monotonic() >= hold_ends - 2 * config.timing.canary_interval
         state = await summary(config)
         assert (state["failover"]["failovers"], state["failover"]["failbacks"]) == (2, 2)
 
