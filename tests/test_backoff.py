@@ -15,6 +15,7 @@ from rideout.backoff import (
     Deadline,
     DecorrelatedJitter,
     DelayPolicy,
+    EqualJitter,
     FixedSchedule,
     FullJitter,
     NoJitter,
@@ -110,6 +111,21 @@ def test_full_jitter_spreads_a_herd_that_no_jitter_synchronises() -> None:
     assert plain == {8.0}  # every client retries at the same instant
     busiest_second = max(sum(1 for d in jittered if s <= d < s + 1) for s in range(8))
     assert busiest_second < clients / 4  # roughly 1/8 of them per second
+
+
+# --------------------------------------------------------------------- equal jitter
+
+
+@pytest.mark.parametrize("attempt", range(6))
+def test_equal_jitter_is_uniform_over_the_upper_half_of_the_window(attempt: int) -> None:
+    policy = EqualJitter(base=0.25, cap=2.0)
+    upper = min(2.0, 0.25 * 2.0**attempt)
+    rng = random.Random(SEED + attempt)
+    samples = [policy.delay(attempt, rng) for _ in range(DRAWS)]
+    assert all(upper / 2 <= s <= upper for s in samples)
+    # Shifted onto [0, upper / 2], the draws are uniform.
+    assert ks_statistic([s - upper / 2 for s in samples], upper / 2) < KS_THRESHOLD
+    assert 0.0 <= EqualJitter(1.0, 60.0).delay(10**30, rng) - 30.0 <= 30.0  # no overflow
 
 
 # ------------------------------------------------------------------------ no jitter

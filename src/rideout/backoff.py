@@ -32,6 +32,7 @@ __all__ = [
     "Deadline",
     "DecorrelatedJitter",
     "DelayPolicy",
+    "EqualJitter",
     "FixedSchedule",
     "FullJitter",
     "NoJitter",
@@ -122,6 +123,27 @@ class FullJitter(_Exponential):
     ) -> float:
         """A random delay in ``[0, min(cap, base * 2**attempt)]``; ``previous`` is unused."""
         return _uniform(rng, 0.0, _ceiling(self.base, self.cap, _check_attempt(attempt)))
+
+
+@dataclass(frozen=True, slots=True)
+class EqualJitter(_Exponential):
+    """Exponential backoff with equal jitter: half of ``min(cap, base * 2**n)`` fixed,
+    half uniform, so within ``[c / 2, c]``.
+
+    For retries that must not come back together nor at once: a bid the server
+    answered ``unavailable`` waits at least half of the plain delay, and the retries of
+    bids refused together are spread over the other half. Unbounded.
+    """
+
+    def delay(
+        self,
+        attempt: int,
+        rng: random.Random | None = None,
+        previous: float | None = None,
+    ) -> float:
+        """A random delay in ``[c / 2, c]``, ``c = min(cap, base * 2**attempt)``."""
+        ceiling = _ceiling(self.base, self.cap, _check_attempt(attempt))
+        return _uniform(rng, ceiling / 2, ceiling)
 
 
 @dataclass(frozen=True, slots=True)

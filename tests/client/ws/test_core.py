@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import rideout
-from rideout.backoff import FixedSchedule, FullJitter, NoJitter
+from rideout.backoff import EqualJitter, FixedSchedule, FullJitter, NoJitter
 from rideout.client.ws import (
     Acked,
     BidBook,
@@ -161,6 +161,30 @@ def test_restore_replays_missed_updates_and_ignores_duplicates() -> None:
     assert replaced.events == [StateRestored("lot", {"bid": 3}, pos(3, 2), False, 0, "us-west-2")]
     assert core.receive(update_msg("lot", 4, pos(4, 2), "us-west-2"), 2.2).events
     assert core.stats.duplicates_ignored == 3  # two live, one in the replay
+
+
+def test_bids_refused_together_are_retried_spread_over_the_second_half_of_the_delay() -> None:
+    """The default bid_retry (equal jitter): 40 bids answered unavailable at the same
+    instant (a shedding zone, a failover's fence) are not retried at the same instant,
+    nor at once, but between 0.125 and 0.25 s later."""
+    settings = ClientSettings(max_queued_bids=64)
+    assert isinstance(settings.bid_retry, EqualJitter)
+    core = ClientCore(settings, rooms=["lot"], rng=random.Random(11))
+    core.connection_opened(0.0)
+    core.receive(state_msg("lot", 1, pos(1)), 0.1)
+    ids = [f"b{i}" for i in range(40)]
+    for i, request_id in enumerate(ids):
+        core.submit_bid("lot", 10 + i, request_id, 0.2)
+    for request_id in ids:
+        core.receive(encode_error("unavailable", "overloaded; retry", request_id), 1.0)
+    resent: dict[str, float] = {}
+    for step in range(40):  # every 10 ms from 1.0 s
+        now = 1.0 + step * 0.01
+        for frame in sent(core.tick(now).send):
+            resent[frame.rsplit("id:", 1)[1].rstrip("}")] = now
+    assert set(resent) == set(ids)
+    assert all(1.12 <= t <= 1.26 for t in resent.values()), resent
+    assert len(set(resent.values())) >= 8  # spread over the window, not one instant
 
 
 def test_bids_wait_for_the_restore_and_are_resent_with_their_ids() -> None:

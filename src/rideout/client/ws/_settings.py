@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from rideout._validate import count, seconds
-from rideout.backoff import DelayPolicy, FullJitter, NoJitter
+from rideout.backoff import DelayPolicy, EqualJitter, FullJitter
 from rideout.errors import InvalidArgument, InvalidArgumentType
 
 if TYPE_CHECKING:
@@ -19,7 +19,7 @@ DEFAULT_OPEN_TIMEOUT: Final = 10.0
 heartbeat timeout."""
 
 _SEED_BACKOFF: Final = FullJitter(2.0, 20.0)  # the seed: min(20 s, 2 s * 2**n), full jitter
-_BID_RETRY: Final = NoJitter(0.25, 2.0)
+_BID_RETRY: Final = EqualJitter(0.25, 2.0)  # bids refused together come back spread
 
 
 @dataclass(frozen=True, slots=True)
