@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
 from collections import deque
 from collections.abc import Callable
@@ -58,11 +59,8 @@ class LoopLag:
         paused VM) runs few timers while blocked, so its last second holds one huge lag
         that would be the median; its last ten timers hold it once."""
         self._expire(now)
-        recent = sorted(lag for _, lag in list(self._all)[-count:])
-        if not recent:
-            return 0.0
-        middle = len(recent) // 2
-        return recent[middle] if len(recent) % 2 else (recent[middle - 1] + recent[middle]) / 2
+        recent = [lag for _, lag in list(self._all)[-count:]]
+        return statistics.median(recent) if recent else 0.0
 
     def _expire(self, now: float) -> None:
         since = now - self.window

@@ -46,7 +46,7 @@ from rideout.protocol import (
     parse_client_message,
 )
 from rideout.realtime.backend import probe_store, record_failure, record_ok
-from rideout.realtime.limits import Refusal, TokenBucket
+from rideout.realtime.limits import Refusal, Shed, TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
 
@@ -138,7 +138,7 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     )  # fmt: skip
 
 
-def _shed(server: ZoneServer, kind: str = "connection") -> Refusal | None:
+def _shed(server: ZoneServer, kind: Shed = "connection") -> Refusal | None:
     """The load shedder's refusal of an ordinary upgrade or a bid (`kind`), if the loop
     runs that late."""
     shedder = server.shedder

@@ -15,7 +15,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 if TYPE_CHECKING:
     from rideout.config import RealtimeConfig
@@ -205,7 +205,10 @@ class ConnectionCaps:
         return self._by_address.get(address, 0)
 
 
-_SHED_NAMES: Final = {
+Shed = Literal["bid", "connection"]
+"""What a :class:`LoadShedder` refuses: a bid, or a new connection (an upgrade)."""
+
+_SHED_NAMES: Final[dict[Shed, str]] = {
     "bid": "bid(s) (error/unavailable)",
     "connection": "new WebSocket connection(s) (503 overloaded)",
 }
@@ -243,7 +246,7 @@ class LoadShedder:
         self.start = start
         self.full = full
         self._random = rng
-        self._refused: dict[str, int] = {}  # by kind, since the last report
+        self._refused: dict[Shed, int] = {}  # by kind, since the last report
         self._worst = 0.0
         self._last = float("-inf")
 
@@ -254,10 +257,10 @@ class LoadShedder:
         return cls(canary_timeout / 4, canary_timeout / 2)
 
     def share(self, lag: float) -> float:
-        """The share of new connections refused at `lag` seconds of lag (0 to 1)."""
+        """The share of new connections and bids refused at `lag` seconds of lag (0 to 1)."""
         return min(1.0, max(0.0, (lag - self.start) / (self.full - self.start)))
 
-    def refuse(self, lag: float, kind: str = "connection") -> Refusal | None:
+    def refuse(self, lag: float, kind: Shed = "connection") -> Refusal | None:
         """Whether to refuse one new ordinary connection, or one bid (`kind`), at `lag`:
         the refusal, or None."""
         share = self.share(lag)
@@ -271,14 +274,11 @@ class LoadShedder:
         )  # fmt: skip
 
     def report(self, now: float) -> str | None:
-        """What to log now about the connections refused since the last report, if any
-        were and the last report is :attr:`every` seconds old."""
+        """What to log now about what was refused since the last report, if anything
+        was and the last report is :attr:`every` seconds old."""
         if not self._refused or now - self._last < self.every:
             return None
-        what = " and ".join(
-            f"{n} {_SHED_NAMES.get(kind, kind + '(s)')}"
-            for kind, n in sorted(self._refused.items())
-        )
+        what = " and ".join(f"{n} {_SHED_NAMES[kind]}" for kind, n in sorted(self._refused.items()))
         message = (
             f"shedding load: refused {what} since the last report, the event loop "
             f"typically up to {self._worst:.2f} s late (realtime.shed_load)"

@@ -207,7 +207,7 @@ class ZoneServer:
     # Sync replication's rule for this region's writer (store.sync); None in async mode.
     sync_rule: SyncRule | None = None
     lag: LoopLag = field(default_factory=LoopLag)  # kept by the app's watcher (rideout._looplag)
-    shedder: LoadShedder | None = None  # refuses new upgrades while `lag` is high; None: off
+    shedder: LoadShedder | None = None  # refuses upgrades and bids while `lag` is high; None: off
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)
