@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import email.utils
 import json
 import math
 import pickle
@@ -46,6 +47,7 @@ from rideout.protocol import (
     offset_key,
     overloaded_reason,
     parse_client_message,
+    parse_retry_after,
     parse_retry_hint,
     parse_server_message,
 )
@@ -761,3 +763,32 @@ def test_offset_key_orders_numerically() -> None:
 def test_a_malformed_probe_reply_is_refused(wire: str, problem: str) -> None:
     with pytest.raises(ProtocolError, match=problem):
         parse_server_message(wire)
+
+
+def test_parse_retry_after() -> None:
+    """The Retry-After header's value (the HTTP client and the WebSocket client's refused
+    upgrades both read it)."""
+    assert parse_retry_after(None) is None
+    assert parse_retry_after("120") == 120.0
+    assert parse_retry_after(" 0 ") == 0.0
+    assert parse_retry_after("-5") is None
+    assert parse_retry_after("1.5") is None
+    assert parse_retry_after("soon") is None
+    now = 1_700_000_000.0
+    date = email.utils.formatdate(now + 42, usegmt=True)
+    assert parse_retry_after(date, now=now) == pytest.approx(42)
+    past = email.utils.formatdate(now - 42, usegmt=True)
+    assert parse_retry_after(past, now=now) == 0.0
+    # A hostile server's absurd value is "forever" (then capped by max_retry_after),
+    # not an OverflowError or int()'s digit limit escaping from the client.
+    assert parse_retry_after("9" * 400) == math.inf
+    assert parse_retry_after("9" * 5000) == math.inf
+    from rideout.client.http import parse_retry_after as for_http
+
+    assert for_http is parse_retry_after  # one function, re-exported where it was
+
+
+@given(st.text(max_size=60))
+def test_parse_retry_after_never_raises(value: str) -> None:
+    seconds = parse_retry_after(value, now=1_700_000_000.0)
+    assert seconds is None or seconds >= 0

@@ -5,14 +5,10 @@ pure, no servers.
 from __future__ import annotations
 
 import dataclasses
-import email.utils
-import math
 from typing import Any
 
 import httpx
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from rideout.client import (
     DEFAULT_SCHEDULE,
@@ -22,7 +18,6 @@ from rideout.client import (
     RetryPolicy,
     UnknownGeoError,
     is_retryable,
-    parse_retry_after,
 )
 from rideout.client.http import classify
 
@@ -115,30 +110,6 @@ def test_is_retryable_follows_the_policy() -> None:
     assert not is_retryable("GET", 429, None, no_ra, {"Retry-After": "1"})
     with pytest.raises(ValueError, match="nonsense"):
         is_retryable("GET", "nonsense", None, P)
-
-
-def test_parse_retry_after() -> None:
-    assert parse_retry_after(None) is None
-    assert parse_retry_after("120") == 120.0
-    assert parse_retry_after(" 0 ") == 0.0
-    assert parse_retry_after("-5") is None
-    assert parse_retry_after("1.5") is None
-    assert parse_retry_after("soon") is None
-    now = 1_700_000_000.0
-    date = email.utils.formatdate(now + 42, usegmt=True)
-    assert parse_retry_after(date, now=now) == pytest.approx(42)
-    past = email.utils.formatdate(now - 42, usegmt=True)
-    assert parse_retry_after(past, now=now) == 0.0
-    # A hostile server's absurd value is "forever" (then capped by max_retry_after),
-    # not an OverflowError or int()'s digit limit escaping from the client.
-    assert parse_retry_after("9" * 400) == math.inf
-    assert parse_retry_after("9" * 5000) == math.inf
-
-
-@given(st.text(max_size=60))
-def test_parse_retry_after_never_raises(value: str) -> None:
-    seconds = parse_retry_after(value, now=1_700_000_000.0)
-    assert seconds is None or seconds >= 0
 
 
 # ======================================================================= domain plan
