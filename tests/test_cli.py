@@ -214,3 +214,14 @@ def test_no_help_is_cut_short_in_an_80_column_terminal() -> None:
         result = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "80"})
         assert result.exit_code == 0, path
         assert "…" not in result.stdout, (path, result.stdout)
+
+
+def test_drill_region_outage_checks_rooms_and_the_clients_niceness(config_file: Path) -> None:
+    """Refused before anything starts (exit 2): the CLI hands both to DrillOptions."""
+    base = ["drill", "region-outage", "-c", str(config_file), "--clients", "10"]
+    rooms = runner.invoke(app, [*base, "--rooms", "11"])
+    assert rooms.exit_code == 2
+    assert "--rooms must be between 1 and --clients (10)" in rooms.stderr
+    nice = runner.invoke(app, [*base, "--client-nice", "20"])
+    assert nice.exit_code == 2
+    assert "--client-nice" in nice.stderr

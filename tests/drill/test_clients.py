@@ -213,6 +213,57 @@ async def test_a_fleet_without_processes_collects_what_its_groups_report(
     assert not fleet.bidding.is_set()
 
 
+NICED_FLEET = """
+import asyncio, json, os, pickle, sys, time
+from dataclasses import replace
+from rideout.drill.clients import ClientFleet
+
+async def main():
+    with open(sys.argv[1], "rb") as f:
+        spec = pickle.load(f)
+    fleet = ClientFleet([spec, replace(spec, first=1)], processes=True, nice=7)
+    fleet.start()
+    seen, deadline = [], time.monotonic() + 60
+    try:
+        while time.monotonic() < deadline:
+            seen = [os.getpriority(os.PRIO_PROCESS, p.pid) for p in fleet._procs]
+            if seen and all(n != os.nice(0) for n in seen):
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await fleet.stop()
+    print(json.dumps({"ours": os.nice(0), "workers": seen, "records": len(fleet.snapshot()),
+                      "alive": [p.pid for p in fleet._procs if p.is_alive()]}))
+
+asyncio.run(main())
+"""
+
+
+def test_a_fleet_with_a_niceness_runs_its_workers_that_much_nicer(
+    make_config: Any, tmp_path: Any
+) -> None:
+    """Real spawned workers (the drill's own runner, with no clients), in a process of
+    their own, whose multiprocessing resource tracker ends with it: each worker runs
+    `nice` above that process's niceness, which stays as it was."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "spec.pickle"
+    spec = GroupSpec(make_config(), first=0, count=0, rooms=("r",), prefix="p")
+    path.write_bytes(pickle.dumps(spec))
+    done = subprocess.run([sys.executable, "-c", NICED_FLEET, str(path)], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["workers"] == [min(19, seen["ours"] + 7)] * 2
+    assert seen["ours"] == os.nice(0)
+    assert (seen["records"], seen["alive"]) == (0, [])  # no clients, no records; both ended
+    with pytest.raises(ValueError, match="cannot run at another niceness"):
+        ClientFleet([], processes=False, nice=7)
+
+
 def test_the_fleet_runs_on_uvloop_as_the_servers_do() -> None:
     import uvloop
 

@@ -39,6 +39,13 @@ def test_markdown_of_a_report_without_accepted_counts() -> None:
     assert "accepted" not in text.split("## Full jitter")[0]
 
 
+def test_markdown_names_the_clients_niceness_when_it_was_set() -> None:
+    report = sample_report()
+    assert "10 clients in this process(es), 1 rooms" in render_markdown(report)
+    report["passes"][0].update(processes=3, client_nice=10)
+    assert "10 clients in 3 process(es) at nice 10, 1 rooms" in render_markdown(report)
+
+
 def test_markdown_shows_failure() -> None:
     text = render_markdown(sample_report(lost=3))
     assert "**FAIL**" in text

@@ -85,6 +85,25 @@ def test_options_are_checked() -> None:
         DrillOptions(clients=0)
 
 
+def test_rooms_and_the_clients_niceness_are_checked(make_config: Any) -> None:
+    for bad, message in [
+        ({"clients": 10, "rooms": 0}, "--rooms must be between 1 and --clients (10)"),
+        ({"clients": 10, "rooms": 11}, "--rooms must be between 1 and --clients (10)"),
+        ({"client_nice": -1}, "--client-nice must be between 0 and 19"),
+        ({"client_nice": 20}, "--client-nice must be between 0 and 19"),
+        ({"client_nice": 5, "processes": False}, "--client-nice needs the clients in worker processes"),
+    ]:  # fmt: skip
+        with pytest.raises(DrillError) as caught:
+            DrillOptions(**bad)
+        assert str(caught.value) == message, bad
+    # A niceness puts even a small fleet in worker processes: the drill itself keeps its own.
+    plan = _plan(make_config(), DrillOptions(clients=10, rooms=10, client_nice=10), True, "x",
+                 now=0.0)  # fmt: skip
+    assert (plan.processes, plan.nice, len(plan.rooms)) == (True, 10, 10)
+    assert plan.header()["client_nice"] == 10
+    assert {s.room(c) for s in plan.specs for c in range(10)} == set(plan.rooms)  # one each
+
+
 def test_every_drill_refuses_the_same_way() -> None:
     """One set of checks (runner.check_*) serves the three drills: same messages."""
     from rideout.drill.surge import SurgeOptions
@@ -137,7 +156,7 @@ def test_a_small_pass_runs_its_clients_in_this_process(make_config: Any) -> None
     assert (spec.first, spec.count, spec.jitter, spec.bid_interval) == (0, 50, True, 1.0)
     assert plan.header() == {
         "name": "full-jitter", "backoff": "full jitter", "clients": 50, "processes": 0,
-        "rooms": 3, "bid_interval": 1.0,
+        "rooms": 3, "bid_interval": 1.0, "client_nice": 0,
     }  # fmt: skip
 
 

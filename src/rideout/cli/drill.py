@@ -91,6 +91,24 @@ def drill_region_outage(
             min=0.05,
         ),
     ] = None,
+    rooms: Annotated[
+        int | None,
+        typer.Option(
+            help="Rooms the clients spread over (default: one per 20 clients). With as "
+            "many rooms as clients no bid races another, and an update goes to one client.",
+            min=1,
+        ),
+    ] = None,
+    client_nice: Annotated[
+        int,
+        typer.Option(
+            help="Run the clients' worker processes this much nicer (0-19), so that on "
+            "one machine they yield the cores to the deployment, as clients on other "
+            "hosts would.",
+            min=0,
+            max=19,
+        ),
+    ] = 0,
     report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
@@ -105,7 +123,7 @@ def drill_region_outage(
             max_write_rto=max_write_rto, max_failback_rto=max_failback_rto,
             max_failback_write_rto=max_failback_write_rto, max_lost=max_lost,
             report_dir=report, config_path=config_path,
-            bid_interval=bid_interval,
+            bid_interval=bid_interval, rooms=rooms, client_nice=client_nice,
         ),
         main_region_outage,
     )  # fmt: skip

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import multiprocessing
+import os
 import queue
 import random
 import threading
@@ -354,8 +355,13 @@ Runner = Callable[..., Coroutine[Any, Any, None]]
 visitors (a module-level function, so that spawned workers can import it)."""
 
 
-def _worker(runner: Runner, spec: Any, results: Any, bidding: Any, stop: Any) -> None:
-    """A worker process: one group, records batched onto ``results``."""
+def _worker(
+    runner: Runner, spec: Any, results: Any, bidding: Any, stop: Any, nice: int = 0
+) -> None:
+    """A worker process: one group, records batched onto ``results``; `nice` lowers its
+    scheduling priority first."""
+    if nice:
+        os.nice(nice)
     logging.basicConfig(level=logging.ERROR)
     logging.getLogger("rideout.client.ws").setLevel(logging.ERROR)
 
@@ -386,12 +392,21 @@ def fleet_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 
 class ClientFleet:
     """Many groups of clients, in this process or in spawned workers. ``runner`` runs
-    one group (default: the region-outage drill's bidders, :func:`run_group`)."""
+    one group (default: the region-outage drill's bidders, :func:`run_group`); the
+    workers run `nice` (os.nice) below this process."""
 
     def __init__(
-        self, specs: Sequence[Any], *, processes: bool, runner: Runner | None = None
+        self,
+        specs: Sequence[Any],
+        *,
+        processes: bool,
+        runner: Runner | None = None,
+        nice: int = 0,
     ) -> None:
+        if nice and not processes:
+            raise ValueError("a fleet without worker processes cannot run at another niceness")
         self.specs = list(specs)
+        self.nice = nice
         self.runner: Runner = runner or run_group
         self.processes = processes
         self.records: list[DrillRecord] = []
@@ -431,7 +446,7 @@ class ClientFleet:
         for spec in self.specs:
             proc = self._ctx.Process(
                 target=_worker,
-                args=(self.runner, spec, self._queue, self.bidding, self.stopping),
+                args=(self.runner, spec, self._queue, self.bidding, self.stopping, self.nice),
                 name=f"rideout-drill-clients-{spec.first}",
                 daemon=True,
             )

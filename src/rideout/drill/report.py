@@ -162,10 +162,11 @@ def render_markdown(report: dict[str, Any]) -> str:
     lines.append("")
     for p in report.get("passes", []):
         bids = p["bids"]
+        niced = f" at nice {p['client_nice']}" if p.get("client_nice") else ""
         lines += [
             f"## {p['name']} ({p['backoff']})",
             "",
-            f"- {p['clients']} clients in {p['processes'] or 'this'} process(es), "
+            f"- {p['clients']} clients in {p['processes'] or 'this'} process(es){niced}, "
             f"{p['rooms']} rooms, a bid every ~{p['bid_interval']:g} s per client; "
             f"{p.get('ready_clients')} ready after {fmt_seconds(p.get('ready_after'))}",
             f"- fault: {p.get('fault_message', '-')}",

@@ -107,7 +107,12 @@ class DrillOptions:
     """Mean seconds between one client's bids (default: 1 s, longer for large N)."""
     clients_per_process: int = 400
     processes: bool | None = None
-    """Spawn worker processes for the clients (default: when N > clients_per_process)."""
+    """Spawn worker processes for the clients (default: when N > clients_per_process, or
+    with a client_nice)."""
+    client_nice: int = 0
+    """How much lower the client workers' scheduling priority is than the drill's (0 to
+    19, os.nice): on one machine, the fleet then yields the cores to the deployment, as
+    clients on other hosts would. Needs worker processes."""
     warmup: float = 3.0
     settle: float = 2.0
     recovery_timeout: float | None = None
@@ -117,6 +122,12 @@ class DrillOptions:
         check_options(self.clients, self.fault, self.profile)
         if self.replication not in ("sync", "async"):
             raise DrillError(f"--replication must be sync or async, not {self.replication!r}")
+        if self.rooms is not None and not 1 <= self.rooms <= self.clients:
+            raise DrillError(f"--rooms must be between 1 and --clients ({self.clients})")
+        if not 0 <= self.client_nice <= 19:
+            raise DrillError("--client-nice must be between 0 and 19")
+        if self.client_nice and self.processes is False:
+            raise DrillError("--client-nice needs the clients in worker processes")
         if not self.failback:
             for flag, value in (
                 ("--failback-rto", self.max_failback_rto),
@@ -344,6 +355,8 @@ class _Plan:
     bid_interval: float
     processes: bool
     specs: tuple[GroupSpec, ...]
+    nice: int = 0
+    """The client workers' niceness (DrillOptions.client_nice)."""
 
     def header(self) -> dict[str, Any]:
         """The pass's first lines in the report."""
@@ -354,6 +367,7 @@ class _Plan:
             "processes": len(self.specs) if self.processes else 0,
             "rooms": len(self.rooms),
             "bid_interval": self.bid_interval,
+            "client_nice": self.nice,
         }
 
 
@@ -364,7 +378,8 @@ def _plan(config: Config, options: DrillOptions, jitter: bool, name: str, now: f
     rooms = tuple(f"{prefix}-r{i}" for i in range(room_count))
     bid_interval = options.bid_interval or max(1.0, n / 250)
     per = max(1, options.clients_per_process)
-    processes = options.processes if options.processes is not None else n > per
+    nice = options.client_nice
+    processes = options.processes if options.processes is not None else n > per or nice > 0
     groups = math.ceil(n / per) if processes else 1
     size = math.ceil(n / groups)
     specs = tuple(
@@ -385,7 +400,7 @@ def _plan(config: Config, options: DrillOptions, jitter: bool, name: str, now: f
         for i in range(groups)
         if i * size < n
     )
-    return _Plan(name, jitter, n, rooms, bid_interval, processes, specs)
+    return _Plan(name, jitter, n, rooms, bid_interval, processes, specs, nice)
 
 
 def _restored(records: list[DrillRecord], region: str, since: float = 0.0) -> set[int]:
@@ -408,7 +423,7 @@ class _Pass:
         self.primary, self.secondary = config.primary.name, config.secondary.name
         self.failover_timeout, self.recovery_timeout = _timeouts(config, options)
         self.plane = _Plane(config)
-        self.fleet = ClientFleet(plan.specs, processes=plan.processes)
+        self.fleet = ClientFleet(plan.specs, processes=plan.processes, nice=plan.nice)
         self._progress = progress
 
     def say(self, message: str) -> None:
