@@ -296,3 +296,58 @@ async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_
         assert "grace after the move:" in capsys.readouterr().out
         await until_writer(S, primary_healthy=False)  # still failing after it: moved
         assert plane.summary()["failover"]["move_grace_seconds"] > 0  # S's turn now
+
+
+async def test_a_primary_that_passes_again_as_its_grace_ends_keeps_the_writer(
+    make_config: Callable[..., Config], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The flaps of the N = 1,000 drills (2026-12-02): the primary strained under its
+    returning clients through most of the grace, passed its canary again, and was failed
+    over at the grace's end anyway, its alarm still in ALARM for want of six good
+    periods. Now it keeps the writer while it passes, and its alarm clears."""
+    from rideout.cli._core import _print_control_plane
+
+    config = make_config()
+    clock = FakeClock(1_800_000_000.0)
+    async with plane_on_redis(config, clock) as plane:
+        await healthy_for(plane, clock)
+
+        async def period(primary_healthy: bool) -> None:
+            clock.now += plane.period
+            report(plane, clock, P, healthy=primary_healthy)
+            report(plane, clock, S)
+            await plane.evaluate()
+
+        for _ in range(60):  # a coordinated failover
+            await period(primary_healthy=False)
+            if plane.controller.writer == S:
+                break
+        await healthy_for(plane, clock)
+        assert plane.controller.writer == P  # the failback (one failover is never held)
+        # The herd strains it until the grace has two periods left (a datapoint counts
+        # once its period is over, one period after the report).
+        while plane.controller.move_grace_left() > 2 * plane.period:
+            await period(primary_healthy=False)
+        assert plane.alarms[P].state == "ALARM"
+        reasons = []
+        for _ in range(config.timing.failback_datapoints - 1):  # passes again; not yet OK
+            await period(primary_healthy=True)
+            reasons.append(plane.summary()["failover"]["decision"]["reason"])
+            assert plane.controller.writer == P
+        assert not plane.controller.move_grace()
+        assert (plane.alarms[P].state, plane.alarms[P].recovering) == ("ALARM", True)
+        assert "recovering" in reasons[-1]
+        shown = plane.summary()["alarms"][P]
+        assert shown["recovering"] is True
+        assert shown["evaluation"].startswith("Recovering: ")
+        name = plane.alarms[P].config.name
+        assert plane.registry.get_sample_value("rideout_alarm_recovering", {"alarm": name}) == 1
+        capsys.readouterr()
+        _print_control_plane(plane.summary(), config.app_domain)
+        assert f"{P} ALARM (recovering)" in capsys.readouterr().out
+        for _ in range(2):  # the sixth good period, once it is complete
+            await period(primary_healthy=True)
+            assert plane.controller.writer == P
+        assert (plane.alarms[P].state, plane.alarms[P].recovering) == ("OK", False)
+        assert plane.registry.get_sample_value("rideout_alarm_recovering", {"alarm": name}) == 0
+        assert plane.summary()["failover"]["failovers"] == 1

@@ -278,26 +278,37 @@ def _move_grace(config: Config) -> float:
 
 
 @pytest.mark.parametrize(
-    ("grace", "reachable", "move"),
+    ("held", "reachable", "move"),
     [
-        (True, True, "none"),  # its clients are still coming back: held
-        (True, False, "fail-over"),  # its Redis is lost: at once, grace or not
-        (False, True, "fail-over"),  # the grace is over
+        (True, True, "none"),  # held: its clients are still coming back, or it passes again
+        (True, False, "fail-over"),  # its Redis is lost: at once, held or not
+        (False, True, "fail-over"),  # the grace is over, or it still fails
     ],
 )
+@pytest.mark.parametrize(
+    ("why", "reason"),
+    [("move_grace", "the grace after a move"), ("writer_recovering", "passes its canary again")],
+    ids=["just-after-a-move", "recovering"],
+)
 @pytest.mark.parametrize(("writer", "other"), [(P, S), (S, P)], ids=["failback", "failover"])
-def test_a_writer_that_fails_just_after_a_move_is_held_only_while_its_redis_answers(
-    grace: bool, reachable: bool, move: str, writer: str, other: str
+def test_a_failing_writer_region_is_held_only_while_its_redis_answers(
+    held: bool, reachable: bool, move: str, why: str, reason: str, writer: str, other: str
 ) -> None:
+    """Just after a move (its clients arriving), or while its alarm clears (it passes
+    its canary again), a writer region stays; never with its Redis lost."""
     decision = decide(
         writer=writer, primary=P, secondary=S, healthy={writer: False, other: True},
-        auto_failback=True, move_grace=grace, writer_reachable=reachable,
+        auto_failback=True, writer_reachable=reachable, **{why: held},
     )  # fmt: skip
     if move != "none" and writer == S:
         move = "fail-back"  # leaving the secondary for the primary
     assert decision.move == move
     if move == "none":
-        assert "the grace after a move" in decision.reason
+        assert reason in decision.reason
+    # Both failing: the writer stays anyway, whatever holds it.
+    both_failing = {writer: False, other: False}
+    assert decide(writer=writer, primary=P, secondary=S, healthy=both_failing,
+                  auto_failback=True, **{why: held}).move == "none"  # fmt: skip
 
 
 @pytest.mark.parametrize(

@@ -229,6 +229,34 @@ def test_flapping_never_clears() -> None:
     assert alarm.last_evaluation.reason.startswith("Recovering")
 
 
+def recovering(alarm: Alarm, values: Sequence[float | None]) -> list[bool]:
+    """Feed datapoints as :func:`run` does; :attr:`Alarm.recovering` after each."""
+    history: list[float | None] = []
+    seen = []
+    for value in values:
+        run(alarm, [value], history)
+        seen.append(alarm.recovering)
+    return seen
+
+
+def test_recovering_while_held_by_the_recovery_threshold_and_the_newest_is_good() -> None:
+    alarm = Alarm(seed())
+    flags = recovering(alarm, [1, 1, 0, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1])
+    # OK, OK, ALARM (bad, bad), held (good, good), bad again: failing, held (5 good),
+    # then the sixth good one: OK, no longer recovering.
+    assert flags == [False, False, False, False, True, True, False] + [True] * 5 + [False]
+    assert alarm.state == "OK"
+
+
+def test_a_flapping_or_silent_region_is_not_recovering() -> None:
+    flapping = recovering(Alarm(seed()), [0, 0] + [1, 0] * 5)
+    assert flapping == [False, False] + [True, False] * 5  # each bad one ends it
+    silent = Alarm(seed())  # missing data breaches: a gap is no sign of recovery
+    assert recovering(silent, [0, 0, 1, None, None]) == [False, False, True, False, False]
+    plain = Alarm(config(2, 2, "breaching"))  # no recovery threshold: never held
+    assert recovering(plain, [0, 0, 1, 1]) == [False] * 4
+
+
 def test_gap_is_no_evidence_of_health() -> None:
     states = run(Alarm(seed()), [0, 0, 0, 0, 1, 1, 1, None, 1, 1, 1, 1, 1, 1])
     assert states[1:13] == ["ALARM"] * 12  # the gap restarts the count of good ones
@@ -477,5 +505,14 @@ def test_recovery_threshold_only_delays_leaving_alarm(
 ) -> None:
     plain = AlarmConfig.from_dict({**c.to_dict(), "ok_datapoints": None})
     for current in ALARM_STATES:
-        gated, free = evaluate(c, pts, current).state, evaluate(plain, pts, current).state
-        assert gated == free or (current == "ALARM" and gated == "ALARM" and free == "OK")
+        gated, free = evaluate(c, pts, current), evaluate(plain, pts, current)
+        assert gated.state == free.state or (
+            current == "ALARM" and gated.state == "ALARM" and free.state == "OK"
+        )
+        assert not free.recovering  # only the recovery threshold holds a region so
+        newest = ([None] * c.lookback + pts)[-1]
+        good = newest is not None and not c.breaches(newest)
+        if c.treat_missing_data == "notBreaching" and newest is None:
+            good = True
+        # Recovering: held by the threshold alone, and the newest datapoint good.
+        assert gated.recovering == (gated.state != free.state and good)

@@ -272,6 +272,14 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
     # Restore completes whatever the controller does meanwhile (issue #11, finding 1): one
     # press. (An earlier version pressed up to three times, from before that fix.)
     await page.evaluate("window.dashboard.chaos = null")
+    # Every text the primary's alarm pill shows from here on: it passes its canary again
+    # for six periods before its alarm trusts it, and says so meanwhile.
+    await page.evaluate(
+        """() => { const pill = document.getElementById('alarm-us-east-1');
+            window.alarmTexts = new Set([pill.textContent]);
+            new MutationObserver(() => window.alarmTexts.add(pill.textContent))
+                .observe(pill, {childList: true, characterData: true, subtree: true}); }"""
+    )
     await page.click("button[data-op=restore][data-region=us-east-1]")
     await page.wait_for_function("window.dashboard.chaos", timeout=90000)
     answer = await page.evaluate("window.dashboard.chaos")
@@ -282,6 +290,8 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
         timeout=120000,  # restarts the region's processes, then six good periods
     )
     assert "restored us-east-1" in await page.inner_text("#events")
+    texts = await page.evaluate("[...window.alarmTexts]")
+    assert "ALARM (recovering)" in texts, texts
     assert errors == []
     # The link was used: a second browser gets nothing from it.
     other = await browser.new_page()

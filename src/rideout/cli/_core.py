@@ -362,6 +362,7 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
     dns, failover = summary["dns"], summary["failover"]
     alarms = "  ".join(
         f"{region} [{'green' if a['state'] == 'OK' else 'bold red'}]{a['state']}[/]"
+        + (" (recovering)" if a.get("recovering") else "")
         for region, a in summary["alarms"].items()
     )
     lag = failover.get("lag_bytes")

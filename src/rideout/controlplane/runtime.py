@@ -402,7 +402,9 @@ class ControlPlane:
                     "healthy" if self.checks[name].healthy else "UNHEALTHY",
                 )
         writer = self._writer_region()
-        await self.controller.tick(self.healthy())
+        await self.controller.tick(
+            self.healthy(), {name: alarm.recovering for name, alarm in self.alarms.items()}
+        )
         self._refresh_answer()
         self._after_moves(writer)
         if changed:
@@ -627,6 +629,9 @@ class ControlPlane:
                     "name": a.config.name,
                     "state": a.state,
                     "reason": a.state_reason,
+                    # In ALARM only by the recovery threshold, its newest datapoint good.
+                    "recovering": a.recovering,
+                    "evaluation": a.last_evaluation.reason if a.last_evaluation else None,
                     "history": [c.to_dict() for c in a.history][-10:],
                 }
                 for name, a in self.alarms.items()
@@ -664,6 +669,13 @@ class ControlPlane:
             "rideout_alarm_state",
             "1 for each alarm's current state.",
             ["alarm", "state"],
+            registry=r,
+        )
+        self._alarm_recovering = Gauge(
+            "rideout_alarm_recovering",
+            "1 while an alarm is in ALARM only by its recovery threshold (failback "
+            "datapoints), its newest datapoint good.",
+            ["alarm"],
             registry=r,
         )
         self._healthy = Gauge(
@@ -768,6 +780,7 @@ class ControlPlane:
                 self._alarm_state.labels(alarm.config.name, state).set(
                     1 if alarm.state == state else 0
                 )
+            self._alarm_recovering.labels(alarm.config.name).set(1 if alarm.recovering else 0)
             self._healthy.labels(name).set(1 if self.checks[name].healthy else 0)
             self._writer.labels(name).set(1 if self.controller.writer == name else 0)
         status = self.controller.status()

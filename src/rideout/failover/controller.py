@@ -13,8 +13,9 @@ alarms) and what each region's Redis says about itself, and:
   the writer again gets it back only after a hold that grows with its recent moves
   (:mod:`~rideout.failover.damping`); leaving a failed region is never held, except
   that just after any move the region that took the writer keeps it while its Redis
-  answers, for a grace in which the clients sent to it arrive (a lost Redis is moved
-  away from at once);
+  answers, for a grace in which the clients sent to it arrive, and that a writer region
+  that passes its canary again keeps it while its alarm counts its way back to OK (a
+  lost Redis is moved away from at once);
 - **reconciles** roles: a writer that restarted as a replica is promoted again; a stale
   writer that comes back (a region restored after a kill or freeze) is demoted to a
   replica of the current writer as soon as it is reachable, after counting the writes it
@@ -104,6 +105,7 @@ def decide(
     move_grace: bool = False,
     writer_reachable: bool = True,
     other_strained: bool = False,
+    writer_recovering: bool = False,
 ) -> Decision:
     """Where the writer should be, given the regions' health (pure).
 
@@ -119,6 +121,12 @@ def decide(
       region whose Redis answers (`writer_reachable`) stays: the arriving clients are
       the likeliest cause, and another move would only send them back. A lost Redis is
       moved away from at once.
+    - `writer_recovering` (the writer region's alarm is still in ALARM, but only by the
+      recovery threshold: its newest datapoint is good, :attr:`Alarm.recovering`): an
+      unhealthy writer region whose Redis answers stays. It fails no longer; its alarm
+      waits for more good periods before it trusts the region with a *failback*, but
+      leaving a region that serves again only moves its clients for nothing. The first
+      bad datapoint ends it, and so does the alarm's OK.
     - `other_strained` (the other region failed its canary while it held the writer,
       its Redis answering, within the last damping half-life): an unhealthy writer
       region whose Redis answers stays too. Both regions have just shown they cannot
@@ -148,6 +156,12 @@ def decide(
             "none", None,
             f"{writer} took the writer just now and its Redis answers: held while the "
             "clients sent to it arrive (the grace after a move)",
+        )  # fmt: skip
+    if not writer_ok and other_ok and writer_recovering and writer_reachable:
+        return Decision(
+            "none", None,
+            f"{writer} passes its canary again and its Redis answers: it stays the writer "
+            "while its alarm counts the good periods back to OK (recovering)",
         )  # fmt: skip
     if not writer_ok and other_ok and other_strained and writer_reachable:
         return Decision(
@@ -496,8 +510,12 @@ class FailoverController:
         )
         self._event("start", f"writer {writer} ({node}) at epoch {epoch}")
 
-    async def tick(self, healthy: Mapping[str, bool]) -> Decision:
-        """Observe, decide, act; returns the decision (steps and errors become events)."""
+    async def tick(
+        self, healthy: Mapping[str, bool], recovering: Mapping[str, bool] | None = None
+    ) -> Decision:
+        """Observe, decide, act; returns the decision (steps and errors become events).
+        `recovering`: the regions whose alarm is in ALARM only by its recovery threshold
+        (:attr:`~rideout.health.alarm.Alarm.recovering`)."""
         await self._observe()
         if self.state is None:
             await self._bootstrap()
@@ -518,6 +536,7 @@ class FailoverController:
             move_grace=self.move_grace(),
             writer_reachable=reachable,
             other_strained=self.strained_recently(self._other(writer)),
+            writer_recovering=(recovering or {}).get(writer, False),
         )
         self.last_decision = decision
         try:

@@ -42,7 +42,10 @@ for fast failover and a higher threshold (over five) for slower failback"). Ente
 moves to ``OK`` only when CloudWatch's rule says ``OK`` *and* each of the last K periods
 has a non-breaching datapoint; a missing period counts as non-breaching only under
 ``notBreaching`` (a gap is no evidence of health). Otherwise it stays in ``ALARM`` (reason
-"Recovering: …"). Leaving ``ALARM`` for ``INSUFFICIENT_DATA`` (``missing`` with no data at
+"Recovering: …"), and while its newest datapoint is good the evaluation says so
+(:attr:`Evaluation.recovering`): a region that fails no longer can be told from one
+that still does (the failover controller does not leave a writer region that passes
+again), and the first bad datapoint ends it. Leaving ``ALARM`` for ``INSUFFICIENT_DATA`` (``missing`` with no data at
 all) is not held back. Without K (the default) CloudWatch's rule alone applies. The
 datapoints given to :func:`evaluate` therefore cover ``max(N + 2, K)`` periods
 (:attr:`AlarmConfig.lookback`); a shorter sequence counts as missing at the old end.
@@ -284,6 +287,9 @@ class Evaluation:
 
     state: AlarmState
     reason: str
+    recovering: bool = False
+    """Held in ``ALARM`` only by the recovery threshold, the newest datapoint good: what
+    failed passes again, and is counting its way back to ``OK``."""
 
 
 def _fmt(value: float) -> str:
@@ -315,20 +321,23 @@ def evaluate(
     result = _cloudwatch(config, window[-config.evaluation_range :], current_state)
     k = config.ok_datapoints
     if k is not None and current_state == "ALARM" and result.state == "OK":
-        last = window[-k:]
-        good = sum(
-            1
-            for v in last
-            if (v is None and config.treat_missing_data == "notBreaching")
-            or (v is not None and not config.breaches(v))
-        )
-        if good < k:
+        good = [_good(config, v) for v in window[-k:]]
+        if sum(good) < k:
             return Evaluation(
                 "ALARM",
-                f"Recovering: {good} of the last {k} datapoints were good; "
+                f"Recovering: {sum(good)} of the last {k} datapoints were good; "
                 f"{k} consecutive non-breaching datapoints are needed to leave ALARM.",
+                recovering=good[-1],
             )
     return result
+
+
+def _good(config: AlarmConfig, value: float | None) -> bool:
+    """A datapoint that counts toward recovery: non-breaching, or a gap under
+    ``notBreaching`` (elsewhere a gap is no evidence of health)."""
+    if value is None:
+        return config.treat_missing_data == "notBreaching"
+    return not config.breaches(value)
 
 
 def _cloudwatch(
@@ -475,6 +484,13 @@ class Alarm:
     def state_reason(self) -> str:
         """Why the alarm entered its current state."""
         return self._reason
+
+    @property
+    def recovering(self) -> bool:
+        """In ``ALARM`` only by the recovery threshold, its newest datapoint good
+        (:attr:`Evaluation.recovering`): failing no longer, not yet trusted again."""
+        e = self.last_evaluation
+        return self._state == "ALARM" and e is not None and e.recovering
 
     @property
     def last_change(self) -> StateChange | None:

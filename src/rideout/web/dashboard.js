@@ -114,8 +114,8 @@ function render(view) {
   for (const [name, alarm] of Object.entries(view.alarms)) {
     if (!$(`region-${name}`)) $("regions").append(regionCard(name));
     $(`alarm-${name}`).className = `pill ${alarm.state}`;
-    $(`alarm-${name}`).textContent = alarm.state;
-    $(`reason-${name}`).textContent = alarm.reason;
+    $(`alarm-${name}`).textContent = alarm.recovering ? `${alarm.state} (recovering)` : alarm.state;
+    $(`reason-${name}`).textContent = alarm.recovering ? alarm.evaluation : alarm.reason;
     $(`role-${name}`).className = `pill ${failover.writer === name ? "writer" : dns.region === name ? "serving" : ""}`;
     $(`role-${name}`).textContent = failover.writer === name ? "writer" : "";
     $(`health-${name}`).textContent = view.health_checks[name] ? "healthy" : "UNHEALTHY";
