@@ -311,6 +311,48 @@ def test_a_failing_writer_region_is_held_only_while_its_redis_answers(
                   auto_failback=True, **{why: held}).move == "none"  # fmt: skip
 
 
+async def test_a_primary_that_lost_the_clients_a_failback_gave_it_waits_a_half_life(
+    pair: Pair,
+) -> None:
+    """A drill's flap (f6, 2026-12-02): the primary strained under the clients a failback
+    gave it, kept the writer through a grace stretched by the drain's pauses, was left
+    when it ended, 17 s after the failback (more than a half-life: the figure of merit,
+    1.45, no longer suppressed), and got the writer back 3 s later. Now the failback
+    waits a damping half-life from the primary's last failure; a first failover of a
+    primary whose Redis answered is followed by its failback as before."""
+    config = pair.config
+    half_life = config.failover.damping_half_life
+    clock = FakeClock(1_800_000_000.0)
+    controller = FailoverController(config, clock=clock)
+    both = {P: True, S: True}
+    try:
+        await controller.tick(both)
+        await _moves_to(controller, {P: False, S: True}, S)  # a soft failure, Redis up
+        assert controller.strain_hold() == 0.0  # no failback gave it these clients
+        clock.advance(25)  # the outage (the drill's: 23.5 s)
+        await _moves_to(controller, both, P)  # the failback, not held
+        clock.advance(max(_move_grace(config), half_life) + 2)  # a long grace, then:
+        await _moves_to(controller, {P: False, S: True}, S)  # failed under them
+        assert controller.state is not None
+        assert controller.damping is not None
+        # The figure of merit alone would let it straight back.
+        assert controller.state.damping.hold(controller.damping, clock.now) == 0.0
+        clock.advance(3)
+        decision = await controller.tick(both)
+        assert (decision.move, controller.writer) == ("none", S)
+        assert "failback held" in decision.reason
+        damping = controller.status()["damping"]
+        assert damping["holding"]
+        assert damping["strain_hold_seconds"] == pytest.approx(half_life - 3, abs=0.01)
+        assert damping["hold_seconds"] == damping["strain_hold_seconds"]
+        clock.advance(half_life - 3 - 0.5)
+        assert (await controller.tick(both)).move == "none"
+        clock.advance(1.0)
+        await _moves_to(controller, both, P)
+    finally:
+        await controller.close()
+
+
 @pytest.mark.parametrize(
     ("reachable", "move"),
     [(True, "none"), (False, "fail-over")],  # a lost Redis is left at once, as ever

@@ -290,6 +290,9 @@ class FailoverController:
         # When each region last failed its canary while it held the writer and its Redis
         # answered (in memory: a restart forgets, and at worst moves once more).
         self._strained_at: dict[str, float] = {}
+        # When the primary last failed under the clients a failback had just given it
+        # (within the damping window of that failback, its Redis answering).
+        self._flapped_at: float | None = None
         credentials = credentials_for(config, RedisRole.CONTROLLER)
         # Every Redis by node key: a region's name for its main one, REGION/replica for
         # its in-region replica.
@@ -379,10 +382,26 @@ class FailoverController:
         return secondary if region == primary else primary
 
     def failback_hold(self) -> float:
-        """Seconds a failback is still held by flap damping (0: not held)."""
+        """Seconds a failback is still held by flap damping (0: not held): by the figure
+        of merit, or for a damping half-life after the primary failed under the clients
+        a failback had just given it (:meth:`strain_hold`)."""
         if self.damping is None or self.state is None:
             return 0.0
-        return self.state.damping.hold(self.damping, self._clock())
+        return max(self.state.damping.hold(self.damping, self._clock()), self.strain_hold())
+
+    def strain_hold(self) -> float:
+        """Seconds left of the damping half-life since the primary last failed its canary
+        under the clients a failback had just given it (within the damping window after
+        that failback, its Redis answering); 0: none, or damping off.
+
+        A failover away from such a primary, once its grace is over, says it could not
+        take the clients it got back; failing back as soon as it passes again sends them
+        straight back. The figure of merit alone does not hold that failback when the
+        grace made the failover come more than a half-life after the failback."""
+        at = self._flapped_at
+        if self.damping is None or at is None:
+            return 0.0
+        return max(0.0, at + self.damping.half_life - self._clock())
 
     def damping_status(self) -> dict[str, Any] | None:
         """The damping view ``status`` shows (``holding``: a failback is being held
@@ -391,6 +410,8 @@ class FailoverController:
             return None
         state = self.state.damping if self.state else DampingState()
         view = state.view(self.damping, self._clock())
+        view["strain_hold_seconds"] = round(self.strain_hold(), 3)
+        view["hold_seconds"] = max(view["hold_seconds"], view["strain_hold_seconds"])
         view["holding"] = self.writer != self.config.primary.name and view["hold_seconds"] > 0
         return view
 
@@ -523,7 +544,16 @@ class FailoverController:
         candidate = self.in_region_candidate()
         writer, reachable = self.state.writer, self._writer_reachable()
         if not healthy.get(writer, True) and reachable:
-            self._strained_at[writer] = self._clock()  # failing while its Redis answers
+            now = self._clock()
+            self._strained_at[writer] = now  # failing while its Redis answers
+            moved = self.state.moved_at
+            if (
+                writer == self.config.primary.name
+                and self.damping is not None
+                and moved is not None
+                and now - moved < self.damping.max_hold
+            ):
+                self._flapped_at = now
         decision = decide(
             writer=self.state.writer,
             primary=self.config.primary.name,
