@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import stat
 from collections.abc import AsyncIterator, Callable
 
@@ -299,7 +300,9 @@ async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_
 
 
 async def test_a_primary_that_passes_again_as_its_grace_ends_keeps_the_writer(
-    make_config: Callable[..., Config], capsys: pytest.CaptureFixture[str]
+    make_config: Callable[..., Config],
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The flaps of the N = 1,000 drills (2026-12-02): the primary strained under its
     returning clients through most of the grace, passed its canary again, and was failed
@@ -307,6 +310,7 @@ async def test_a_primary_that_passes_again_as_its_grace_ends_keeps_the_writer(
     periods. Now it keeps the writer while it passes, and its alarm clears."""
     from rideout.cli._core import _print_control_plane
 
+    caplog.set_level(logging.INFO, logger="rideout.failover")
     config = make_config()
     clock = FakeClock(1_800_000_000.0)
     async with plane_on_redis(config, clock) as plane:
@@ -350,4 +354,15 @@ async def test_a_primary_that_passes_again_as_its_grace_ends_keeps_the_writer(
             assert plane.controller.writer == P
         assert (plane.alarms[P].state, plane.alarms[P].recovering) == ("OK", False)
         assert plane.registry.get_sample_value("rideout_alarm_recovering", {"alarm": name}) == 0
+        # The log says what held the writer, once per rule, and when nothing did.
+        holds = [
+            m.split(":")[0]
+            for m in (r.getMessage() for r in caplog.records if r.name == "rideout.failover")
+            if m.startswith("holding the writer") or "is no longer held" in m
+        ]
+        assert holds == [
+            f"holding the writer in {P} (move-grace)",
+            f"holding the writer in {P} (recovering)",
+            f"the writer in {P} is no longer held (recovering)",
+        ]
         assert plane.summary()["failover"]["failovers"] == 1

@@ -286,13 +286,23 @@ def _move_grace(config: Config) -> float:
     ],
 )
 @pytest.mark.parametrize(
-    ("why", "reason"),
-    [("move_grace", "the grace after a move"), ("writer_recovering", "passes its canary again")],
+    ("why", "reason", "rule"),
+    [
+        ("move_grace", "the grace after a move", "move-grace"),
+        ("writer_recovering", "passes its canary again", "recovering"),
+    ],
     ids=["just-after-a-move", "recovering"],
 )
 @pytest.mark.parametrize(("writer", "other"), [(P, S), (S, P)], ids=["failback", "failover"])
 def test_a_failing_writer_region_is_held_only_while_its_redis_answers(
-    held: bool, reachable: bool, move: str, why: str, reason: str, writer: str, other: str
+    held: bool,
+    reachable: bool,
+    move: str,
+    why: str,
+    reason: str,
+    rule: str,
+    writer: str,
+    other: str,
 ) -> None:
     """Just after a move (its clients arriving), or while its alarm clears (it passes
     its canary again), a writer region stays; never with its Redis lost."""
@@ -305,10 +315,12 @@ def test_a_failing_writer_region_is_held_only_while_its_redis_answers(
     assert decision.move == move
     if move == "none":
         assert reason in decision.reason
+    assert decision.held == (rule if move == "none" else None)
     # Both failing: the writer stays anyway, whatever holds it.
     both_failing = {writer: False, other: False}
-    assert decide(writer=writer, primary=P, secondary=S, healthy=both_failing,
-                  auto_failback=True, **{why: held}).move == "none"  # fmt: skip
+    stays = decide(writer=writer, primary=P, secondary=S, healthy=both_failing,
+                   auto_failback=True, **{why: held})  # fmt: skip
+    assert (stays.move, stays.held) == ("none", "both-unhealthy")
 
 
 async def test_a_primary_that_lost_the_clients_a_failback_gave_it_waits_a_half_life(

@@ -80,6 +80,10 @@ __all__ = [
 log = logging.getLogger("rideout.failover")
 
 Move = Literal["none", "fail-over", "fail-back", "promote-in-region"]
+Held = Literal[
+    "in-region-grace", "move-grace", "recovering", "strained", "damping", "both-unhealthy"
+]
+"""Which rule keeps the writer where the health checks alone would move it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +94,7 @@ class Decision:
     target: str | None
     reason: str
     urgent: bool = False  # the writer's region is failing: do not wait indefinitely
+    held: Held | None = None  # the rule that keeps the writer from a move (move "none")
 
 
 def decide(
@@ -149,26 +154,29 @@ def decide(
         )  # fmt: skip
     if not writer_ok and in_region_grace:
         return Decision(
-            "none", None, f"{writer} promoted in the region just now: its alarm is clearing"
+            "none",
+            None,
+            f"{writer} promoted in the region just now: its alarm is clearing",
+            held="in-region-grace",
         )
     if not writer_ok and other_ok and move_grace and writer_reachable:
         return Decision(
             "none", None,
             f"{writer} took the writer just now and its Redis answers: held while the "
-            "clients sent to it arrive (the grace after a move)",
+            "clients sent to it arrive (the grace after a move)", held="move-grace",
         )  # fmt: skip
     if not writer_ok and other_ok and writer_recovering and writer_reachable:
         return Decision(
             "none", None,
             f"{writer} passes its canary again and its Redis answers: it stays the writer "
-            "while its alarm counts the good periods back to OK (recovering)",
+            "while its alarm counts the good periods back to OK (recovering)", held="recovering",
         )  # fmt: skip
     if not writer_ok and other_ok and other_strained and writer_reachable:
         return Decision(
             "none", None,
             f"{writer} is unhealthy but its Redis answers, and {other} failed while it "
             "held the writer just before: both are strained by the same clients, who "
-            "stay (flap damping)",
+            "stay (flap damping)", held="strained",
         )  # fmt: skip
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
@@ -178,11 +186,14 @@ def decide(
             return Decision(
                 "none", None,
                 f"{primary} is healthy again; failback held {failback_hold:.1f} s more "
-                "(flap damping)",
+                "(flap damping)", held="damping",
             )  # fmt: skip
         return Decision("fail-back", primary, f"{primary} is healthy again")
     if not writer_ok:
-        return Decision("none", None, f"both regions are unhealthy: the writer stays in {writer}")
+        return Decision(
+            "none", None, f"both regions are unhealthy: the writer stays in {writer}",
+            held="both-unhealthy",
+        )  # fmt: skip
     return Decision("none", None, f"{writer} is healthy")
 
 
@@ -568,6 +579,7 @@ class FailoverController:
             other_strained=self.strained_recently(self._other(writer)),
             writer_recovering=(recovering or {}).get(writer, False),
         )
+        self._log_hold(decision)
         self.last_decision = decision
         try:
             if decision.move == "promote-in-region":
@@ -579,6 +591,19 @@ class FailoverController:
         except ReplicationError as exc:
             self._event("error", str(exc))
         return decision
+
+    def _log_hold(self, decision: Decision) -> None:
+        """Log when a rule starts (or stops) keeping the writer where it is: moves are
+        events, and without this the holds between them are seen only in the summary."""
+        before = self.last_decision.held if self.last_decision else None
+        if decision.held == before:
+            return
+        if decision.held is not None:
+            log.info("holding the writer in %s (%s): %s", self.writer, decision.held,
+                     decision.reason)  # fmt: skip
+        elif decision.move == "none":
+            log.info("the writer in %s is no longer held (%s): %s", self.writer, before,
+                     decision.reason)  # fmt: skip
 
     def _writer_reachable(self) -> bool:
         view = self.redis.get(self.writer_node)
