@@ -159,25 +159,24 @@ def decide(
             f"{writer} promoted in the region just now: its alarm is clearing",
             held="in-region-grace",
         )
-    if not writer_ok and other_ok and move_grace and writer_reachable:
-        return Decision(
-            "none", None,
-            f"{writer} took the writer just now and its Redis answers: held while the "
-            "clients sent to it arrive (the grace after a move)", held="move-grace",
+    if not writer_ok and other_ok and writer_reachable:
+        # Rules that keep a failing writer region whose Redis answers (a lost Redis is
+        # left at once), in order.
+        holds: tuple[tuple[bool, Held, str], ...] = (
+            (move_grace, "move-grace",
+             f"{writer} took the writer just now and its Redis answers: held while the "
+             "clients sent to it arrive (the grace after a move)"),
+            (writer_recovering, "recovering",
+             f"{writer} passes its canary again and its Redis answers: it stays the writer "
+             "while its alarm counts the good periods back to OK (recovering)"),
+            (other_strained, "strained",
+             f"{writer} is unhealthy but its Redis answers, and {other} failed while it "
+             "held the writer just before: both are strained by the same clients, who "
+             "stay (flap damping)"),
         )  # fmt: skip
-    if not writer_ok and other_ok and writer_recovering and writer_reachable:
-        return Decision(
-            "none", None,
-            f"{writer} passes its canary again and its Redis answers: it stays the writer "
-            "while its alarm counts the good periods back to OK (recovering)", held="recovering",
-        )  # fmt: skip
-    if not writer_ok and other_ok and other_strained and writer_reachable:
-        return Decision(
-            "none", None,
-            f"{writer} is unhealthy but its Redis answers, and {other} failed while it "
-            "held the writer just before: both are strained by the same clients, who "
-            "stay (flap damping)", held="strained",
-        )  # fmt: skip
+        for applies, held, reason in holds:
+            if applies:
+                return Decision("none", None, reason, held=held)
     if not writer_ok and other_ok:
         move: Move = "fail-over" if other == secondary else "fail-back"
         return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)

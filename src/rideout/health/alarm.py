@@ -45,8 +45,8 @@ has a non-breaching datapoint; a missing period counts as non-breaching only und
 "Recovering: …"), and while its newest datapoint is good the evaluation says so
 (:attr:`Evaluation.recovering`): a region that fails no longer can be told from one
 that still does (the failover controller does not leave a writer region that passes
-again), and the first bad datapoint ends it. Leaving ``ALARM`` for ``INSUFFICIENT_DATA`` (``missing`` with no data at
-all) is not held back. Without K (the default) CloudWatch's rule alone applies. The
+again), and the first bad datapoint ends it. Leaving ``ALARM`` for
+``INSUFFICIENT_DATA`` (``missing`` with no data at all) is not held back. Without K (the default) CloudWatch's rule alone applies. The
 datapoints given to :func:`evaluate` therefore cover ``max(N + 2, K)`` periods
 (:attr:`AlarmConfig.lookback`); a shorter sequence counts as missing at the old end.
 
