@@ -322,6 +322,11 @@ def test_zero_or_negative_counts(key: str, value: int) -> None:
         ),
         ({"timing": {"backoff_cap": 0.1}}, "timing.backoff_cap", "at least backoff_base"),
         ({"timing": {"handshake_timeout": 0}}, "timing.handshake_timeout", "positive number"),
+        (
+            {"timing": {"handshake_timeout": 1.5}},
+            "timing.handshake_timeout",
+            "at least 2 s: it is also how long a server keeps an idle kept-alive connection",
+        ),
         ({"realtime": {"max_connections": 0}}, "realtime.max_connections", "at least 1"),
         (
             {"realtime": {"max_connections_per_user": 0}},
@@ -396,7 +401,7 @@ timings = st.builds(
     heartbeat_failures=st.integers(1, 10),
     backoff_base=st.floats(0.001, 1.0),
     backoff_cap=st.floats(1.0, 600.0),
-    handshake_timeout=st.floats(0.01, 600.0),
+    handshake_timeout=st.floats(2.0, 600.0),  # at least twice rideout._http.KEEPALIVE_EXPIRY
 )
 
 

@@ -28,7 +28,7 @@ import httpx
 import typer
 from rich.table import Table
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.cli._core import ConfigOption, app, console, err, fail, load
 from rideout.config import Config
 
@@ -78,7 +78,7 @@ class _RoomClient:
         """The JSON answer of the first app server that can do it (a replica's 503 and
         a server that does not answer pass to the next); _CommandError otherwise."""
         headers = {"Authorization": f"Bearer {self.admin_token}"}
-        async with httpx.AsyncClient(timeout=self.timeout, trust_env=False) as http:
+        async with _http.async_client(timeout=self.timeout) as http:
             writer = await _writer_region(http, self.config)
             tried: list[str] = []
             last: httpx.Response | None = None

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout._process import pid_alive
 from rideout.client.resolve import NameserverResolver, ResolutionError
 from rideout.cluster.runstate import ProcessRecord, RunState, read_lock_pid
@@ -170,7 +170,7 @@ class LocalInventory:
 
 
 async def _add_probes(config: Config, view: dict[str, Any], *, timeout: float) -> None:
-    async with httpx.AsyncClient(timeout=timeout + 0.5, trust_env=False) as client:
+    async with _http.async_client(timeout=timeout + 0.5) as client:
         cp_url = view["control_plane"]["url"]
         jobs: list[tuple[dict[str, Any], str, Any]] = [
             (view["control_plane"], "health", _probe_http(client, cp_url + routes.HEALTH)),

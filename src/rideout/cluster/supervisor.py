@@ -38,7 +38,7 @@ from typing import Any
 import httpx
 from redis.exceptions import RedisError
 
-from rideout import routes
+from rideout import _http, routes
 from rideout._process import LineSink, ManagedProcess
 from rideout.auth import SigningKey
 from rideout.auth.admin import load_or_create_admin_token
@@ -410,7 +410,7 @@ class LocalCluster:
         """Spawn `servers`, wait until each is ready, then keep them running."""
         for server in servers:
             await self._spawn(server)
-        async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
+        async with _http.async_client(timeout=1.0) as client:
             waits = [asyncio.create_task(self._await_ready(client, s)) for s in servers]
             try:
                 await asyncio.gather(*waits)
@@ -751,7 +751,7 @@ class LocalCluster:
             except Exception as exc:
                 failed.append(f"{server.name} ({exc})")
         if dead:
-            async with httpx.AsyncClient(timeout=1.0, trust_env=False) as client:
+            async with _http.async_client(timeout=1.0) as client:
                 ready = await asyncio.gather(
                     *(self._await_ready(client, s) for s in dead), return_exceptions=True
                 )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from rideout._http import KEEPALIVE_EXPIRY
 from rideout.config._reader import ConfigError, _address, _Reader, _scalars
 from rideout.config._services import _redis_url
 
@@ -310,6 +311,13 @@ def _parse_timing(t: _Reader, base: Timing) -> Timing:
         raise ConfigError(t.key("canary_timeout"), "must be shorter than canary_interval")
     if timing.backoff_cap < timing.backoff_base:
         raise ConfigError(t.key("backoff_cap"), "must be at least backoff_base")
+    if timing.handshake_timeout < 2 * KEEPALIVE_EXPIRY:
+        raise ConfigError(
+            t.key("handshake_timeout"),
+            f"must be at least {2 * KEEPALIVE_EXPIRY:g} s: it is also how long a server keeps "
+            f"an idle kept-alive connection, and rideout's own clients reuse one for up to "
+            f"{KEEPALIVE_EXPIRY:g} s (a server that closes it sooner races their next request)",
+        )
     return timing
 
 

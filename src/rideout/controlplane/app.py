@@ -58,7 +58,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import check_admin_token, load_or_create_admin_token
 from rideout.auth.canary_keys import load_canary_keys
 from rideout.auth.request_signing import RequestVerifier, SignatureError
@@ -202,7 +202,7 @@ class ControlPlaneApi:
         self.chaos_port = chaos
         self.inventory = inventory or ConfigInventory(config)
         self.metrics = ApiMetrics(config)
-        self.http = httpx.AsyncClient(timeout=0.5, trust_env=False)
+        self.http = _http.async_client(timeout=0.5)
         cp = config.control_plane
         self._own_hosts = {f"{cp.address}:{cp.port}"} | {
             url.split("://", 1)[1] for url in config.control_plane_urls()

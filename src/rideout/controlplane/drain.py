@@ -41,7 +41,7 @@ from typing import Any
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.errors import CredentialError
 from rideout.config import Config, ZoneConfig
@@ -167,7 +167,7 @@ class FailbackDrain:
             self.last["state"] = "skipped"
             self._note(f"clients on {region} are not drained: {exc}")
             return
-        async with httpx.AsyncClient(trust_env=False, timeout=2.0) as http:
+        async with _http.async_client(timeout=2.0) as http:
             try:
                 await self._run(http, region, auth, only, toward)
             except asyncio.CancelledError:

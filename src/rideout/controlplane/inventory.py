@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.config import Config, RegionConfig
 from rideout.store.acl import RedisRole, StoreAuthError, credentials_for
 from rideout.store.client import probe_client
@@ -58,7 +58,7 @@ class ExternalInventory:
 
     async def collect(self) -> dict[str, Any]:
         config = self.config
-        async with httpx.AsyncClient(timeout=self.timeout, trust_env=False) as http:
+        async with _http.async_client(timeout=self.timeout) as http:
             planes = routes.control_plane_urls(config)
             zones = [(r, z) for r in config.regions for z in r.zones]
             answers = await asyncio.gather(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import ADMIN_TOKEN_FILENAME, AdminTokenError, load_or_create_admin_token
 from rideout.config import Config
 from rideout.controlplane.errors import ControlPlaneError
@@ -31,7 +31,7 @@ async def request_login_link(config: Config, *, timeout: float = 5.0) -> str:
     except AdminTokenError as exc:
         raise LoginLinkError(str(exc)) from exc
     try:
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as http:
+        async with _http.async_client(timeout=timeout) as http:
             response = await http.post(url, headers={"Authorization": f"Bearer {token}"})
     except httpx.HTTPError as exc:
         raise LoginLinkError(

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.chaos import send_command
 from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
@@ -184,7 +184,7 @@ class _Plane:
 
     def __init__(self, config: Config) -> None:
         self.url = routes.control_plane_url(config, routes.SUMMARY)
-        self.http = httpx.AsyncClient(trust_env=False, timeout=2.0)
+        self.http = _http.async_client(timeout=2.0)
         self.timeline: list[dict[str, Any]] = []
         self.last: dict[str, Any] | None = None
         self.primary = config.primary.name
@@ -280,7 +280,7 @@ def _own_config(config: Config, options: DrillOptions, data_dir: Path) -> Config
 
 async def _set_zone_mode(config: Config, region: str, mode: ZoneMode) -> None:
     token = load_or_create_admin_token(config.keys_dir)
-    async with httpx.AsyncClient(trust_env=False, timeout=5.0) as http:
+    async with _http.async_client(timeout=5.0) as http:
         for zone in config.region(region).zones:
             with contextlib.suppress(httpx.HTTPError):
                 await http.post(

@@ -25,7 +25,7 @@ from typing import Any
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.chaos import send_command
 from rideout.cluster.supervisor import LocalCluster
@@ -178,7 +178,7 @@ class _Sampler:
         self.interval = interval
         self.samples: list[dict[str, Any]] = []
         self.metrics: dict[str, tuple[float, float]] = {}  # zone -> (polls, loads), last seen
-        self.http = httpx.AsyncClient(trust_env=False, timeout=2.0)
+        self.http = _http.async_client(timeout=2.0)
         token = load_or_create_admin_token(config.keys_dir)
         self.headers = {"Authorization": f"Bearer {token}"}
 

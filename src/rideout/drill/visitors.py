@@ -31,7 +31,7 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.backoff import FullJitter
 from rideout.client.resolve import CachingResolver, NameserverResolver, ResolutionError
@@ -188,10 +188,9 @@ class _Origin:
         cp = config.control_plane
         self.config = config
         self.resolver = CachingResolver(NameserverResolver(cp.address, cp.dns_port, timeout=2.0))
-        self.http = httpx.AsyncClient(
-            trust_env=False,
+        self.http = _http.async_client(
             timeout=httpx.Timeout(10.0, connect=5.0),
-            limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
+            limits=_http.limits(max_connections=200, max_keepalive_connections=100),
         )
         self.regions = region_of(config)
         self.rng = rng

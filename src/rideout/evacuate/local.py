@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.errors import CredentialError
 from rideout.config import Config
@@ -71,9 +71,7 @@ class HttpZoneSwitch:
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         try:
-            with httpx.Client(
-                base_url=self.base_url, trust_env=False, timeout=self._timeout
-            ) as http:
+            with _http.sync_client(base_url=self.base_url, timeout=self._timeout) as http:
                 answer = http.request(method, path, json=body, headers=self._auth)
         except httpx.HTTPError as exc:
             raise ProviderError(

@@ -16,7 +16,7 @@ from typing import Literal
 
 import httpx
 
-from rideout import _validate, routes
+from rideout import _http, _validate, routes
 from rideout.config import Config
 from rideout.errors import InvalidArgument
 from rideout.evacuate.engine import EXIT_OK, Engine, Options
@@ -112,7 +112,7 @@ def watch_alarm(config: Config, name: str | None, zone_id: str) -> Callable[[], 
 
     def state() -> str | None:
         try:
-            with httpx.Client(trust_env=False, timeout=2.0) as http:
+            with _http.sync_client(timeout=2.0) as http:
                 alarms = http.get(url).json()["alarms"]
         except (httpx.HTTPError, ValueError, KeyError, TypeError):
             return None

@@ -34,7 +34,7 @@ import httpx
 from websockets.asyncio.client import connect
 from websockets.exceptions import WebSocketException
 
-from rideout import routes
+from rideout import _http, routes
 from rideout._looplag import LagReport, LoopLag, watch
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.auth.canary_keys import load_or_create_canary_key
@@ -320,7 +320,7 @@ class Canary:
 
     async def _run(self, interval: float, rounds: int | None) -> None:
         previous: dict[str, bool] = {}
-        async with httpx.AsyncClient(timeout=max(1.0, interval), trust_env=False) as http:
+        async with _http.async_client(timeout=max(1.0, interval)) as http:
             done = 0
             scheduled = (math.floor(self._clock() / interval) + 1.25) * interval
             while rounds is None or done < rounds:

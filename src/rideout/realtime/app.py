@@ -35,7 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import routes
+from rideout import _http, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
@@ -291,7 +291,7 @@ async def _open_zone(
     hub = Hub(
         AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
     )
-    control_plane = httpx.AsyncClient(timeout=1.0, trust_env=False)
+    control_plane = _http.async_client(timeout=1.0)
     stack.push_async_callback(control_plane.aclose)
     follow = _WriterFollower(config, region, (client, follower))
     writer_urls = routes.control_plane_urls(config, routes.WRITER)

@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from rideout import routes
+from rideout import _http, routes
 from rideout.auth.keys import Algorithm
 from rideout.auth.oidc_secrets import load_or_create_oidc_secret
 from rideout.auth.room_tokens import RoomKeyWatcher, RoomTokenIssuer
@@ -121,7 +121,7 @@ class WaitingRoom:
         await self._create_configured_events(store)
         self.oidc = self._oidc_providers(store, watcher, issuer)
         if self.run_scheduler:
-            http = self._http = httpx.AsyncClient(timeout=1.0, trust_env=False)
+            http = self._http = _http.async_client(timeout=1.0)
             summary = routes.control_plane_url(self.config, routes.SUMMARY)
 
             async def alarm_state(name: str) -> str | None:
