@@ -23,7 +23,7 @@ from rideout._guard import (
 )
 from rideout._serve import RedactTokens, uvicorn_config
 from rideout.errors import InvalidArgument
-from tests.conftest import asgi_lifespan, free_port, serving
+from tests.conftest import asgi_lifespan, free_port, serving, until
 
 
 def test_tokens_never_reach_the_logs() -> None:
@@ -116,6 +116,66 @@ def test_the_table_expires_waiting_connections_oldest_first() -> None:
     assert table.expire() is None
     assert (second.gave_up, done.gave_up) == (True, False)
     assert (table.count, table.waiting, table.expired) == (1, 0, 2)
+
+
+def test_a_kept_alive_connection_ended_idle_is_counted_apart_from_one_that_never_asked() -> None:
+    now = [0.0]
+    table = ConnectionTable(limit=10, timeout=2.0, clock=lambda: now[0])
+    silent, idle, trickling, evicted = (Waiter(table) for _ in range(4))
+    assert all(table.opened() for _ in range(4))
+    table.wait(silent)  # never sends a request
+    table.wait(idle, idle=True)  # answered, kept alive, says nothing more
+    table.wait(trickling, idle=True)
+    table.requesting(trickling)  # begins its next request, and never finishes it
+    table.wait(evicted, idle=True)
+    table.closed(evicted)  # the client went away: nothing to count
+    now[0] = 3.0
+    assert table.expire() is None
+    assert (silent.gave_up, idle.gave_up, trickling.gave_up) == (True, True, True)
+    assert (table.expired, table.idle) == (2, 1)
+    waiter = Waiter(table)
+    assert table.opened()
+    table.wait(waiter, idle=True)
+    table.wait(waiter)  # a new wait that is not idle (an upgrade) forgets it was
+    now[0] = 6.0
+    table.expire()
+    assert (table.expired, table.idle, table.count) == (3, 1, 0)
+
+
+async def test_only_connections_that_never_asked_are_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ending an idle kept-alive connection is what every HTTP server does (and the
+    control plane's drain left one per zone at every failback): no warning. A connection
+    that never sent a request is still one."""
+
+    async def ok(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            return await asgi_lifespan(receive, send)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", b"2")]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    port = free_port("127.0.0.1")
+    limits = ServerLimits(handshake_timeout=0.3)
+    caplog.set_level(logging.WARNING, logger="rideout.serve")
+    async with serving(ok, "127.0.0.1", port, limits=limits) as server:
+        table = server.config.guard.table  # type: ignore[attr-defined]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        async with asyncio.timeout(5):
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+            assert await reader.read(-1) == b"ok"  # then closed at the deadline, idle
+        writer.close()
+        assert (table.idle, table.expired) == (1, 0)
+        assert "sent no request" not in caplog.text
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        async with asyncio.timeout(5):
+            assert await reader.read(-1) == b""  # silent: closed at the deadline
+        writer.close()
+        await until(lambda: "sent no request" in caplog.text, 5, message="the warning")
+    assert (table.idle, table.expired) == (1, 1)
+    assert "closed 1 connections that sent no request in 0.3 s" in caplog.text
 
 
 def test_at_the_cap_the_longest_waiting_makes_room_and_without_any_the_new_is_refused() -> None:

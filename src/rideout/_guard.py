@@ -117,18 +117,25 @@ class ConnectionTable:
 
     Pure bookkeeping, clock injected: the protocols report what happens
     (:meth:`opened`, :meth:`wait`, :meth:`done`, :meth:`closed`), a timer calls
-    :meth:`expire`.
+    :meth:`expire`. Of the connections closed at their deadline, :attr:`expired` counts
+    those that never sent a request or never had their upgrade accepted (a dead peer, a
+    slow loris, a stuck app), :attr:`idle` those kept alive after a response that sent no
+    next one (ordinary: every HTTP server ends idle connections).
     """
 
-    __slots__ = ("_clock", "_waiting", "count", "evicted", "expired", "limit", "refused", "timeout")
+    __slots__ = (
+        "_clock", "_idle", "_waiting", "count", "evicted", "expired", "idle", "limit", "refused",
+        "timeout",
+    )  # fmt: skip
 
     def __init__(self, limit: int, timeout: float, clock: Callable[[], float] = time.monotonic):
         self.limit = _validate.count("limit", limit, low=1)
         self.timeout = _validate.seconds("timeout", timeout)
         self._clock = clock
         self._waiting: OrderedDict[Waiting, float] = OrderedDict()
+        self._idle: set[Waiting] = set()  # the waiting ones kept alive after a response
         self.count = 0
-        self.evicted = self.expired = self.refused = 0
+        self.evicted = self.expired = self.idle = self.refused = 0
 
     def opened(self) -> bool:
         """Count a new connection. At the cap the longest-waiting one is closed to make
@@ -138,25 +145,38 @@ class ConnectionTable:
                 self.refused += 1
                 return False
             oldest, _ = self._waiting.popitem(last=False)
+            self._idle.discard(oldest)
             self.evicted += 1
             oldest.give_up()
         self.count += 1
         return True
 
-    def wait(self, connection: Waiting) -> float:
-        """`connection` waits from now; returns its deadline."""
+    def wait(self, connection: Waiting, *, idle: bool = False) -> float:
+        """`connection` waits from now (`idle`: kept alive after a response, for its next
+        request); returns its deadline."""
         self._waiting.pop(connection, None)
+        if idle:
+            self._idle.add(connection)
+        else:
+            self._idle.discard(connection)
         deadline = self._waiting[connection] = self._clock() + self.timeout
         return deadline
+
+    def requesting(self, connection: Waiting) -> None:
+        """A kept-alive `connection` began its next request: no longer idle (its deadline
+        stays; one that passes now is a request head that never came in)."""
+        self._idle.discard(connection)
 
     def done(self, connection: Waiting) -> None:
         """`connection` stopped waiting (its request is in, its upgrade accepted)."""
         self._waiting.pop(connection, None)
+        self._idle.discard(connection)
 
     def closed(self, connection: Waiting) -> None:
         """A counted connection is gone."""
         self.count -= 1
         self._waiting.pop(connection, None)
+        self._idle.discard(connection)
 
     def expire(self) -> float | None:
         """Close every connection past its deadline; the next deadline, if any."""
@@ -167,7 +187,11 @@ class ConnectionTable:
             if deadline > now:
                 return deadline
             del waiting[connection]
-            self.expired += 1
+            if connection in self._idle:
+                self._idle.discard(connection)
+                self.idle += 1
+            else:
+                self.expired += 1
             connection.give_up()
         return None
 
@@ -191,8 +215,10 @@ class Guard:
         self._reported = (0, 0, 0)
         self._reported_at = 0.0
 
-    def wait(self, connection: Waiting, loop: asyncio.AbstractEventLoop) -> None:
-        deadline = self.table.wait(connection)
+    def wait(
+        self, connection: Waiting, loop: asyncio.AbstractEventLoop, *, idle: bool = False
+    ) -> None:
+        deadline = self.table.wait(connection, idle=idle)
         if self._timer is None:
             self._arm(loop, deadline)
 
@@ -320,6 +346,7 @@ class GuardedHttpProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
+        self._guard.table.requesting(self)
         self._line = self._head = 0
 
     def on_url(self, url: bytes) -> None:
@@ -352,7 +379,9 @@ class GuardedHttpProtocol(HttpToolsProtocol):
     def on_response_complete(self) -> None:
         super().on_response_complete()
         if not self.transport.is_closing() and self._counted:
-            self._guard.wait(self, self.loop)  # kept alive: the next request has a deadline
+            # Kept alive: the next request has a deadline (an idle connection ended at it
+            # is no warning: rideout's own clients drop theirs sooner, rideout._http).
+            self._guard.wait(self, self.loop, idle=True)
 
     def handle_websocket_upgrade(self) -> None:
         # The WebSocket protocol takes the transport, and the count with it.
