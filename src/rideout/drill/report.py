@@ -152,8 +152,9 @@ def render_markdown(report: dict[str, Any]) -> str:
         "",
         "",
         "Restored: fault → the client's state restored from the new region. Write RTO: "
-        "fault → the client's first bid the new region took (acknowledged; it includes "
-        "the client's own pacing, a bid every ~bid interval).",
+        "fault → the client's first bid the new region took (a client bids as soon as "
+        "it is restored and again each time it is outbid: this includes the races it "
+        "lost in its room, not its own pacing).",
         "",
         "| " + " | ".join(HEADERS) + " |",
         "|" + "---|" * len(HEADERS),
