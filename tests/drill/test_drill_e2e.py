@@ -75,6 +75,9 @@ def test_write_rto_is_reported_and_gated_where_writes_resume(tmp_path: Path) -> 
     names = {o["name"]: o for o in report["objectives"]}
     assert names["full-jitter failover: p99 write RTO (first accepted bid)"]["ok"]
     assert "write RTO p50" in output
+    for view in (run["machine"], run["failover"]["machine"]):  # Linux: /proc/stat
+        assert 0 < view["busy"] <= 1
+        assert view["cores"] == os.cpu_count()
 
 
 @pytest.mark.timeout(240)  # the drill's own bound (180 s; two phases, each waiting for

@@ -86,3 +86,16 @@ def test_the_summary_shows_write_rto_beside_restored_state() -> None:
     # A report from before write RTO was measured still renders.
     del report["passes"][0]["failover"]["write"]
     assert "| - | - | - | 0/0 (0.0%) |" in render_markdown(report)
+
+
+def test_markdown_says_how_busy_the_machine_was_when_the_report_knows() -> None:
+    report = sample_report()
+    assert "the machine's" not in render_markdown(report)  # older reports: no line
+    first = report["passes"][0]
+    first["machine"] = {"busy": 0.91, "cores": 2}
+    first["failover"]["machine"] = {"busy": 0.974, "cores": 2}
+    text = render_markdown(report)
+    assert (
+        "- the machine's 2 cores (the deployment and the clients share them): 91% busy in "
+        "the warm-up before the fault, 97% busy in the failover\n" in text
+    )

@@ -17,6 +17,7 @@ from rideout.drill.analysis import HERDS
 __all__ = [
     "default_report_dir",
     "fmt_seconds",
+    "machine_line",
     "move_lines",
     "objective_lines",
     "render_markdown",
@@ -115,6 +116,25 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def machine_line(p: dict[str, Any]) -> str | None:
+    """How busy the machine's cores were in the pass (:mod:`rideout.drill.machine`), as
+    one line; None for a report without the figures (older, or not Linux)."""
+    spans = [
+        (label, view)
+        for label, view in (
+            ("in the warm-up before the fault", p.get("machine")),
+            ("in the failover", (p.get("failover") or {}).get("machine")),
+            ("in the failback", (p.get("failback") or {}).get("machine")),
+        )
+        if view
+    ]
+    if not spans:
+        return None
+    cores = spans[0][1]["cores"]
+    said = ", ".join(f"{view['busy']:.0%} busy {label}" for label, view in spans)
+    return f"- the machine's {cores} cores (the deployment and the clients share them): {said}"
+
+
 HEADERS = (
     "pass",
     "phase",
@@ -197,6 +217,9 @@ def render_markdown(report: dict[str, Any]) -> str:
                 )
                 + (_drained(d) if phase == "failback" else "")
             )
+        busy = machine_line(p)
+        if busy:
+            lines.append(busy)
         moves = p.get("writer_moves")
         if moves and moves.get("failovers") is not None:
             lines.append(

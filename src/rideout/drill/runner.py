@@ -44,6 +44,7 @@ from rideout.drill.analysis import (
     write_stats,
 )
 from rideout.drill.clients import ClientFleet, GroupSpec
+from rideout.drill.machine import read_cpu_times, usage
 from rideout.drill.records import (
     AckRecord,
     DrillRecord,
@@ -469,16 +470,18 @@ class _Pass:
             if ready >= fleet.clients:
                 break
             await asyncio.sleep(0.2)
-        result = {"ready_clients": ready, "ready_after": time.time() - started}
+        result: dict[str, Any] = {"ready_clients": ready, "ready_after": time.time() - started}
         fleet.bidding.set()
         self.say(f"bidding ({self.options.warmup:g} s warm-up)")
+        cpu = read_cpu_times()
         await asyncio.sleep(self.options.warmup)
+        result["machine"] = usage(cpu, read_cpu_times())  # the steady state before the fault
         return result
 
     async def _fail_over(self) -> dict[str, Any]:
         primary, secondary, fault = self.primary, self.secondary, self.options.fault
         self.say(f"{fault} {primary}")
-        fault_at = time.time()
+        fault_at, cpu = time.time(), read_cpu_times()
         message = await asyncio.to_thread(send_command, self.config.run_dir, fault, primary)
         await self.plane.until(
             _serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
@@ -486,12 +489,14 @@ class _Pass:
         await self._wait_recovered(fault_at, secondary)
         await self._wait_written(fault_at, secondary)
         await asyncio.sleep(self.options.settle)
-        return {"fault_message": message, "failover": self._phase(fault_at, primary, secondary)}
+        phase = self._phase(fault_at, primary, secondary)
+        phase["machine"] = usage(cpu, read_cpu_times())
+        return {"fault_message": message, "failover": phase}
 
     async def _fail_back(self) -> dict[str, Any]:
         primary, secondary = self.primary, self.secondary
         self.say(f"restore {primary}")
-        back_at = time.time()
+        back_at, cpu = time.time(), read_cpu_times()
         await asyncio.to_thread(send_command, self.config.run_dir, "restore", primary)
         await self.plane.until(
             _serves_from(primary), self.failover_timeout * 3, f"failback to {primary}"
@@ -512,6 +517,7 @@ class _Pass:
         await asyncio.sleep(self.options.settle)
         phase = self._phase(back_at, secondary, primary, failback=True)
         phase["drained_by_drill"] = drained_by_drill
+        phase["machine"] = usage(cpu, read_cpu_times())
         return phase
 
     async def _wait_recovered(self, since: float, region: str) -> bool:
