@@ -1,5 +1,6 @@
 """HTTP clients of rideout's own servers (the control plane, the zones' admin and
-health routes, the waiting room's private API).
+health routes, the waiting room's private API, and the control plane's DoH endpoint,
+which the client library's ``DohResolver`` is pointed at in a rideout deployment).
 
 Every rideout server closes a kept-alive connection that stays idle past its deadline
 (:attr:`rideout._guard.ServerLimits.handshake_timeout`; uvicorn's own keep-alive

@@ -31,6 +31,7 @@ from typing import Any, Protocol, cast
 
 import httpx
 
+from rideout import _http
 from rideout._validate import count, seconds
 from rideout.client import _dnswire
 from rideout.client.errors import ClientError
@@ -367,7 +368,7 @@ class DohResolver:
         self._client = (
             client
             if client is not None
-            else httpx.AsyncClient(transport=transport, timeout=self.timeout, trust_env=False)
+            else _http.async_client(transport=transport, timeout=self.timeout)
         )
 
     def __repr__(self) -> str:
