@@ -17,6 +17,7 @@ from rideout.drill.analysis import (
     compare_herds,
     first_time,
     herd_stats,
+    outbid_before_write,
     parse_stream_entry,
     peak_in_window,
     percentile,
@@ -26,11 +27,13 @@ from rideout.drill.analysis import (
     timeline_series,
 )
 from rideout.drill.records import (
+    OUTBID,
     AckRecord,
     AttemptRecord,
     ConnectedRecord,
     DisconnectedRecord,
     DrillRecord,
+    RejectedRecord,
     RestoredRecord,
 )
 
@@ -223,6 +226,27 @@ def test_a_failover_phase_from_the_clients_records() -> None:
     back = phase_summary(TIMELINE, [], range(3), 20.0, 35.0, "west", "east", 30.0, failback=True)
     assert back["time_to_detect"] == 10.0  # the restored region's alarm cleared
     assert back["recovered"] == 0
+
+
+def test_the_times_a_client_was_outbid_before_its_first_write_there() -> None:
+    records: list[DrillRecord] = [
+        RejectedRecord(0, 9.0, OUTBID, "west"),  # before the fault
+        RejectedRecord(0, 10.5, OUTBID, "east"),  # refused by another region
+        RejectedRecord(0, 11.0, OUTBID, "west"),
+        RejectedRecord(0, 11.2, "unavailable", "west"),  # not outbid
+        RejectedRecord(0, 11.4, OUTBID, "west"),
+        ack("r", "a", 3, "3-0")._replace(client=0, t=11.5, region="west"),  # first in west
+        RejectedRecord(0, 12.0, OUTBID, "west"),  # after its write: not counted
+        ack("r", "b", 4, "4-0")._replace(client=1, t=11.8, region="west"),  # never outbid
+        RejectedRecord(2, 11.0, OUTBID, "west"),  # never wrote: not counted
+        RejectedRecord(3, 11.0, OUTBID, "west"),  # not in the population
+        ack("r", "c", 5, "5-0")._replace(client=3, t=12.0, region="west"),
+    ]
+    assert outbid_before_write(records, range(3), 10.0, "west", 30.0) == [0, 2]
+    assert outbid_before_write(records, range(3), 10.0, "west", 1.0) == []  # past the window
+    phase = phase_summary(TIMELINE, records, range(3), 10.0, 14.0, "east", "west", 30.0)
+    outbid = phase["write"]["outbid_before_write"]
+    assert (outbid["count"], outbid["p50"], outbid["max"]) == (2, 1.0, 2.0)
 
 
 def test_the_timeline_series_follows_each_client() -> None:

@@ -100,6 +100,7 @@ def test_the_events_that_matter_become_records(make_config: Any) -> None:
         "lot", "d1-5", 10, "1700000000000-0", west.name,
     )  # fmt: skip
     assert rejected.reason == "too_low"
+    assert rejected.region == "?"  # the ack named no region (a reply from no server)
     assert nowhere.region == "?"
     assert recorder.take_due(0.0) >= out[-1].t + 0.5  # when the next attempt's backoff ends
     assert recorder.take_due(7.0) == 7.0  # taken: the next attempt, if no backoff, is due now

@@ -99,3 +99,16 @@ def test_markdown_says_how_busy_the_machine_was_when_the_report_knows() -> None:
         "- the machine's 2 cores (the deployment and the clients share them): 91% busy in "
         "the warm-up before the fault, 97% busy in the failover\n" in text
     )
+
+
+def test_markdown_says_how_often_clients_were_outbid_before_their_first_write() -> None:
+    report = sample_report()
+    assert "outbid" not in render_markdown(report).split("## full-jitter")[1]  # older reports
+    report["passes"][0]["failover"]["write"]["outbid_before_write"] = {
+        "count": 10, "p50": 2.0, "p90": 6.0, "p99": 12.66, "max": 13.0,
+    }  # fmt: skip
+    text = render_markdown(report)
+    assert (
+        "; before its first accepted bid there a client was outbid 2 times at the median, "
+        "12.7 at p99, 13 at most" in text
+    )

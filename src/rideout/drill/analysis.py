@@ -17,11 +17,13 @@ from operator import attrgetter
 from typing import Any
 
 from rideout.drill.records import (
+    OUTBID,
     AckRecord,
     AttemptRecord,
     ConnectedRecord,
     DisconnectedRecord,
     DrillRecord,
+    RejectedRecord,
     RestoredRecord,
     of_kind,
 )
@@ -38,6 +40,7 @@ __all__ = [
     "compare_herds",
     "first_time",
     "herd_stats",
+    "outbid_before_write",
     "parse_stream_entry",
     "peak_in_window",
     "percentile",
@@ -226,6 +229,32 @@ def write_stats(
     return recovery_stats(acks, clients, since, region, timeout)
 
 
+def outbid_before_write(
+    records: Iterable[DrillRecord],
+    clients: Iterable[int],
+    since: float,
+    region: str,
+    timeout: float,
+) -> list[int]:
+    """For each client with an accepted bid from ``region`` after ``since`` (within
+    ``timeout`` s, as :func:`write_stats`), how many of its bids ``region`` refused as
+    ``too_low`` before that first accepted one: the room races in its write RTO."""
+    population = set(clients)
+    records = list(records)
+    first: dict[int, float] = {}
+    for a in of_kind(records, AckRecord):
+        if a.region != region or a.t < since or a.t - since > timeout:
+            continue
+        if a.client in population and (a.client not in first or a.t < first[a.client]):
+            first[a.client] = a.t
+    outbid = dict.fromkeys(first, 0)
+    for r in of_kind(records, RejectedRecord):
+        end = first.get(r.client)
+        if end is not None and r.reason == OUTBID and r.region == region and since <= r.t < end:
+            outbid[r.client] += 1
+    return sorted(outbid.values())
+
+
 # ------------------------------------------------------------------------- bids
 
 
@@ -361,6 +390,7 @@ def phase_summary(
     population = list(clients)
     recovery = recovery_stats(of_kind(records, RestoredRecord), population, since, target, timeout)
     writes = write_stats(records, population, since, target, timeout)
+    outbid = outbid_before_write(records, population, since, target, timeout)
     window = (since, max(end, since + 0.1))
     attempts = [r for r in of_kind(records, AttemptRecord) if r.region == target and r.t >= since]
     accepted = [
@@ -378,7 +408,7 @@ def phase_summary(
         "time_to_writer": None if promoted is None else promoted - since,
         "time_to_dns": None if moved is None else moved - since,
         **recovery.as_dict(),
-        "write": writes.as_write_dict(),
+        "write": {**writes.as_write_dict(), "outbid_before_write": summarize(outbid)},
         "scheduled": herd_stats([r.due for r in attempts], *window).as_dict(),
         "reconnects": herd_stats([r.t for r in attempts], *window).as_dict(),
         "accepted": herd_stats(accepted, *window).as_dict(),

@@ -43,6 +43,7 @@ from rideout.client.ws import (
 )
 from rideout.config import Config
 from rideout.drill.records import (
+    OUTBID,
     AckRecord,
     AttemptRecord,
     ConnectedRecord,
@@ -65,9 +66,6 @@ __all__ = [
 ]
 
 Sink = Callable[[list[DrillRecord]], None]
-
-RESUME_REBID_REASON = "too_low"
-"""The rejection after which a resuming client bids again (someone bid higher)."""
 
 
 class _Flag(Protocol):
@@ -144,7 +142,7 @@ class _Resume:
         elif isinstance(event, Acked):
             if event.accepted:
                 self._resuming, self._outbid_at = False, None
-            elif self._resuming and event.reason == RESUME_REBID_REASON:
+            elif self._resuming and event.reason == OUTBID:
                 self._outbid_at = event.amount
             # The ack names the room's state it was decided against: for an outbid
             # bid, the price that beat it, which its update may not have shown yet.
@@ -198,7 +196,7 @@ class _ClientRecorder:
                 ack = AckRecord(cid, now, event.room, self._bidder, event.amount, offset, region)
                 self._out.append(ack)
             else:
-                self._out.append(RejectedRecord(cid, now, event.reason or "?"))
+                self._out.append(RejectedRecord(cid, now, event.reason or "?", event.region or "?"))
         elif isinstance(event, StateRestored):
             self._out.append(RestoredRecord(cid, now, event.region))
         elif isinstance(event, Connected):

@@ -8,9 +8,10 @@ worker processes ship them to the drill in batches (see :class:`~rideout.drill.c
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import NamedTuple, TypeAlias, TypeVar
+from typing import Final, NamedTuple, TypeAlias, TypeVar
 
 __all__ = [
+    "OUTBID",
     "AckRecord",
     "AttemptRecord",
     "ConnectedRecord",
@@ -73,12 +74,18 @@ class AckRecord(NamedTuple):
     region: str
 
 
+OUTBID: Final = "too_low"
+"""The reason a bid is refused when someone in its room bid higher first."""
+
+
 class RejectedRecord(NamedTuple):
     """A bid that ended unaccepted: ``too_low``, ``unavailable``..."""
 
     client: int
     t: float
     reason: str
+    region: str = "?"
+    """The region whose server answered, when the client knew it."""
 
 
 class GaveUpRecord(NamedTuple):

@@ -116,6 +116,19 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _outbid(phase: dict[str, Any]) -> str:
+    """How often the clients were outbid before their first accepted bid there (the room
+    races in write RTO); nothing for a report without the figure."""
+    counts = phase.get("write", {}).get("outbid_before_write")
+    if not counts or not counts.get("count"):
+        return ""
+    p50, p99, most = (f"{round(counts[k], 1):g}" for k in ("p50", "p99", "max"))
+    return (
+        f"; before its first accepted bid there a client was outbid {p50} times at the "
+        f"median, {p99} at p99, {most} at most"
+    )
+
+
 def machine_line(p: dict[str, Any]) -> str | None:
     """How busy the machine's cores were in the pass (:mod:`rideout.drill.machine`), as
     one line; None for a report without the figures (older, or not Linux)."""
@@ -216,6 +229,7 @@ def render_markdown(report: dict[str, Any]) -> str:
                     else ""
                 )
                 + (_drained(d) if phase == "failback" else "")
+                + _outbid(d)
             )
         busy = machine_line(p)
         if busy:
