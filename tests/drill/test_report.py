@@ -109,6 +109,6 @@ def test_markdown_says_how_often_clients_were_outbid_before_their_first_write() 
     }  # fmt: skip
     text = render_markdown(report)
     assert (
-        "; before its first accepted bid there a client was outbid 2 times at the median, "
-        "12.7 at p99, 13 at most" in text
+        "; times a client was outbid there before its first accepted bid: median 2, "
+        "p99 12.7, most 13" in text
     )

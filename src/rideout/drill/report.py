@@ -124,8 +124,8 @@ def _outbid(phase: dict[str, Any]) -> str:
         return ""
     p50, p99, most = (f"{round(counts[k], 1):g}" for k in ("p50", "p99", "max"))
     return (
-        f"; before its first accepted bid there a client was outbid {p50} times at the "
-        f"median, {p99} at p99, {most} at most"
+        "; times a client was outbid there before its first accepted bid: "
+        f"median {p50}, p99 {p99}, most {most}"
     )
 
 
