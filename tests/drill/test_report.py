@@ -104,9 +104,12 @@ def test_markdown_says_how_busy_the_machine_was_when_the_report_knows() -> None:
 def test_markdown_says_how_often_clients_were_outbid_before_their_first_write() -> None:
     report = sample_report()
     assert "outbid" not in render_markdown(report).split("## full-jitter")[1]  # older reports
+    assert summary_rows(report)[0][13:15] == ("-", "-")  # outbid p99, cores busy
     report["passes"][0]["failover"]["write"]["outbid_before_write"] = {
         "count": 10, "p50": 2.0, "p90": 6.0, "p99": 12.66, "max": 13.0,
     }  # fmt: skip
+    report["passes"][0]["failover"]["machine"] = {"busy": 0.974, "cores": 2}
+    assert summary_rows(report)[0][13:15] == ("12.7", "97%")
     text = render_markdown(report)
     assert (
         "; times a client was outbid there before its first accepted bid: median 2, "

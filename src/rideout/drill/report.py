@@ -107,6 +107,8 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
                     fmt_seconds(wrto["p90"]),
                     fmt_seconds(wrto["p99"]),
                     f"{write['written']}/{write['clients']} ({100 * write['written_share']:.1f}%)",
+                    _count(write.get("outbid_before_write"), "p99"),
+                    _share((d.get("machine") or {}).get("busy")),
                     str(peak(herd)),
                     str(bids["acked"]) if phase == "failover" else "″",
                     str(bids["lost"]) if phase == "failover" else "″",
@@ -116,13 +118,23 @@ def summary_rows(report: dict[str, Any]) -> list[tuple[str, ...]]:
     return rows
 
 
+def _count(summary: dict[str, Any] | None, key: str) -> str:
+    """A count's percentile from :func:`~rideout.drill.analysis.summarize`, or "-"."""
+    value = (summary or {}).get(key)
+    return "-" if value is None else f"{round(value, 1):g}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
 def _outbid(phase: dict[str, Any]) -> str:
     """How often the clients were outbid before their first accepted bid there (the room
     races in write RTO); nothing for a report without the figure."""
     counts = phase.get("write", {}).get("outbid_before_write")
     if not counts or not counts.get("count"):
         return ""
-    p50, p99, most = (f"{round(counts[k], 1):g}" for k in ("p50", "p99", "max"))
+    p50, p99, most = (_count(counts, k) for k in ("p50", "p99", "max"))
     return (
         "; times a client was outbid there before its first accepted bid: "
         f"median {p50}, p99 {p99}, most {most}"
@@ -162,6 +174,8 @@ HEADERS = (
     "p90",
     "p99",
     "wrote",
+    "outbid before writing p99",
+    "cores busy",
     "peak reconnects within 100 ms",
     "acked bids",
     "lost",
