@@ -11,12 +11,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rideout.drill.analysis import (
+    HoldSpan,
     StreamEntry,
     account_bids,
     bucket_counts,
     compare_herds,
     first_time,
     herd_stats,
+    hold_spans,
     outbid_before_write,
     parse_stream_entry,
     peak_in_window,
@@ -247,6 +249,23 @@ def test_the_times_a_client_was_outbid_before_its_first_write_there() -> None:
     phase = phase_summary(TIMELINE, records, range(3), 10.0, 14.0, "east", "west", 30.0)
     outbid = phase["write"]["outbid_before_write"]
     assert (outbid["count"], outbid["p50"], outbid["max"]) == (2, 1.0, 2.0)
+
+
+def test_the_holds_the_polls_saw() -> None:
+    rows = [
+        {"t": 1.0, "writer": "east"},  # older rows have no "held"
+        {"t": 2.0, "writer": "west", "held": "move-grace"},
+        {"t": 2.2, "writer": "west", "held": "move-grace"},
+        {"t": 2.4, "writer": "west", "held": "recovering"},  # one rule gives way to another
+        {"t": 2.6, "writer": "west", "held": None},
+        {"t": 3.0, "writer": "west", "held": "damping"},  # still held at the last poll
+    ]
+    assert hold_spans(rows) == [
+        HoldSpan(2.0, 2.4, "west", "move-grace"),
+        HoldSpan(2.4, 2.6, "west", "recovering"),
+        HoldSpan(3.0, None, "west", "damping"),
+    ]
+    assert hold_spans([]) == hold_spans(rows[:1]) == []
 
 
 def test_the_timeline_series_follows_each_client() -> None:

@@ -5,7 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from rideout.drill.report import default_report_dir, render_markdown, summary_rows, write_report
+from rideout.drill.report import (
+    default_report_dir,
+    move_lines,
+    render_markdown,
+    summary_rows,
+    write_report,
+)
 from tests.drill.conftest import sample_report
 
 
@@ -115,3 +121,20 @@ def test_markdown_says_how_often_clients_were_outbid_before_their_first_write() 
         "; times a client was outbid there before its first accepted bid: median 2, "
         "p99 12.7, most 13" in text
     )
+
+
+def test_the_moves_list_the_holds_the_drill_saw() -> None:
+    report = sample_report()
+    first = report["passes"][0]
+    first["failover"]["at"] = 100.0
+    first["timeline"] = [
+        {"t": 101.0, "writer": "west", "held": "move-grace"},
+        {"t": 104.5, "writer": "west", "held": None},
+        {"t": 110.0, "writer": "west", "held": "damping"},
+    ]
+    assert move_lines(first) == [
+        "   +1.00 s  holding the writer in west (move-grace) until +4.50 s",
+        "  +10.00 s  holding the writer in west (damping) until the end",
+    ]
+    first["timeline"] = [{"t": 101.0, "writer": "west"}]  # a report from before holds
+    assert move_lines(first) == []

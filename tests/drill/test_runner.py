@@ -3,6 +3,8 @@ the refusal of a running one)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ from rideout.drill.runner import (
     DrillOptions,
     _objectives,
     _plan,
+    _Plane,
     _restored,
     _serves_from,
     _timeouts,
@@ -220,3 +223,31 @@ def test_writes_are_refused_only_in_sync_reject_with_no_replica_following(
     degrade = make_config(failover={"replication": "sync", "replica_down": "degrade"})
     assert not writes_refused(degrade, summary())
     assert not writes_refused(make_config(failover={"replication": "async"}), summary())
+
+
+async def test_the_timeline_is_polled_while_the_drill_waits_on_something_else(
+    make_config: Any,
+) -> None:
+    """keep_polling fills the gaps between the waits' own polls, and adds none while
+    they poll often enough."""
+    plane = _Plane(make_config())
+    polls: list[float] = []
+
+    async def poll() -> None:
+        plane.polled_at = time.monotonic()
+        polls.append(plane.polled_at)
+
+    plane.poll = poll  # type: ignore[method-assign]
+    task = asyncio.create_task(plane.keep_polling(interval=0.1))
+    try:
+        await asyncio.sleep(1.0)  # the drill blocked on a command
+        alone = len(polls)
+        for _ in range(10):  # a wait polling every 50 ms: nothing to add
+            await plane.poll()
+            await asyncio.sleep(0.05)
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await plane.aclose()
+    assert 5 <= alone <= 12, polls
+    assert len(polls) - alone <= 10 + 1

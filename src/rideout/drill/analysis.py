@@ -33,6 +33,7 @@ __all__ = [
     "HERDS",
     "BidAccounting",
     "HerdStats",
+    "HoldSpan",
     "RecoveryStats",
     "StreamEntry",
     "account_bids",
@@ -40,6 +41,7 @@ __all__ = [
     "compare_herds",
     "first_time",
     "herd_stats",
+    "hold_spans",
     "outbid_before_write",
     "parse_stream_entry",
     "peak_in_window",
@@ -253,6 +255,34 @@ def outbid_before_write(
         if end is not None and r.reason == OUTBID and r.region == region and since <= r.t < end:
             outbid[r.client] += 1
     return sorted(outbid.values())
+
+
+@dataclass(frozen=True, slots=True)
+class HoldSpan:
+    """A stretch of the timeline in which the control plane held the writer where the
+    health checks alone would have moved it (``Decision.held``), as the drill's polls
+    saw it: from the first poll that showed the rule to the first that did not."""
+
+    start: float
+    end: float | None  # None: still held at the last poll
+    writer: str | None
+    rule: str
+
+
+def hold_spans(timeline: Sequence[Row]) -> list[HoldSpan]:
+    """The holds in a drill's timeline (rows with ``held``; older rows have none)."""
+    spans: list[HoldSpan] = []
+    current: tuple[float, str | None, str] | None = None
+    for row in timeline:
+        held = row.get("held")
+        if current is not None and held != current[2]:
+            spans.append(HoldSpan(current[0], row["t"], current[1], current[2]))
+            current = None
+        if held and current is None:
+            current = (row["t"], row.get("writer"), str(held))
+    if current is not None:
+        spans.append(HoldSpan(current[0], None, current[1], current[2]))
+    return spans
 
 
 # ------------------------------------------------------------------------- bids

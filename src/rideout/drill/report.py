@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rideout.drill.analysis import HERDS
+from rideout.drill.analysis import HERDS, hold_spans
 
 __all__ = [
     "default_report_dir",
@@ -47,10 +47,9 @@ _MOVES = {"fail-over", "fail-back", "promote-in-region", "demote", "error", "wai
 
 def move_lines(p: dict[str, Any]) -> list[str]:
     """What the control plane did during pass `p`, in time order: its writer moves (and
-    their reasons) and its alarms' changes, each at seconds since the fault."""
+    their reasons), its alarms' changes and the holds that kept the writer where the
+    health checks alone would have moved it, each at seconds since the fault."""
     history = p.get("control_plane") or {}
-    failover = p.get("failover") or {}
-    zero = failover.get("at")
     found: list[tuple[float, str]] = []
     for e in history.get("events", []):
         if e.get("kind") in _MOVES:
@@ -60,9 +59,18 @@ def move_lines(p: dict[str, Any]) -> list[str]:
             found.append(
                 (c["timestamp"], f"alarm {region} {c['old']} -> {c['new']}: {c.get('reason', '')}")
             )
-    if not found:
+    spans = hold_spans(p.get("timeline") or [])
+    if not found and not spans:
         return []
-    origin: float = zero if zero is not None else min(t for t, _ in found)
+    zero = (p.get("failover") or {}).get("at")
+    origin: float = (
+        zero if zero is not None else min([t for t, _ in found] + [s.start for s in spans])
+    )
+    for span in spans:
+        until = "the end" if span.end is None else f"{span.end - origin:+.2f} s"
+        found.append(
+            (span.start, f"holding the writer in {span.writer} ({span.rule}) until {until}")
+        )
     return [f"{t - origin:+8.2f} s  {text}" for t, text in sorted(found)]
 
 

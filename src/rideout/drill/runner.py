@@ -57,7 +57,7 @@ from rideout.drill.records import (
 from rideout.errors import RideoutError
 from rideout.realtime.zone import ZoneMode
 from rideout.store.acl import RedisRole, credentials_for
-from rideout.store.client import state_client
+from rideout.store.client import cancel_and_wait, state_client
 from rideout.store.keys import room_stream
 
 if TYPE_CHECKING:
@@ -180,6 +180,10 @@ def report_head(drill: str, options: DataclassInstance) -> dict[str, Any]:
 # ------------------------------------------------------------------ control plane
 
 
+POLL_INTERVAL = 0.2
+"""Seconds between the drill's polls of the control plane's summary (its timeline)."""
+
+
 class _Plane:
     """Polls the control plane's ``/v1/summary`` and keeps the timeline."""
 
@@ -188,10 +192,12 @@ class _Plane:
         self.http = _http.async_client(timeout=2.0)
         self.timeline: list[dict[str, Any]] = []
         self.last: dict[str, Any] | None = None
+        self.polled_at = 0.0  # monotonic: the latest poll's start
         self.primary = config.primary.name
         self.secondary = config.secondary.name
 
     async def poll(self) -> dict[str, Any] | None:
+        self.polled_at = time.monotonic()
         try:
             response = await self.http.get(self.url)
             body: dict[str, Any] = response.json()
@@ -202,13 +208,14 @@ class _Plane:
         failover = body.get("failover", {})
         self.timeline.append(
             {
-                "t": time.time(),
+                "t": time.time(),  # when the answer came
                 "alarms": alarms,
                 "dns": body.get("dns", {}).get("region"),
                 "writer": failover.get("writer"),
                 "epoch": failover.get("epoch"),
                 "failovers": failover.get("failovers"),
                 "failbacks": failover.get("failbacks"),
+                "held": (failover.get("decision") or {}).get("held"),
             }
         )
         return body
@@ -234,6 +241,16 @@ class _Plane:
             return {"failovers": None, "failbacks": None}
         first, last = rows[0], rows[-1]
         return {k: int(last[k]) - int(first[k]) for k in ("failovers", "failbacks")}
+
+    async def keep_polling(self, interval: float = POLL_INTERVAL) -> None:
+        """Poll whenever no one else has for `interval` s (until cancelled): a wait
+        polls as it checks, but the drill also blocks for seconds at a time (a restore
+        command), and a timeline with a gap there would put the end of a hold, or an
+        alarm's change, seconds late."""
+        while True:
+            await asyncio.sleep(max(0.0, self.polled_at + interval - time.monotonic()))
+            if time.monotonic() - self.polled_at >= interval:
+                await self.poll()
 
     async def until(
         self, check: Callable[[dict[str, Any]], bool], timeout: float, what: str
@@ -433,6 +450,7 @@ class _Pass:
     async def run(self) -> dict[str, Any]:
         result = self.plan.header()
         started = time.time()
+        polling = asyncio.create_task(self.plane.keep_polling(), name="drill-timeline")
         try:
             await self._healthy_deployment()
             result.update(await self._start_clients())
@@ -440,6 +458,7 @@ class _Pass:
             result["failback"] = await self._fail_back() if self.options.failback else None
             await self._stop_bidding()
         finally:
+            await cancel_and_wait(polling)
             await self.fleet.stop()
             await self.plane.poll()
             await self.plane.aclose()
