@@ -194,6 +194,20 @@ class RecoveryStats:
         }
 
 
+def _first_in(
+    events: Iterable[tuple[int, float, str]], since: float, region: str, timeout: float
+) -> dict[int, float]:
+    """Each client's first ``(client, time, region)`` event in ``region`` after ``since``
+    and within ``timeout`` seconds of it."""
+    first: dict[int, float] = {}
+    for client, t, where in events:
+        if where != region or t < since or t - since > timeout:
+            continue
+        if client not in first or t < first[client]:
+            first[client] = t
+    return first
+
+
 def recovery_stats(
     restores: Iterable[tuple[int, float, str]],
     clients: Iterable[int],
@@ -203,12 +217,7 @@ def recovery_stats(
 ) -> RecoveryStats:
     """From ``(client, time, region)`` restores: each client's first restore in ``region``
     after ``since`` and within ``timeout`` seconds of it."""
-    first: dict[int, float] = {}
-    for client, t, where in restores:
-        if where != region or t < since or t - since > timeout:
-            continue
-        if client not in first or t < first[client]:
-            first[client] = t
+    first = _first_in(restores, since, region, timeout)
     population = set(clients)
     seconds = sorted(first[c] - since for c in first if c in population)
     return RecoveryStats(len(population), len(seconds), seconds)
@@ -243,12 +252,8 @@ def outbid_before_write(
     ``too_low`` before that first accepted one: the room races in its write RTO."""
     population = set(clients)
     records = list(records)
-    first: dict[int, float] = {}
-    for a in of_kind(records, AckRecord):
-        if a.region != region or a.t < since or a.t - since > timeout:
-            continue
-        if a.client in population and (a.client not in first or a.t < first[a.client]):
-            first[a.client] = a.t
+    acks = ((a.client, a.t, a.region) for a in of_kind(records, AckRecord))
+    first = {c: t for c, t in _first_in(acks, since, region, timeout).items() if c in population}
     outbid = dict.fromkeys(first, 0)
     for r in of_kind(records, RejectedRecord):
         end = first.get(r.client)

@@ -133,6 +133,7 @@ def _count(summary: dict[str, Any] | None, key: str) -> str:
 
 
 def _share(value: float | None) -> str:
+    """A fraction as a whole percentage, or "-"."""
     return "-" if value is None else f"{value:.0%}"
 
 
@@ -164,7 +165,7 @@ def machine_line(p: dict[str, Any]) -> str | None:
     if not spans:
         return None
     cores = spans[0][1]["cores"]
-    said = ", ".join(f"{view['busy']:.0%} busy {label}" for label, view in spans)
+    said = ", ".join(f"{_share(view['busy'])} busy {label}" for label, view in spans)
     return f"- the machine's {cores} cores (the deployment and the clients share them): {said}"
 
 
