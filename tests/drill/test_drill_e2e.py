@@ -116,9 +116,3 @@ def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: 
     assert failback["reconnects"]["peak_in_window"] <= max(10, CLIENTS // 4), failback
     names = {o["name"]: o["ok"] for o in report["objectives"]}
     assert names["full-jitter: the writer moved once each way (no flapping)"]
-    # The timeline has no gap while the restore command runs (1.2-1.7 s here, 4 s at
-    # N = 1,000): before, the drill polled only while it waited, and a hold's end or an
-    # alarm's change came out that much late.
-    at = failback["at"]
-    restoring = [r["t"] - at for r in run["timeline"] if at <= r["t"] < at + 1.0]
-    assert restoring, [round(r["t"] - at, 2) for r in run["timeline"] if -1 < r["t"] - at < 5]
