@@ -288,11 +288,13 @@ json_values = st.recursive(
 # --------------------------------------------------------------------------- real servers
 
 import secrets  # noqa: E402
+import signal  # noqa: E402
 from collections.abc import AsyncIterator  # noqa: E402
 
 import uvicorn  # noqa: E402
 from starlette.types import ASGIApp  # noqa: E402
 
+from rideout._process import ManagedProcess  # noqa: E402
 from rideout._serve import uvicorn_config  # noqa: E402
 from rideout.store.acl import (  # noqa: E402
     RedisCredentials,
@@ -302,7 +304,7 @@ from rideout.store.acl import (  # noqa: E402
     load_credentials,
     prepare_server_auth,
 )
-from rideout.store.embedded import EmbeddedRedis, RedisSpec  # noqa: E402
+from rideout.store.embedded import EmbeddedRedis, RedisSpec, find_redis_server  # noqa: E402
 
 # A superuser only the tests' servers know, for what no rideout user may do (FLUSHALL,
 # SCRIPT FLUSH, CONFIG SET, keys outside rideout's, corrupting data on purpose).
@@ -347,6 +349,34 @@ async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedi
     )  # fmt: skip
     async with primary, replica:
         yield primary, replica
+
+
+async def fill_for_a_slow_load(client: Any, count: int) -> None:
+    """Write `count` small keys (test-only names) for :func:`loading_redis` to load."""
+    for first in range(0, count, 1000):
+        async with client.pipeline(transaction=False) as pipe:
+            for n in range(first, min(count, first + 1000)):
+                pipe.set(f"test:load:{n}", "x")
+            await pipe.execute()
+
+
+@contextlib.asynccontextmanager
+async def loading_redis(spec: RedisSpec, delay_us: int = 500) -> AsyncIterator[None]:
+    """`spec`'s Redis started again from its AOF, each key loaded `delay_us` µs late
+    (Redis's own ``key-load-delay``): as a restarted Redis with a large data set does, it
+    answers INFO while it loads and refuses everything else with ``LOADING``, for about
+    `delay_us` µs times the keys written (:func:`fill_for_a_slow_load`). Stopped on exit."""
+    process = ManagedProcess(
+        spec.name + "-loading",
+        [*spec.argv(find_redis_server()), "--key-load-delay", str(delay_us)],
+        log_file=spec.log_file,
+        death_signal=signal.SIGKILL,
+    )
+    await process.start()
+    try:
+        yield
+    finally:
+        await process.stop()
 
 
 async def asgi_lifespan(receive: Any, send: Any) -> None:

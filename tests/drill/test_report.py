@@ -138,3 +138,21 @@ def test_the_moves_list_the_holds_the_drill_saw() -> None:
     ]
     first["timeline"] = [{"t": 101.0, "writer": "west"}]  # a report from before holds
     assert move_lines(first) == []
+
+
+def test_the_moves_say_how_often_a_step_was_refused_again() -> None:
+    report = sample_report()
+    first = report["passes"][0]
+    first["failover"]["at"] = 100.0
+    first["timeline"] = []
+    first["control_plane"] = {
+        "events": [
+            {"at": 106.0, "kind": "wait", "message": "cannot compare a with b: LOADING",
+             "repeats": 3, "last_at": 107.5},
+            {"at": 108.0, "kind": "demote", "message": "a's Redis was a stale writer"},
+        ]
+    }  # fmt: skip
+    assert move_lines(first) == [
+        "   +6.00 s  wait: cannot compare a with b: LOADING (again 3 times over 1.5 s)",
+        "   +8.00 s  demote: a's Redis was a stale writer",
+    ]

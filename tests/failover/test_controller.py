@@ -4,12 +4,16 @@ from collections.abc import Callable
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import BusyLoadingError
 
 from rideout.config import Config
+from rideout.failover import repeats_note
 from rideout.failover.controller import ControllerState, FailoverController, decide
 from rideout.store import keys
+from rideout.store.client import probe_client
+from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import replication_status
-from tests.conftest import FakeClock, until
+from tests.conftest import TEST_ADMIN, FakeClock, fill_for_a_slow_load, loading_redis, until
 from tests.failover.conftest import Pair
 
 P, S = "us-east-1", "us-west-2"
@@ -43,6 +47,7 @@ def test_state_round_trip() -> None:
     from rideout.failover.controller import FailoverEvent
 
     state.events.append(FailoverEvent(1.0, "fail-over", "m", S, 3))
+    state.events.append(FailoverEvent(2.0, "wait", "loading", S, 3, repeats=4, last_at=3.0))
     assert ControllerState.from_dict(state.to_dict()).to_dict() == state.to_dict()
 
 
@@ -190,8 +195,77 @@ async def test_an_unreachable_target_is_an_error_event_not_a_crash(
         assert controller.writer == P  # nothing moved
         assert controller.status()["events"][-1]["kind"] == "error"
         assert "unreachable" in controller.status()["events"][-1]["message"]
+        # The same step failing the same way next round: the same event, counted, so
+        # that an outage of hours cannot push the moves out of the bounded history.
+        before = len(controller.status()["events"])
+        await controller.tick({P: False, S: True})
+        await controller.tick({P: False, S: True})
+        events = controller.status()["events"]
+        assert len(events) == before
+        assert events[-1]["repeats"] == 2
+        assert events[-1]["last_at"] >= events[-1]["at"]
+        assert repeats_note(events[-1]).startswith(" (again 2 times over ")
+        assert repeats_note({"at": 1.0, "repeats": 0}) == ""
+        assert (
+            repeats_note({"at": 1.0, "repeats": 1, "last_at": 1.5}) == " (again 1 time over 0.5 s)"
+        )
     finally:
         await controller.close()
+
+
+async def test_a_returning_writer_still_loading_its_data_is_waited_for_then_demoted(
+    pair: Pair,
+) -> None:
+    """The old primary's Redis restarts from a large AOF: while it loads it answers INFO
+    as a master and refuses the rest with LOADING. The controller waits (one event,
+    counted), then demotes it and counts what it held, as for any stale writer; before
+    2026-12-06 each round recorded an error ("cannot compare ...: Redis is loading")."""
+    config, p, s, primary = pair.config, pair.p, pair.s, pair.primary
+    controller = FailoverController(config)
+    try:
+        await fill_for_a_slow_load(p, 20_000)
+        await controller.tick({P: True, S: True})
+        await s.replicaof("NO", "ONE")
+        await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})  # never replicated
+        await primary.stop()
+        await controller.tick({P: False, S: True})
+        assert controller.writer == S
+        async with loading_redis(primary.spec, 250):  # ~5 s
+            await until(lambda: _loading(primary), message="the old primary answers, loading")
+            await controller.tick({P: False, S: True})
+            await controller.tick({P: False, S: True})
+            kinds = [e["kind"] for e in controller.status()["events"]]
+            assert kinds == ["start", "fail-over", "wait"], controller.status()["events"]
+            wait = controller.status()["events"][-1]
+            assert "loading" in wait["message"]
+            assert wait["repeats"] >= 1  # the second round's refusal, counted
+
+            async def demoted() -> bool:
+                await controller.tick({P: False, S: True})
+                return controller.status()["events"][-1]["kind"] == "demote"
+
+            await until(demoted, 30, interval=0.2, message="demoted once it had loaded")
+        assert controller.status()["lost_writes"] == 1
+        assert "error" not in [e["kind"] for e in controller.status()["events"]]
+    finally:
+        await controller.close()
+
+
+async def _loading(primary: EmbeddedRedis) -> bool:
+    """Whether `primary`'s Redis answers INFO but refuses a read with LOADING."""
+    client = probe_client(
+        primary.spec.address, primary.spec.port, credentials=TEST_ADMIN, timeout=3.0
+    )
+    try:
+        if not (await replication_status(client)).reachable:
+            return False
+        try:
+            await client.get(keys.EPOCH)
+        except BusyLoadingError:
+            return True
+        raise AssertionError("the old primary loaded before the test could see it loading")
+    finally:
+        await client.aclose()
 
 
 async def _moves_to(controller: FailoverController, healthy: dict[str, bool], writer: str) -> None:

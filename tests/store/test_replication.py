@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
@@ -9,8 +11,29 @@ from rideout.config import Config
 from rideout.store import keys
 from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client
-from rideout.store.replication import ensure_epoch, read_epoch, replication_status
-from tests.conftest import ADMIN, TEST_ADMIN, as_user, free_port, running_redis_pair
+from rideout.store.embedded import EmbeddedRedis
+from rideout.store.replication import (
+    ReplicationError,
+    StillLoading,
+    bump_epoch,
+    count_unreplicated,
+    ensure_epoch,
+    follow,
+    promote,
+    read_epoch,
+    replication_status,
+)
+from tests.conftest import (
+    ADMIN,
+    TEST_ADMIN,
+    as_user,
+    fill_for_a_slow_load,
+    free_port,
+    loading_redis,
+    running_redis_pair,
+    until,
+)
+from tests.store.conftest import writer_spec
 
 
 async def test_roles_links_and_epoch(make_config: Callable[..., Config]) -> None:
@@ -72,3 +95,56 @@ async def test_unreachable_server_is_reported_not_raised() -> None:
         assert await read_epoch(client) is None
     finally:
         await client.aclose()
+
+
+async def test_a_redis_still_loading_its_data_is_reported_as_still_loading(
+    tmp_path: Path,
+) -> None:
+    """A restarted Redis answers INFO before its data is loaded and refuses the rest with
+    LOADING: each role change says StillLoading (a step to take again once it has
+    loaded), which the controller records as a wait, not as an error."""
+    spec = writer_spec(tmp_path)
+    async with EmbeddedRedis(spec):
+        admin = aioredis.Redis(host=spec.address, port=spec.port, **ADMIN)
+        try:
+            await fill_for_a_slow_load(admin, 20_000)
+        finally:
+            await admin.aclose()
+    async with loading_redis(spec, 250):  # 20,000 keys at 0.25 ms: loading for ~5 s
+        # One try, as every client rideout makes (redis-py's default retries LOADING,
+        # a ConnectionError to it, with a backoff of seconds).
+        client = probe_client(spec.address, spec.port, credentials=TEST_ADMIN, timeout=3.0)
+        try:
+            await until(lambda: _reachable(client), message="INFO answered while loading")
+            status = await replication_status(client)
+            assert (status.role, status.link) == ("master", "n/a")
+            # Side by side: each refused command costs its connection (LOADING is a
+            # ConnectionError to redis-py), and a loading Redis answers only between
+            # batches of keys, so one after another they could outlast the load.
+            refusals = await asyncio.gather(
+                promote(client),
+                follow(client, spec.address, free_port(spec.address)),
+                bump_epoch(client, 1),
+                count_unreplicated(client, client),
+                return_exceptions=True,
+            )
+            for step, refusal in zip(STEPS, refusals, strict=True):
+                assert isinstance(refusal, StillLoading), (step, refusal)
+                assert "loading the dataset" in str(refusal), (step, refusal)
+        finally:
+            await client.aclose()
+    # A refusal for any other reason stays a plain ReplicationError.
+    gone = probe_client(spec.address, free_port(spec.address), credentials=TEST_ADMIN, timeout=0.5)
+    try:
+        with pytest.raises(ReplicationError) as refused:
+            await promote(gone)
+        assert not isinstance(refused.value, StillLoading)
+    finally:
+        await gone.aclose()
+
+
+STEPS = ("promote", "follow", "bump_epoch", "count_unreplicated")
+
+
+async def _reachable(client: aioredis.Redis) -> bool:
+    return (await replication_status(client)).reachable

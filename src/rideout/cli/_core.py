@@ -359,6 +359,8 @@ def _print_status(view: dict[str, Any], title: str) -> None:
 
 
 def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
+    from rideout.failover import repeats_note
+
     dns, failover = summary["dns"], summary["failover"]
     alarms = "  ".join(
         f"{region} [{'green' if a['state'] == 'OK' else 'bold red'}]{a['state']}[/]"
@@ -400,7 +402,8 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
                       f"{drain['notes'][-1]['message']}", highlight=False)  # fmt: skip
     for event in failover["events"][-3:]:
         when = time.strftime("%H:%M:%S", time.localtime(event["at"]))
-        console.print(f"  [dim]{when}[/] {event['kind']}: {event['message']}", highlight=False)
+        console.print(f"  [dim]{when}[/] {event['kind']}: {event['message']}{repeats_note(event)}",
+                      highlight=False)  # fmt: skip
 
 
 def _damping_line(damping: dict[str, Any] | None) -> str | None:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from rideout.drill.analysis import HERDS, hold_spans
+from rideout.failover import repeats_note
 
 __all__ = [
     "default_report_dir",
@@ -53,7 +54,7 @@ def move_lines(p: dict[str, Any]) -> list[str]:
     found: list[tuple[float, str]] = []
     for e in history.get("events", []):
         if e.get("kind") in _MOVES:
-            found.append((e["at"], f"{e['kind']}: {e.get('message', '')}"))
+            found.append((e["at"], f"{e['kind']}: {e.get('message', '')}{repeats_note(e)}"))
     for region, changes in (history.get("alarms") or {}).items():
         for c in changes:
             found.append(

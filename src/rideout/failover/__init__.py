@@ -9,6 +9,7 @@ from rideout.failover.controller import (
     FailoverEvent,
     damping_policy,
     decide,
+    repeats_note,
 )
 from rideout.failover.damping import DampingPolicy, DampingState
 
@@ -21,4 +22,5 @@ __all__ = [
     "FailoverEvent",
     "damping_policy",
     "decide",
+    "repeats_note",
 ]

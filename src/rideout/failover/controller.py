@@ -40,7 +40,7 @@ import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
@@ -60,6 +60,7 @@ from rideout.store.client import probe_client
 from rideout.store.replication import (
     ReplicationError,
     ReplicationStatus,
+    StillLoading,
     bump_epoch,
     count_unreplicated,
     follow,
@@ -201,10 +202,12 @@ class FailoverEvent:
     """One step the controller took (or could not take)."""
 
     at: float
-    kind: str  # fail-over, fail-back, promote, demote, epoch, error, start
+    kind: str  # fail-over, fail-back, promote, demote, epoch, error, wait, start
     message: str
     writer: str
     epoch: int
+    repeats: int = 0  # the same step, failing the same way in later rounds
+    last_at: float | None = None  # the latest of those
 
 
 @dataclass
@@ -250,6 +253,15 @@ class ControllerState:
         for e in data.get("events", []):
             state.events.append(FailoverEvent(**e))
         return state
+
+
+def repeats_note(event: Mapping[str, Any]) -> str:
+    """' (again 4 times over 2.0 s)' for an event (as a dict) that repeated, else ''."""
+    repeats = event.get("repeats") or 0
+    if not repeats:
+        return ""
+    over = (event.get("last_at") or event["at"]) - event["at"]
+    return f" (again {repeats} time{'' if repeats == 1 else 's'} over {over:.1f} s)"
 
 
 def _optional_float(value: Any) -> float | None:
@@ -505,10 +517,17 @@ class FailoverController:
 
     def _event(self, kind: str, message: str) -> None:
         assert self.state is not None
-        self.state.events.append(
-            FailoverEvent(self._clock(), kind, message, self.state.writer, self.state.epoch)
-        )
-        (log.warning if kind == "error" else log.info)("%s: %s", kind, message)
+        events, now = self.state.events, self._clock()
+        last = events[-1] if events else None
+        if last is not None and (last.kind, last.message) == (kind, message):
+            # The same step stopped the same way again, round after round (a Redis still
+            # loading, a refusal that lasts): one event that counts, so that a long spell
+            # neither pushes the moves out of the bounded history nor floods the log.
+            events[-1] = replace(last, repeats=last.repeats + 1, last_at=now)
+            log.debug("%s again (%d): %s", kind, last.repeats + 1, message)
+        else:
+            events.append(FailoverEvent(now, kind, message, self.state.writer, self.state.epoch))
+            (log.warning if kind == "error" else log.info)("%s: %s", kind, message)
         if self._on_change is not None:
             self._on_change(self.state)
 
@@ -587,6 +606,9 @@ class FailoverController:
             elif decision.move != "none" and decision.target is not None:
                 await self._move(decision)
             await self._reconcile()
+        except StillLoading as exc:
+            # A restarted Redis answers INFO before it has loaded its data: not a failure.
+            self._event("wait", f"{exc} (a restarted Redis: acting once it has loaded)")
         except ReplicationError as exc:
             self._event("error", str(exc))
         return decision

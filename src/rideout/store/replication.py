@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
-from redis.exceptions import ReadOnlyError, RedisError
+from redis.exceptions import BusyLoadingError, ReadOnlyError, RedisError
 
 from rideout.store import keys
 from rideout.store.errors import StoreError
@@ -20,6 +20,7 @@ from rideout.store.errors import StoreError
 __all__ = [
     "ReplicationError",
     "ReplicationStatus",
+    "StillLoading",
     "bump_epoch",
     "count_unreplicated",
     "ensure_epoch",
@@ -33,6 +34,17 @@ __all__ = [
 
 class ReplicationError(StoreError, RuntimeError):
     """A role change did not happen (server unreachable, refused, or timed out)."""
+
+
+class StillLoading(ReplicationError):
+    """The server answers but is still loading its data set (Redis's ``LOADING``): a
+    restarted Redis, not a failure; the step can be taken once it has loaded."""
+
+
+def _failed(message: str, exc: BaseException) -> ReplicationError:
+    """The error to raise for a step that `exc` stopped."""
+    kind = StillLoading if isinstance(exc, BusyLoadingError) else ReplicationError
+    return kind(f"{message}: {exc}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,7 +157,7 @@ async def promote(client: aioredis.Redis) -> None:
     try:
         await client.replicaof("NO", "ONE")
     except (RedisError, OSError) as exc:
-        raise ReplicationError(f"cannot promote {_name(client)}: {exc}") from exc
+        raise _failed(f"cannot promote {_name(client)}", exc) from exc
 
 
 async def follow(client: aioredis.Redis, host: str, port: int) -> None:
@@ -153,9 +165,7 @@ async def follow(client: aioredis.Redis, host: str, port: int) -> None:
     try:
         await client.replicaof(host, port)
     except (RedisError, OSError) as exc:
-        raise ReplicationError(
-            f"cannot make {_name(client)} a replica of {host}:{port}: {exc}"
-        ) from exc
+        raise _failed(f"cannot make {_name(client)} a replica of {host}:{port}", exc) from exc
 
 
 _RAISE_EPOCH = (
@@ -178,7 +188,7 @@ async def bump_epoch(client: aioredis.Redis, at_least: int) -> int:
     try:
         return int(await client.eval(_RAISE_EPOCH, 1, keys.EPOCH, at_least + 1))
     except (RedisError, OSError) as exc:
-        raise ReplicationError(f"cannot bump the epoch on {_name(client)}: {exc}") from exc
+        raise _failed(f"cannot bump the epoch on {_name(client)}", exc) from exc
 
 
 async def switch_over(
@@ -196,9 +206,7 @@ async def switch_over(
         command = ("FAILOVER", "TO", host, port, "TIMEOUT", int(timeout * 1000))
         await writer.execute_command(*command)  # type: ignore[no-untyped-call]
     except (RedisError, OSError) as exc:
-        raise ReplicationError(
-            f"FAILOVER TO {host}:{port} refused by {_name(writer)}: {exc}"
-        ) from exc
+        raise _failed(f"FAILOVER TO {host}:{port} refused by {_name(writer)}", exc) from exc
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout + 2.0
     while loop.time() < deadline:
@@ -227,9 +235,7 @@ async def count_unreplicated(stale: aioredis.Redis, writer: aioredis.Redis) -> i
             entries: Any = await stale.xrange(key, min=f"({after}", max="+")
             lost += len(entries or [])
     except (RedisError, OSError) as exc:
-        raise ReplicationError(
-            f"cannot compare {_name(stale)} with {_name(writer)}: {exc}"
-        ) from exc
+        raise _failed(f"cannot compare {_name(stale)} with {_name(writer)}", exc) from exc
     return lost
 
 
