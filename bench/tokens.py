@@ -15,7 +15,6 @@ import argparse
 import statistics
 import sys
 import time
-from collections.abc import Callable
 
 import jwt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -24,20 +23,10 @@ from rich.table import Table
 
 from rideout.auth.keys import JWKSet, SigningKey
 from rideout.auth.tokens import TokenIssuer, TokenVerifier
+from rideout.drill.machine import cpu_rate as rate
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 ISSUER, AUDIENCE = "https://auth.rideout.test", "rideout"
-
-
-def rate(work: Callable[[], object], seconds: float) -> float:
-    """Calls per second of `work` over about `seconds` (CPU time of this process)."""
-    done = 0
-    start = time.process_time()
-    while (elapsed := time.process_time() - start) < seconds:
-        for _ in range(100):
-            work()
-        done += 100
-    return done / elapsed
 
 
 def main() -> None:

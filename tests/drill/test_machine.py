@@ -11,7 +11,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rideout.drill.machine import PROC_STAT, CpuTimes, busy_share, read_cpu_times, usage
+from rideout.drill.machine import (
+    PROC_STAT,
+    CpuTimes,
+    busy_share,
+    core_speed,
+    cpu_rate,
+    read_cpu_times,
+    usage,
+)
 
 LINE = "cpu  100 5 20 800 10 1 2 3 0 0\ncpu0 50 2 10 400 5 1 1 2 0 0\nintr 1\n"
 
@@ -75,3 +83,29 @@ def test_a_busy_core_shows_on_this_machine() -> None:
     view = usage(start, read_cpu_times())
     assert view is not None
     assert view["busy"] >= 0.8 / view["cores"]
+
+
+def test_cpu_rate_counts_calls_per_second_of_the_clock_it_is_given() -> None:
+    ticks = [0.0]
+
+    def work() -> None:  # each call costs 1 ms of the (fake) CPU clock
+        ticks[0] += 0.001
+
+    assert cpu_rate(work, 0.5, clock=lambda: ticks[0]) == pytest.approx(1000, rel=0.01)
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="seconds must be positive"):
+            cpu_rate(work, bad, clock=lambda: ticks[0])
+
+
+def test_time_spent_waiting_for_a_core_does_not_count() -> None:
+    """CPU time, not wall time: a call that sleeps costs (almost) nothing, so a busy
+    machine's wait for a core does not read as a slow core."""
+    slept = cpu_rate(lambda: time.sleep(0.0001), 0.02)
+    assert slept > 2 / 0.0001  # twice the calls that fit in wall time, had it counted
+
+
+def test_core_speed_issues_real_tokens() -> None:
+    speed = core_speed(0.05)
+    assert set(speed) == {"token_issues_per_second"}
+    assert isinstance(speed["token_issues_per_second"], int)
+    assert speed["token_issues_per_second"] > 100  # Ed25519 signs thousands a second

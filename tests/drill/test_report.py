@@ -105,6 +105,14 @@ def test_markdown_says_how_busy_the_machine_was_when_the_report_knows() -> None:
         "- the machine's 2 cores (the deployment and the clients share them): 91% busy in "
         "the warm-up before the fault, 97% busy in the failover\n" in text
     )
+    first["core_speed"] = {"token_issues_per_second": 26457}
+    assert (
+        "97% busy in the failover; one core issues 26,457 access tokens per second of CPU "
+        "(bench.tokens' `issue`: compare machines by it, not by how busy they were)\n"
+    ) in render_markdown(report)
+    for p in (first, first["failover"]):
+        del p["machine"]  # off Linux: the speed alone
+    assert "- the machine; one core issues 26,457 access tokens" in render_markdown(report)
 
 
 def test_markdown_says_how_often_clients_were_outbid_before_their_first_write() -> None:

@@ -44,7 +44,7 @@ from rideout.drill.analysis import (
     write_stats,
 )
 from rideout.drill.clients import ClientFleet, GroupSpec
-from rideout.drill.machine import read_cpu_times, usage
+from rideout.drill.machine import core_speed, read_cpu_times, usage
 from rideout.drill.records import (
     AckRecord,
     DrillRecord,
@@ -478,6 +478,9 @@ class _Pass:
 
     async def _start_clients(self) -> dict[str, Any]:
         fleet, n = self.fleet, self.plan.clients
+        # Before any client loads the cores: CPU time, so a busy machine reads the same.
+        speed = core_speed()
+        self.say(f"one core issues {speed['token_issues_per_second']:,} tokens/s")
         self.say(f"starting {n} clients")
         fleet.start()
         started = time.time()
@@ -489,7 +492,9 @@ class _Pass:
             if ready >= fleet.clients:
                 break
             await asyncio.sleep(0.2)
-        result: dict[str, Any] = {"ready_clients": ready, "ready_after": time.time() - started}
+        result: dict[str, Any] = {
+            "ready_clients": ready, "ready_after": time.time() - started, "core_speed": speed,
+        }  # fmt: skip
         fleet.bidding.set()
         self.say(f"bidding ({self.options.warmup:g} s warm-up)")
         cpu = read_cpu_times()
