@@ -29,6 +29,7 @@ E = TypeVar("E")
 
 SPARE = "127.0.1.3"  # a loopback address for a tiny test server, in the primary's /24
 DEAD = "127.0.1.9"  # nothing ever listens here: connections are refused
+HUNG = "127.0.1.4"  # a second address for a tiny test server
 
 
 def fast_settings(**overrides: Any) -> ClientSettings:
@@ -148,6 +149,28 @@ async def silent_server(host: str, port: int) -> AsyncIterator[TinyServer]:
 
     async with serve(handler, host, port, compression=None, ping_interval=None):
         yield seen
+
+
+@contextlib.asynccontextmanager
+async def hung_server(host: str, port: int) -> AsyncIterator[TinyServer]:
+    """Completes TCP handshakes and never answers a byte, as the kernel of a frozen
+    (SIGSTOPped) server does: a client's WebSocket upgrade waits out its open timeout."""
+    seen = TinyServer()
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.connections.append([])
+        with contextlib.suppress(Exception):
+            while await reader.read(4096):
+                pass
+        writer.close()
+
+    server = await asyncio.start_server(handler, host, port)
+    try:
+        yield seen
+    finally:
+        server.close()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(server.wait_closed(), 2)
 
 
 @contextlib.asynccontextmanager

@@ -38,10 +38,12 @@ from rideout.config import Config
 from rideout.protocol import Position
 from tests.client.ws.support import (
     DEAD,
+    HUNG,
     SPARE,
     Sleeps,
     closing_server,
     fast_settings,
+    hung_server,
     of_type,
     running_dns,
     silent_server,
@@ -223,6 +225,37 @@ async def test_an_answer_whose_every_address_refused_is_asked_again_before_its_t
             await client.wait_ready(10)
             assert client.address == "127.0.1.2"
         assert dns.answers.asked >= 2
+
+
+async def test_an_answer_that_expired_while_an_address_hung_is_asked_again(
+    make_config: Callable[..., Config], events: list[Event]
+) -> None:
+    """A frozen region completes TCP handshakes and never answers the upgrade, so each
+    of its addresses costs an open timeout. Once the answer's TTL has run out the client
+    asks again before trying the rest of it: DNS has moved meanwhile, and the region's
+    other hung address is never tried (before 2026-12-06 it was: a frozen region's
+    clients spent an open timeout on each of its zones, ~10 s in a fast-profile drill)."""
+    config = make_config(app_port=free_port(*ZONE_ADDRESSES, SPARE, HUNG))
+    async with (
+        running_deployment(config) as d,
+        running_dns(config) as dns,
+        hung_server(SPARE, config.app_port) as first,
+        hung_server(HUNG, config.app_port) as second,
+    ):
+        dns.answer(SPARE, HUNG)  # TTL: the zone's (1 s), on the client's own clock
+        settings = fast_settings(open_timeout=1.5)
+        client = make_client(
+            config, dns, events, d.token("alice"), rooms=["lot-9"], settings=settings
+        )
+        async with client:
+            await until(lambda: first.connections, message="the first hung address")
+            dns.answers.fixed = ("127.0.1.2",)  # DNS moves; the cache's copy runs out
+            dns.expire()
+            await client.wait_ready(10)
+            assert client.address == "127.0.1.2"
+        assert second.connections == []  # the stale answer's other address: not tried
+        assert of_type(events, ReconnectScheduled) == []  # all within the first attempt
+        assert dns.answers.asked == 2
 
 
 async def test_two_bad_heartbeats_force_a_reconnect_and_the_missed_updates_are_replayed(

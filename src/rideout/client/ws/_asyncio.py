@@ -28,6 +28,7 @@ from rideout.client.resolve import (
     CachingResolver,
     NameserverResolver,
     ResolutionError,
+    Resolved,
     Resolver,
 )
 from rideout.client.ws._core import ClientCore, Feedback, Room, order_addresses
@@ -454,26 +455,45 @@ class AuctionClient:
             )
             await self._sleep(decision.delay)
 
-    async def _attempt(self) -> _ConnectResult:
+    async def _resolve(self) -> Resolved | _ConnectResult:
         try:
-            resolved = await self._resolver.resolve(self.name)
+            return await self._resolver.resolve(self.name)
         except ResolutionError as exc:
             log.warning("cannot resolve %s: %s", self.name, exc)
             return _ConnectResult(Cause.RESOLVE_FAILED, detail=str(exc))
+
+    async def _attempt(self) -> _ConnectResult:
+        resolved = await self._resolve()
+        if isinstance(resolved, _ConnectResult):
+            return resolved
+        expires = self._clock() + resolved.ttl
         failures: list[str] = []
         asked: list[float] = []  # the Retry-After of each address that refused
-        for address in order_addresses(resolved.addresses, self._avoid, self._shuffle):
+        tried: set[str] = set()
+        order = list(order_addresses(resolved.addresses, self._avoid, self._shuffle))
+        while order:
+            address = order.pop(0)
+            tried.add(address)
             opened = await self._open(address)
-            if isinstance(opened, _ConnectResult):
-                log.warning("cannot connect to %s (%s): %s", address, self.name, opened.detail)
-                failures.append(opened.detail)
-                if opened.retry_after is not None:
-                    asked.append(opened.retry_after)
-                self._avoid.add(address)
-                if opened.cause in (Cause.AUTH_REJECTED, Cause.TOKEN_FAILED):
-                    return opened
-                continue
-            return await self._serve(opened, address)
+            if not isinstance(opened, _ConnectResult):
+                return await self._serve(opened, address)
+            log.warning("cannot connect to %s (%s): %s", address, self.name, opened.detail)
+            failures.append(opened.detail)
+            if opened.retry_after is not None:
+                asked.append(opened.retry_after)
+            self._avoid.add(address)
+            if opened.cause in (Cause.AUTH_REJECTED, Cause.TOKEN_FAILED):
+                return opened
+            if order and self._clock() >= expires:
+                # The answer's TTL ran out while that address failed (a frozen region
+                # completes TCP handshakes and never answers the upgrade: an open timeout
+                # each): ask again rather than try the rest of a stale answer. If asking
+                # fails, the rest is still worth a try.
+                fresh = await self._resolve()
+                if not isinstance(fresh, _ConnectResult):
+                    expires = self._clock() + fresh.ttl
+                    ordered = order_addresses(fresh.addresses, self._avoid, self._shuffle)
+                    order = [a for a in ordered if a not in tried]
         # Every address of the answer refused: it is stale (a region that died before
         # DNS moved). A caching resolver forgets it, so that the next attempt asks
         # again instead of retrying dead addresses for the rest of the answer's TTL.
