@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import os
+import signal
 import stat
 from collections.abc import AsyncIterator, Callable
 
@@ -127,6 +130,49 @@ async def test_silence_fails_over_and_dns_follows_the_writer(
         # evaluation range (N + 2 periods): a silent region alarms after ~N + 2 periods.
         n = config.timing.failover_datapoints
         assert moved_after <= n + 4
+
+
+async def test_dns_follows_the_writer_as_it_moves_not_at_the_rounds_end(
+    make_config: Callable[..., Config],
+) -> None:
+    """The writer's Redis is frozen (SIGSTOP): the round that moves the writer then reads
+    every Redis again, the frozen one costing its 1 s timeout. DNS answers the new
+    writer's region from the move on, never the old one while the summary already names
+    the new writer (before 2026-12-06 it did, for that second: a freeze drill's DNS
+    moved 1 s after its writer)."""
+    config = make_config()
+    clock = FakeClock(1_800_000_000.0)
+    async with running_redis_pair(config) as (primary, _):
+        await started_writer(config)
+        plane = ControlPlane(config, clock=clock)
+        try:
+            await healthy_for(plane, clock)
+            assert plane.summary()["failover"]["writer"] == P
+            assert primary.pid is not None
+            os.kill(primary.pid, signal.SIGSTOP)
+            try:
+                behind: list[tuple[str, str]] = []
+                for _ in range(20):
+                    clock.now += plane.period
+                    report(plane, clock, P, healthy=False)
+                    report(plane, clock, S)
+                    round_ = asyncio.create_task(plane.evaluate())
+                    while not round_.done():
+                        summary = plane.summary()
+                        writer, dns = summary["failover"]["writer"], summary["dns"]["region"]
+                        if writer != dns:
+                            behind.append((writer, dns))
+                        await asyncio.sleep(0.01)
+                    await round_
+                    if plane.summary()["failover"]["writer"] == S:
+                        break
+                assert plane.summary()["failover"]["writer"] == S
+                assert plane.summary()["dns"]["region"] == S
+                assert behind == []
+            finally:
+                os.kill(primary.pid, signal.SIGCONT)
+        finally:
+            await plane.stop()
 
 
 async def test_a_restarted_control_plane_does_not_flip_dns_for_lack_of_data(

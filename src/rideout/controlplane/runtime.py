@@ -145,7 +145,7 @@ class ControlPlane:
         restored = self._load() if lease is None else None
         self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.controller = FailoverController(
-            config, state=restored, clock=clock, on_change=lambda _: self.save(),
+            config, state=restored, clock=clock, on_change=self._controller_changed,
             managed=managed, guard=lease.may_act if lease is not None else None,
             drain_ends=lambda: self.drain.ends_at(),
         )  # fmt: skip
@@ -411,6 +411,14 @@ class ControlPlane:
             self.save()
         await self.flush()
         self._update_metrics()
+
+    def _controller_changed(self, _state: object) -> None:
+        """Each step the controller records: keep it, and let DNS follow a moved writer at
+        once. The round goes on after a move (it reads every Redis again, and a frozen
+        one costs its timeout), and DNS waiting for the round's end answered the old
+        region for that second more."""
+        self.save()
+        self._refresh_answer()
 
     def _excluded(self) -> dict[str, frozenset[str]] | None:
         evacuated = self.zones.evacuated
