@@ -26,7 +26,14 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from rideout.store.acl import RULES, RedisCredentials, RedisRole, UserRules, acl_user_line
+from rideout.store.acl import (
+    DEFAULT_USER_LINE,
+    RULES,
+    RedisCredentials,
+    RedisRole,
+    UserRules,
+    acl_user_line,
+)
 
 PASSWORDS = {role: secrets.token_hex(32) for role in RedisRole}
 # The tests' own superuser (reads what no rideout user may, to check the outcome).
@@ -153,7 +160,7 @@ def write_password_files(directory: Path) -> dict[RedisRole, Path]:
 
 def acl_text() -> str:
     """rideout's four users with their rules, the checker, and the default user off."""
-    lines = ["user default reset"]
+    lines = [DEFAULT_USER_LINE]  # as rideout writes it: see acl.DEFAULT_USER_LINE
     lines += [
         acl_user_line(RedisCredentials(role.username, PASSWORDS[role]), RULES[role])
         for role in RedisRole

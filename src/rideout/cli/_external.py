@@ -45,6 +45,8 @@ def external_status(config: Config, as_json: bool) -> NoReturn:
             state = f"{redis['role']}, epoch {redis.get('epoch')}"
             if redis["role"] == "replica":
                 state += f" (link {redis.get('link')})"
+            if redis.get("server"):
+                state += f"; {redis['server']}"
         else:
             state = f"unreachable: {redis.get('error')}"
         table.add_row("redis", f"{region['name']} ({region['role']})", redis["address"], state)

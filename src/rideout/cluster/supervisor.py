@@ -62,7 +62,13 @@ from rideout.store.acl import (
     prepare_server_auth,
 )
 from rideout.store.client import probe_client
-from rideout.store.embedded import EmbeddedRedis, RedisSpec
+from rideout.store.embedded import (
+    EmbeddedRedis,
+    EmbeddedRedisError,
+    RedisSpec,
+    find_redis_server,
+    server_info,
+)
 from rideout.store.replication import ensure_epoch
 
 __all__ = ["ClusterError", "LocalCluster", "PortInUse", "RestartPolicy"]
@@ -268,6 +274,7 @@ class LocalCluster:
         self._lock = RunLock(config.run_dir)
         self._redis: dict[str, _Redis] = {}
         self._redis_auth: ServerAuth | None = None
+        self._redis_binary: Path | None = None
         self._servers: dict[str, _Server] = {}
         self._frozen: set[str] = set()
         self._keepers: set[asyncio.Task[None]] = set()
@@ -314,8 +321,10 @@ class LocalCluster:
             load_or_create_admin_token(self.config.keys_dir)
             try:  # the Redis users' credentials (made once), their ACL file, masterauth
                 self._redis_auth = prepare_server_auth(self.config.keys_dir)
-            except StoreAuthError as exc:
+                self._redis_binary = find_redis_server(self.config.redis_server)
+            except (StoreAuthError, EmbeddedRedisError) as exc:
                 raise ClusterError(str(exc)) from exc
+            self._say(f"redis servers: {server_info(self._redis_binary).label} ({self._redis_binary})")
             for region in (self.config.primary, self.config.secondary):
                 redis = _Redis(
                     ProcessRecord(f"redis-{region.name}", "redis", 0, region=region.name,
@@ -469,6 +478,7 @@ class LocalCluster:
                 auth=self._redis_auth,
             ),
             sink=self._sink,
+            binary=self._redis_binary,
         )
         child.server = server
         self._say(f"starting {child.name} on {node.address}:{node.port}")

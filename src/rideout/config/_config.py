@@ -44,6 +44,9 @@ class Config:
     evacuate_aws: EvacuateAwsConfig = field(default_factory=EvacuateAwsConfig)
     aws: AwsConfig = field(default_factory=AwsConfig)
     redis: RedisAccessConfig = field(default_factory=RedisAccessConfig)
+    # The redis-server or valkey-server binary local mode runs: a path or a name on PATH;
+    # empty: the bundled one (rideout.store.embedded.find_redis_server, docs/redis.md).
+    redis_server: str = ""
     # Where the deployment's secrets are read from (default: DATA_DIR/keys); in external
     # mode, a directory every host mounts (see docs/external.md).
     secrets_dir: Path | None = None

@@ -174,6 +174,7 @@ def parse_config(data: Mapping[str, Any], *, origins: Mapping[str, str] | None =
         app_port=root.integer("app_port", defaults.app_port, maximum=65535),
         profile=profile,
         secrets_dir=Path(root.text("keys_dir", "")) if root.has("keys_dir") else None,
+        redis_server=root.text("redis_server", defaults.redis_server, empty_ok=True),
         regions=defaults.regions,
         control_plane=_parse_control_plane(root.table("control_plane"), mode),
         timing=_parse_timing(root.table("timing"), PROFILES[profile]),

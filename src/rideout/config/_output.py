@@ -20,6 +20,7 @@ def config_to_dict(config: Config) -> dict[str, Any]:
         "data_dir": str(config.data_dir),
         "app_port": config.app_port,
         "profile": config.profile,
+        "redis_server": config.redis_server,
         "control_plane": _section(config.control_plane),
         "timing": _section(config.timing),
         "auth": _section(config.auth),

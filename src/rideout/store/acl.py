@@ -1,7 +1,9 @@
 """Who may do what in rideout's Redis: the ACL users, their credentials, the server's files.
 
 Every redis-server rideout starts has its default user switched off: a connection that
-has not authenticated gets ``NOAUTH`` for every command. Four users, each allowed only
+has not authenticated gets ``NOAUTH`` for every command, and nobody can authenticate as
+it (it keeps every right only for the server's own replay of its append-only file:
+:data:`DEFAULT_USER_LINE`). Four users, each allowed only
 the commands and keys its part sends (:data:`RULES`; every other command is denied,
 CONFIG, DEBUG, MODULE, ACL, FLUSHALL, SAVE, SHUTDOWN, KEYS, MONITOR, MIGRATE and
 CLIENT among them):
@@ -54,6 +56,7 @@ from rideout.store.errors import StoreError
 
 __all__ = [
     "ACL_FILENAME",
+    "DEFAULT_USER_LINE",
     "RULES",
     "SERVER_CONFIG_FILENAME",
     "CredentialsRejected",
@@ -328,12 +331,22 @@ def acl_user_line(credentials: RedisCredentials, rules: UserRules) -> str:
     return f"user {credentials.username} reset on #{digest} {rules.acl()}"
 
 
+DEFAULT_USER_LINE: Final = "user default reset off ~* &* +@all"
+"""The default user: off, so no connection can authenticate as it and an
+unauthenticated one gets ``NOAUTH``; with every right, because the server replays its
+own append-only file as this user. Redis 7.x and Valkey 8.x re-check a transaction's
+commands against it at ``EXEC`` while loading (redis/redis#14541, valkey-io/valkey#3983),
+and they write every script's effects as ``MULTI``/``EXEC``: a default user without
+rights made the restarted server drop every write a script had made, silently."""
+
+
 def acl_file_text(users: RedisUsers, extra_users: Sequence[ExtraUser] = ()) -> str:
-    """The ACL file: the default user off, each role's user, then `extra_users`.
+    """The ACL file: the default user (:data:`DEFAULT_USER_LINE`), each role's user,
+    then `extra_users`.
 
     No plaintext password: each is given as its SHA-256.
     """
-    lines = ["user default reset"]  # reset: off, no password, no keys, no commands
+    lines = [DEFAULT_USER_LINE]
     lines += [acl_user_line(credentials, RULES[role]) for role, credentials in users]
     lines += [acl_user_line(credentials, rules) for credentials, rules in extra_users]
     return "\n".join(lines) + "\n"

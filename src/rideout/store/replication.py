@@ -8,6 +8,7 @@ server, so the failover controller can log a step that did not happen and try ag
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
@@ -28,6 +29,7 @@ __all__ = [
     "promote",
     "read_epoch",
     "replication_status",
+    "server_label",
     "switch_over",
 ]
 
@@ -65,6 +67,7 @@ class ReplicationStatus:
     # A writer's replicas, each {address, offset, lag, online}; the replica_* fields
     # above are the first of them (a writer with an in-region replica has two).
     replicas: tuple[dict[str, Any], ...] = ()
+    server: str | None = None  # "valkey 8.1.8", "redis 7.0.15": what INFO server says
 
     def replica_online_at(self, address: str) -> bool:
         """Whether this writer counts the replica announcing `address` (host:port) online."""
@@ -77,14 +80,27 @@ class ReplicationStatus:
 UNREACHABLE_ROLE: Literal["unknown"] = "unknown"
 
 
+def server_label(info: Mapping[str, Any]) -> str | None:
+    """``valkey 8.1.8`` or ``redis 7.0.15`` from ``INFO server`` (Valkey also reports the
+    Redis version it is compatible with as ``redis_version``)."""
+    if info.get("server_name") == "valkey" and info.get("valkey_version"):
+        return f"valkey {info['valkey_version']}"
+    version = info.get("redis_version")
+    return f"redis {version}" if version else None
+
+
 async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
     """Ask `client`'s server; an unreachable server is reported, not raised."""
     try:
-        info: dict[str, Any] = await client.info("replication")
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.info("server")
+            pipe.info("replication")
+            server_info, info = await pipe.execute()
     except (RedisError, OSError) as exc:
         return ReplicationStatus(
             False, UNREACHABLE_ROLE, "n/a", None, None, 0, f"{type(exc).__name__}: {exc}"
         )
+    server = server_label(server_info)
     if info.get("role") == "slave":
         return ReplicationStatus(
             reachable=True,
@@ -93,6 +109,7 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
             offset=_int(info.get("slave_repl_offset")),
             master=f"{info.get('master_host')}:{info.get('master_port')}",
             connected_replicas=_int(info.get("connected_slaves")) or 0,
+            server=server,
         )
     replica = info.get("slave0")  # redis-py parses "ip=..,port=..,offset=..,lag=.." into a dict
     replicas = tuple(
@@ -121,6 +138,7 @@ async def replication_status(client: aioredis.Redis) -> ReplicationStatus:
         if "master_failover_state" in info
         else None,
         replicas=replicas,
+        server=server,
     )
 
 
