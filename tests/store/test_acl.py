@@ -301,7 +301,8 @@ async def test_a_script_cannot_widen_the_app_users_rights(servers: Servers) -> N
         sha = await client.script_load("return redis.call('FLUSHALL')")
         with pytest.raises(
             # 6.2 and 7.0 do not name the command; Valkey 8 does
-            NoPermissionError, match="NOPERM: user rideout-app cannot run (a command|FLUSHALL)"
+            NoPermissionError,
+            match=r"NOPERM: user rideout-app cannot run (a command|FLUSHALL)",
         ):
             await client.evalsha(sha, 0)
         sha = await client.script_load("return redis.call('GET', KEYS[1])")
@@ -443,7 +444,9 @@ def _redis_command_lines(address: str, port: int) -> list[str]:
             cmdline = (entry / "cmdline").read_bytes().decode(errors="replace")
         except OSError:
             continue
-        if ("redis-server" in cmdline or "valkey-server" in cmdline) and f"{address}:{port}" in cmdline:
+        if (
+            "redis-server" in cmdline or "valkey-server" in cmdline
+        ) and f"{address}:{port}" in cmdline:
             found.append(cmdline)
     return found
 

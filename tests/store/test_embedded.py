@@ -78,12 +78,14 @@ def test_the_environment_names_the_server(tmp_path: Path, monkeypatch: pytest.Mo
 
 def test_an_old_server_is_refused_naming_the_fix(tmp_path: Path) -> None:
     fake = fake_server(tmp_path, "Redis server v=6.0.16 sha=0 malloc=libc bits=64")
-    with pytest.raises(EmbeddedRedisError, match=r"redis 6\.0\.16; rideout needs 6\.2 or newer.*set redis_server"):
+    with pytest.raises(
+        EmbeddedRedisError, match=r"redis 6\.0\.16; rideout needs 6\.2 or newer.*set redis_server"
+    ):
         find_redis_server(fake)
 
 
 def test_a_missing_server_is_refused_naming_the_fix(tmp_path: Path) -> None:
-    with pytest.raises(EmbeddedRedisError, match="no such file.*RIDEOUT_REDIS_SERVER"):
+    with pytest.raises(EmbeddedRedisError, match=r"no such file.*RIDEOUT_REDIS_SERVER"):
         find_redis_server(tmp_path / "nothing-here")
     with pytest.raises(EmbeddedRedisError, match="not on PATH"):
         find_redis_server("no-such-redis-server-binary")

@@ -11,8 +11,9 @@ Every child that dies on its own is restarted, after a backoff and within a limi
 (:mod:`rideout.cluster.restarts`): past the limit it stays down and ``status`` says
 it is crash-looping. A child stopped on purpose (``rideout chaos kill``/``kill-redis``,
 ``down``, Ctrl-C) is never restarted; ``rideout chaos restore`` brings it back and
-forgets its restart history. Redis is restarted in its configured role, as ``restore``
-does; which Redis is the writer is the failover controller's to reconcile.
+forgets its restart history. A Redis that restarts, or starts on data it kept, comes
+back fenced (a read-only replica of itself, which no replica can sync from): which Redis
+is the writer is the failover controller's to choose, after comparing what each holds.
 
 Fault injection (`rideout chaos`) goes through the supervisor, which owns the processes:
 it listens on ``run/control.sock`` for one-line JSON commands (see :mod:`.chaos`).
@@ -324,7 +325,9 @@ class LocalCluster:
                 self._redis_binary = find_redis_server(self.config.redis_server)
             except (StoreAuthError, EmbeddedRedisError) as exc:
                 raise ClusterError(str(exc)) from exc
-            self._say(f"redis servers: {server_info(self._redis_binary).label} ({self._redis_binary})")
+            self._say(
+                f"redis servers: {server_info(self._redis_binary).label} ({self._redis_binary})"
+            )
             for region in (self.config.primary, self.config.secondary):
                 redis = _Redis(
                     ProcessRecord(f"redis-{region.name}", "redis", 0, region=region.name,
@@ -467,24 +470,34 @@ class LocalCluster:
             replica_of = (region.redis.address, region.redis.port)
             data_dir = data_dir / "replica"
         assert self._redis_auth is not None, "start() prepares the Redis credentials"
+        spec = RedisSpec(
+            name=child.name,
+            address=node.address,
+            port=node.port,
+            data_dir=data_dir,
+            log_file=self.config.logs_dir / f"{child.name}.log",
+            replica_of=replica_of,
+            auth=self._redis_auth,
+        )
+        # Only a first start on no data takes its configured role at once. A restart, or
+        # a start on data kept from before, comes back fenced: what it holds may be less
+        # than the others hold (a lost or truncated AOF, fsync's last second), and as a
+        # writer it would be their source of a full sync. The controller compares the
+        # datasets and chooses (failover.controller, "restarted Redis").
+        fenced = self._started or spec.has_data
         server = EmbeddedRedis(
-            RedisSpec(
-                name=child.name,
-                address=node.address,
-                port=node.port,
-                data_dir=data_dir,
-                log_file=self.config.logs_dir / f"{child.name}.log",
-                replica_of=replica_of,
-                auth=self._redis_auth,
-            ),
-            sink=self._sink,
-            binary=self._redis_binary,
+            replace(spec, fenced=fenced), sink=self._sink, binary=self._redis_binary
         )
         child.server = server
-        self._say(f"starting {child.name} on {node.address}:{node.port}")
+        self._say(
+            f"starting {child.name} on {node.address}:{node.port}"
+            + (" (fenced until the controller chooses its role)" if fenced else "")
+        )
         await server.start(timeout=self.ready_timeout)
         if self._started and self.after_redis_start is not None and not child.in_region:
             await self.after_redis_start(region.name)
+        if fenced:
+            return None  # its epoch is in its data, or it is the controller's to give
         return await self._first_epoch(region) if replica_of is None else None
 
     async def _first_epoch(self, region: RegionConfig) -> str | None:

@@ -58,12 +58,15 @@ from rideout.failover.topology import (
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import (
+    Comparison,
     ReplicationError,
     ReplicationStatus,
     StillLoading,
     bump_epoch,
+    compare,
     count_unreplicated,
     follow,
+    is_fenced,
     promote,
     read_epoch,
     replication_status,
@@ -217,6 +220,9 @@ class ControllerState:
     writer: str
     epoch: int
     lost_writes: int = 0
+    # Restarted Redis servers that came back without their data or behind another
+    # (never trusted: see FailoverController._writer_came_back).
+    datasets_lost: int = 0
     failovers: int = 0
     failbacks: int = 0
     events: deque[FailoverEvent] = field(default_factory=lambda: deque(maxlen=100))
@@ -239,6 +245,7 @@ class ControllerState:
             writer=str(data["writer"]),
             epoch=int(data["epoch"]),
             lost_writes=int(data.get("lost_writes", 0)),
+            datasets_lost=int(data.get("datasets_lost", 0)),
             failovers=int(data.get("failovers", 0)),
             failbacks=int(data.get("failbacks", 0)),
             writer_node=str(data["writer_node"]) if data.get("writer_node") else None,
@@ -466,6 +473,7 @@ class FailoverController:
             "auto_failback": self.config.failover.auto_failback,
             "decision": asdict(self.last_decision) if self.last_decision else None,
             "lost_writes": self.state.lost_writes if self.state else 0,
+            "datasets_lost": self.state.datasets_lost if self.state else 0,
             "failovers": self.state.failovers if self.state else 0,
             "failbacks": self.state.failbacks if self.state else 0,
             "lag_bytes": lag_bytes,
@@ -744,9 +752,87 @@ class FailoverController:
             # not replicated is lost (async mode) and counted when it is demoted.
             await self._may_act()
             await self.mover.promote(new)
-            why = "unreachable" if not old_view.reachable else f"no handover within {patience:g} s"
+            if not old_view.reachable:
+                why = "unreachable"
+            elif old_view.role != "master":
+                why = "restarted without all its data"
+            else:
+                why = f"no handover within {patience:g} s"
             how = f"REPLICAOF NO ONE ({old} {why})"
         return how
+
+    def _restart_candidates(self, writer: str) -> list[str]:
+        """The other Redis servers that answer, as a restarted writer's stand-ins: its
+        own region's first (no region move), then the other region's."""
+        region = self.topology[writer].region
+        found = [k for k, v in self.redis.items() if k != writer and v.reachable]
+        return sorted(found, key=lambda k: self.topology[k].region != region)
+
+    async def _writer_came_back(self, writer: str) -> bool:
+        """The writer's Redis answers as a replica: restarted (fenced), or restored in a
+        role it had once. Trust it again only if it holds everything another Redis holds.
+
+        It is compared with every other Redis that answers (:func:`compare`: the epoch,
+        and every room's changes both ways). Behind one that holds more (or back with no
+        data at all), it is not trusted: the writer moves to that one (in its region if
+        it can, else to the other region, a failover), what the restarted one held that
+        the new writer lacks is counted in ``lost_writes``, and the event says
+        ``dataset-lost`` or ``behind``. A restarted writer that came back with no data
+        while no other Redis answers is held (a ``wait``), not promoted: when the others
+        return it would be their source of a sync. Returns True when it did not promote
+        the writer (moved, or waiting); False to promote it again."""
+        assert self.state is not None
+        w_client = self._clients[writer]
+        seen: list[tuple[str, Comparison]] = []
+        for key in self._restart_candidates(writer):
+            found = await compare(w_client, self._clients[key])
+            seen.append((key, found))
+            if found.behind and await read_epoch(self._clients[key]) is not None:
+                await self._replace_writer(writer, key, found)
+                return True
+        if await read_epoch(w_client) is not None:
+            return False
+        if not seen:
+            self._event(
+                "wait",
+                f"{writer}'s Redis came back without its data and no other Redis answers: "
+                "not promoted until one that holds the data does",
+            )
+            return True
+        # Every Redis that answers lost its data too: this one is all there is.
+        self.state.datasets_lost += 1
+        self._event(
+            "dataset-lost",
+            f"{writer}'s Redis came back without its data, and so did "
+            f"{', '.join(k for k, _ in seen)}: no Redis holds it; promoted as it is",
+        )
+        return False
+
+    async def _replace_writer(self, writer: str, key: str, found: Comparison) -> None:
+        """Move the writer from the restarted `writer` to `key`, which holds more."""
+        assert self.state is not None
+        kind = "dataset-lost" if found.lost else "behind"
+        what = (
+            f"came back without its data ({found.keys} keys, no epoch)"
+            if found.lost
+            else f"came back behind {key} ({found.lacks} room changes it lacks)"
+        )
+        self.state.datasets_lost += 1
+        self.state.lost_writes += found.extra
+        self._event(
+            kind,
+            f"{writer}'s Redis {what}: not trusted; the writer moves to {key}; "
+            f"{found.extra} writes only it held are discarded",
+        )
+        region = self.topology[key].region
+        reason = f"{writer}'s Redis {what}"
+        if region == self.topology[writer].region:
+            await self._promote_in_region(
+                key, Decision("promote-in-region", region, reason, urgent=True)
+            )
+        else:
+            move: Move = "fail-over" if region == self.config.secondary.name else "fail-back"
+            await self._move(Decision(move, region, reason, urgent=True))
 
     async def _fence(self, writer: str, w_view: ReplicationStatus) -> None:
         """Make sure the writer's Redis holds the current epoch."""
@@ -773,6 +859,8 @@ class FailoverController:
             await self._fence(writer, w_view)
             return
         if w_view.reachable and w_view.role == "replica":
+            if await self._writer_came_back(writer):
+                return  # moved elsewhere (the next tick reconciles), or waiting
             await self._may_act()
             await promote(w_client)
             self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
@@ -783,7 +871,10 @@ class FailoverController:
             if name == writer or not view.reachable:
                 continue
             master = self.topology[wanted[name]]
-            if view.role == "master":
+            fenced = is_fenced(view, self.topology[name].endpoint)
+            if view.role == "master" or fenced:
+                # A stale writer, or a restarted Redis (fenced): what it holds that the
+                # writer lacks is discarded when it follows, so it is counted first.
                 await self._may_act()
                 lost = (
                     await count_unreplicated(self._clients[name], w_client)
@@ -792,9 +883,10 @@ class FailoverController:
                 )
                 await follow(self._clients[name], master.address, master.port)
                 self.state.lost_writes += lost
+                what = "was a stale writer" if view.role == "master" else "restarted (fenced)"
                 self._event(
                     "demote",
-                    f"{name}'s Redis was a stale writer: now a replica of {master.key}; "
+                    f"{name}'s Redis {what}: now a replica of {master.key}; "
                     f"{lost} writes it held that never reached {writer} were discarded",
                 )
             elif view.master != master.endpoint:

@@ -200,7 +200,7 @@ _APP_COMMANDS: Final = (
 _CONTROLLER_COMMANDS: Final = (
     "ping", "info", "replicaof", "failover",
     "get", "set", "eval",  # the epoch: read, set once, raised by a script
-    "scan", "xrange", "xrevrange",  # count_unreplicated
+    "scan", "xrange", "xrevrange", "dbsize",  # count_unreplicated, compare
     "wait", "hget", "hset", "hdel", "hgetall", "hlen", "pexpireat",  # `token revoke`
     "evalsha", "script|load", "script|exists",  # its scripts, through redis-py's Script
     "incr", "pttl", "pexpire", "del",  # the control plane's lease (controlplane/lease.py)

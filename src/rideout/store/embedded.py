@@ -168,6 +168,11 @@ class RedisSpec:
     log_file: Path
     replica_of: tuple[str, int] | None = None
     auth: ServerAuth = field(kw_only=True)
+    # Start as a replica of itself (``replica_of`` is then ignored): read-only, and
+    # refusing to be any replica's source of a sync (``NOMASTERLINK``) until the
+    # failover controller has compared it with the others and chosen its role. A Redis
+    # that restarts with less than its replicas hold can so never wipe them.
+    fenced: bool = field(default=False, kw_only=True)
 
     def argv(self, binary: Path) -> list[str]:
         args = [
@@ -190,9 +195,18 @@ class RedisSpec:
             # 7.x connects to its master from the default source address (127.0.0.1),
             # and the master then knows it by that: FAILOVER TO its own address fails.
             args += ["--bind-source-addr", self.address]
-        if self.replica_of is not None:
-            args += ["--replicaof", self.replica_of[0], str(self.replica_of[1])]
+        follows = (self.address, self.port) if self.fenced else self.replica_of
+        if follows is not None:
+            args += ["--replicaof", follows[0], str(follows[1])]
         return args
+
+    @property
+    def has_data(self) -> bool:
+        """Whether the data directory holds an append-only file (or an RDB) already."""
+        return any(
+            (self.data_dir / name).exists()
+            for name in ("appendonlydir", "appendonly.aof", "dump.rdb")
+        )
 
 
 class EmbeddedRedis:
@@ -219,7 +233,8 @@ class EmbeddedRedis:
         return f"redis://{self.spec.address}:{self.spec.port}/0"
 
     async def start(self, timeout: float = 15.0) -> None:
-        """Spawn the server and wait until it answers (and, for a replica, is in sync).
+        """Spawn the server and wait until it answers (and, for a replica that is not
+        fenced, is in sync).
 
         On any failure the process is stopped before the error is raised.
         """
@@ -259,8 +274,8 @@ class EmbeddedRedis:
                     )
                 try:
                     await client.ping()
-                    if self.spec.replica_of is None:
-                        return
+                    if self.spec.replica_of is None or self.spec.fenced:
+                        return  # a fenced one waits for the controller, not a link
                     info = await client.info("replication")
                     last = f"master_link_status:{info.get('master_link_status')}"
                     if info.get("master_link_status") == "up":

@@ -19,13 +19,16 @@ from rideout.store import keys
 from rideout.store.errors import StoreError
 
 __all__ = [
+    "Comparison",
     "ReplicationError",
     "ReplicationStatus",
     "StillLoading",
     "bump_epoch",
+    "compare",
     "count_unreplicated",
     "ensure_epoch",
     "follow",
+    "is_fenced",
     "promote",
     "read_epoch",
     "replication_status",
@@ -255,6 +258,46 @@ async def count_unreplicated(stale: aioredis.Redis, writer: aioredis.Redis) -> i
     except (RedisError, OSError) as exc:
         raise _failed(f"cannot compare {_name(stale)} with {_name(writer)}", exc) from exc
     return lost
+
+
+def is_fenced(status: ReplicationStatus, endpoint: str) -> bool:
+    """Whether the server at `endpoint` (host:port) is fenced: a replica of itself, as
+    rideout restarts every Redis (:attr:`rideout.store.embedded.RedisSpec.fenced`)."""
+    return status.reachable and status.role == "replica" and status.master == endpoint
+
+
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """What a restarted Redis (`node`) holds against another (`other`)."""
+
+    lacks: int  # room changes `other` holds that `node` does not
+    extra: int  # room changes `node` holds that `other` does not
+    epoch: int | None  # `node`'s epoch (None: the key is gone)
+    keys: int  # how many keys `node` holds
+
+    @property
+    def lost(self) -> bool:
+        """`node` came back without its data: no epoch (every writer has one from its
+        first start, so only a dataset lost from the start lacks it)."""
+        return self.epoch is None
+
+    @property
+    def behind(self) -> bool:
+        """`node` lacks something `other` holds: trusting it would lose that."""
+        return self.lost or self.lacks > 0
+
+
+async def compare(node: aioredis.Redis, other: aioredis.Redis) -> Comparison:
+    """Compare `node`'s dataset with `other`'s: the epoch and every room's changes
+    (the auction's acknowledged bids), both ways. Raises ReplicationError (StillLoading
+    for a server still loading its data)."""
+    lacks = await count_unreplicated(other, node)
+    extra = await count_unreplicated(node, other)
+    try:
+        epoch, size = await node.get(keys.EPOCH), await node.dbsize()
+    except (RedisError, OSError) as exc:
+        raise _failed(f"cannot read the dataset of {_name(node)}", exc) from exc
+    return Comparison(lacks=lacks, extra=extra, epoch=_int(epoch), keys=int(size))
 
 
 def _text(value: object) -> str:
