@@ -460,11 +460,11 @@ def matrix_servers() -> dict[str, Path]:
     """Every server of the supported matrix found on this machine, by label
     (``valkey-8.1.8``): the wheels' (Valkey 8.1, the default; Redis 6.2) and Debian's
     ``redis-server`` 7.0, which ``./dev`` unpacks into the venv where apt is the
-    machine's way (``RIDEOUT_MATRIX_REDIS`` names one more, a path)."""
+    machine's way (``RIDEOUT_TEST_REDIS`` names one more, a path)."""
     candidates = [
         *bundled_servers(),
         Path(sys.prefix) / "redis-tls" / "redis-server",
-        *(Path(p) for p in os.environ.get("RIDEOUT_MATRIX_REDIS", "").split(os.pathsep) if p),
+        *(Path(p) for p in os.environ.get("RIDEOUT_TEST_REDIS", "").split(os.pathsep) if p),
     ]
     found: dict[str, Path] = {}
     for path in candidates:

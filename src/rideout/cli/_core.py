@@ -376,7 +376,7 @@ def _print_control_plane(summary: dict[str, Any], app_domain: str) -> None:
         f"writer [bold]{failover['writer']}[/], epoch {failover['epoch']}, "
         f"{failover['replication']} replication, lag {'-' if lag is None else f'{lag} B'}; "
         f"{failover['failovers']} failovers, {failover['failbacks']} failbacks, "
-        f"{failover['lost_writes']} writes lost  ·  alarms: {alarms}"
+        f"{failover['lost_writes']} writes lost{_datasets_lost(failover)}  ·  alarms: {alarms}"
     )
     for node in failover.get("topology") or []:
         if len(failover["topology"]) <= len(summary["alarms"]):
@@ -419,6 +419,14 @@ def _damping_line(damping: dict[str, Any] | None) -> str | None:
             f"flap damping: a failback now would be held {damping['hold_seconds']:.0f} s ({detail})"
         )
     return f"flap damping: failback not held ({detail})"
+
+
+def _datasets_lost(failover: dict[str, Any]) -> str:
+    """', [bold red]1 Redis came back without its data[/]' once one did (never silent)."""
+    lost = failover.get("datasets_lost") or 0
+    if not lost:
+        return ""
+    return f", [bold red]{lost} Redis restart{'s' if lost > 1 else ''} came back without all its data[/]"
 
 
 def _redis_state(state: dict[str, Any] | None) -> Text:

@@ -39,9 +39,16 @@ __all__ = ["DEFAULT_CONFIG_FILE", "ENV_NOT_KEYS", "ENV_PREFIX", "load_config", "
 DEFAULT_CONFIG_FILE = "rideout.toml"
 ENV_PREFIX = "RIDEOUT_"
 # Environment variables that are not configuration keys but belong to rideout (the
-# last two are ./dev's: a user who set them saw every command refuse its config).
+# last three are ./dev's and the suite's: a user who set them saw every command refuse
+# its config).
 ENV_NOT_KEYS = frozenset(
-    {"RIDEOUT_CONFIG", "RIDEOUT_LOG_FORMAT", "RIDEOUT_TEST_WORKERS", "RIDEOUT_VENV"}
+    {
+        "RIDEOUT_CONFIG",
+        "RIDEOUT_LOG_FORMAT",
+        "RIDEOUT_TEST_WORKERS",
+        "RIDEOUT_VENV",
+        "RIDEOUT_TEST_REDIS",
+    }
 )
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 _DNS_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")

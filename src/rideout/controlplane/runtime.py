@@ -701,6 +701,11 @@ class ControlPlane:
             "Writes discarded when stale writers were demoted (async mode).",
             registry=r,
         )
+        self._datasets_lost = Gauge(
+            "rideout_redis_datasets_lost",
+            "Redis restarts that came back without all their data (not trusted).",
+            registry=r,
+        )
         self._moves = Gauge(
             "rideout_writer_moves",
             "Writer moves since the state began, by kind.",
@@ -795,6 +800,7 @@ class ControlPlane:
         if status["epoch"] is not None:
             self._epoch.set(status["epoch"])
         self._lost.set(status["lost_writes"])
+        self._datasets_lost.set(status["datasets_lost"])
         self._moves.labels("fail-over").set(status["failovers"])
         self._moves.labels("fail-back").set(status["failbacks"])
         if status["lag_bytes"] is not None:

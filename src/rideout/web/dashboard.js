@@ -109,6 +109,8 @@ function render(view) {
   $("lag").textContent = failover.lag_bytes == null ? "—" : `${failover.lag_bytes} B${failover.lag_seconds == null ? "" : `, ${failover.lag_seconds} s`}`;
   $("moves").textContent = `${failover.failovers} / ${failover.failbacks}`;
   $("lost").textContent = failover.lost_writes;
+  $("datasets-lost").textContent = failover.datasets_lost || 0;
+  $("datasets-lost").className = failover.datasets_lost ? "bad" : "";
   $("damping").textContent = dampingText(failover.damping);
   $("grace").textContent = graceText(failover.move_grace_seconds, failover.writer);
   for (const [name, alarm] of Object.entries(view.alarms)) {
