@@ -28,7 +28,8 @@ from tests.cluster.conftest import rideout, started
 from tests.conftest import control_plane_summary as summary
 from tests.conftest import until
 
-pytestmark = pytest.mark.slow
+# On every server of the supported matrix (issue #27).
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("matrix_server")]
 
 
 async def resolve(config: Config, name: str | None = None) -> list[str]:

@@ -16,6 +16,9 @@ from rideout.store.replication import replication_status
 from tests.conftest import TEST_ADMIN, FakeClock, fill_for_a_slow_load, loading_redis, until
 from tests.failover.conftest import Pair
 
+# Replication, failover and restarts: on every server of the supported matrix (issue #27).
+pytestmark = pytest.mark.usefixtures("matrix_server")
+
 P, S = "us-east-1", "us-west-2"
 
 

@@ -35,6 +35,9 @@ from tests.conftest import (
 )
 from tests.store.conftest import writer_spec
 
+# Replication, failover and restarts: on every server of the supported matrix (issue #27).
+pytestmark = pytest.mark.usefixtures("matrix_server")
+
 
 async def test_roles_links_and_epoch(make_config: Callable[..., Config]) -> None:
     config = make_config()

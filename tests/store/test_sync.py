@@ -22,6 +22,9 @@ from rideout.store.replication import ensure_epoch
 from rideout.store.sync import Placement, ReplicaAck, judge, placements, replica_acks, rule_for
 from tests.conftest import config_data, credentials, free_port, locked_auth, until
 
+# Replication, failover and restarts: on every server of the supported matrix (issue #27).
+pytestmark = pytest.mark.usefixtures("matrix_server")
+
 A1, A2, B1, B2 = "127.0.1.100:1", "127.0.1.101:1", "127.0.2.100:1", "127.0.2.101:1"
 WHERE = {
     A1: Placement("us-east-1", "use1-az1"),
