@@ -233,7 +233,7 @@ async def test_a_stale_writer_back_fenced_is_demoted_and_its_writes_counted(
             await restarted.start()
             await _tick_until_it_answers(controller, {P: False, S: True})
             status = controller.status()
-            assert status["events"][-1]["kind"] == "demote"
+            assert status["events"][-1]["kind"] == "follow"
             assert "restarted (fenced)" in status["events"][-1]["message"]
             assert status["lost_writes"] == 1
         finally:

@@ -698,7 +698,7 @@ class ControlPlane:
         self._epoch = Gauge("rideout_writer_epoch", "The writer's epoch.", registry=r)
         self._lost = Gauge(
             "rideout_lost_writes",
-            "Writes discarded when stale writers were demoted (async mode).",
+            "Writes discarded when stale writers, or restarted Redis servers, were made to follow.",
             registry=r,
         )
         self._datasets_lost = Gauge(

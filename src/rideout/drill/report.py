@@ -43,7 +43,10 @@ def fmt_seconds(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
 
-_MOVES = {"fail-over", "fail-back", "promote-in-region", "demote", "error", "wait"}
+_MOVES = {
+    "fail-over", "fail-back", "promote-in-region", "demote", "follow", "dataset-lost", "behind",
+    "error", "wait",
+}  # fmt: skip
 
 
 def move_lines(p: dict[str, Any]) -> list[str]:

@@ -883,9 +883,10 @@ class FailoverController:
                 )
                 await follow(self._clients[name], master.address, master.port)
                 self.state.lost_writes += lost
-                what = "was a stale writer" if view.role == "master" else "restarted (fenced)"
+                stale = view.role == "master"
+                what = "was a stale writer" if stale else "restarted (fenced)"
                 self._event(
-                    "demote",
+                    "demote" if stale else "follow",
                     f"{name}'s Redis {what}: now a replica of {master.key}; "
                     f"{lost} writes it held that never reached {writer} were discarded",
                 )
