@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rideout.protocol import OffsetKey
+from rideout.protocol import OffsetKey, Position
 from rideout.realtime.hub import Hub
 from rideout.realtime.metrics import AppMetrics
+from rideout.store.auction import RoomEntry, StoreError
 from tests.conftest import until
 from tests.realtime.conftest import Deployment, recv, recv_type, send
 
@@ -114,5 +115,52 @@ async def test_fan_out_outlives_an_unexpected_error_and_a_failing_subscriber(
             assert (await recv_type(ws, "ack"))["accepted"] is True
         await until(lambda: inbox.updates, 5, message="the update past the broken subscriber")
         assert inbox.updates[0][0] == "lot-survive"
+    finally:
+        await hub.stop()
+
+
+class _OutageStore:
+    """A state store that fails `failures` reads in a row, then has one change: stands in
+    for Redis only to drive the hub's retry arithmetic through an outage of any length
+    on a fake clock (a real outage of 10,000 reads would last hours)."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.reads = 0
+
+    async def last_offset(self, room: str) -> str:
+        return "0-0"
+
+    async def read_updates(self, cursors: dict[str, str], **options: Any) -> list[Any]:
+        self.reads += 1
+        if self.reads <= self.failures:
+            raise StoreError(f"redis at 127.0.1.100:6390 is down (read {self.reads})")
+        if cursors["lot-outage"] == "0-0":
+            return [("lot-outage", RoomEntry(Position(1, "5-0"), {"bid": 10}))]
+        await asyncio.sleep(3600)  # nothing more: block, as XREAD does
+        return []
+
+
+async def test_the_hub_outlives_an_outage_of_any_length() -> None:
+    """10,000 failed reads in a row (~5.5 hours at the 2 s cap): the delay stays at its
+    cap (``0.05 * 2**failures`` overflowed at 1,024, ending the hub for good while
+    /health stayed green), and the first read that works delivers."""
+    store = _OutageStore(10_000)
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)  # the fake clock: no time passes
+
+    hub = Hub(store, "us-east-1", AppMetrics("r", "z"), sleep=sleep)  # type: ignore[arg-type]
+    inbox = Inbox()
+    await hub.subscribe("lot-outage", inbox)
+    hub.start()
+    try:
+        await until(lambda: inbox.updates, 60, message="the update after the outage")
+        assert len(slept) == 10_000
+        assert slept[:3] == [0.1, 0.2, 0.4]
+        assert max(slept) == slept[-1] == 2.0
+        assert sum(slept) > 5 * 3600
+        assert inbox.updates[0][0] == "lot-outage"
     finally:
         await hub.stop()

@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import Final, Protocol
 
+from rideout.backoff import DelayPolicy, NoJitter
 from rideout.protocol import OffsetKey, encode_update, offset_key
 from rideout.realtime.metrics import AppMetrics
 from rideout.store.auction import AuctionStore, StoreError
@@ -25,6 +26,10 @@ from rideout.store.client import cancel_and_wait, check_cancelled
 __all__ = ["Hub", "Subscriber"]
 
 log = logging.getLogger("rideout.realtime.hub")
+
+RETRY: Final = NoJitter(base=0.05, cap=2.0)
+"""How long the hub waits after its n-th failed read in a row: 0.1 s, 0.2 s, ... 2 s,
+for as long as the store fails (the arithmetic cannot overflow, however long that is)."""
 
 
 class Subscriber(Protocol):
@@ -46,8 +51,12 @@ class Hub:
         block_ms: int = 200,
         batch: int = 500,
         clock: Callable[[], float] = time.time,
+        retry: DelayPolicy = RETRY,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._store = store
+        self._retry = retry
+        self._sleep = sleep
         self._region = region
         self._metrics = metrics
         self._block_ms = block_ms
@@ -132,7 +141,7 @@ class Hub:
                 self._metrics.store_errors.labels("fanout").inc()
                 if failures == 1:
                     log.warning("fan-out cannot read the room streams: %s", exc)
-                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                await self._sleep(self._retry.delay(failures))
                 continue
             except Exception:
                 # A bug must not end fan-out for every subscriber of the zone for good
@@ -140,7 +149,7 @@ class Hub:
                 failures += 1
                 self._metrics.store_errors.labels("fanout_internal").inc()
                 log.exception("fan-out failed reading the room streams; retrying")
-                await asyncio.sleep(min(2.0, 0.05 * 2**failures))
+                await self._sleep(self._retry.delay(failures))
                 continue
             for room, entry in updates:
                 if room not in self._cursors:
