@@ -15,10 +15,12 @@ from rideout.cli import evacuate as _evacuate
 from rideout.cli import room as _room
 from rideout.cli import secrets as _secrets
 from rideout.cli._core import app
+from rideout.cli._help import tidy
 
 __all__ = ["app", "main"]
 
 del _aws, _chaos, _drill, _evacuate, _room, _secrets  # imported for their commands
+tidy(app)  # every command is registered: group them, show flags as flags
 
 
 def main() -> None:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
 from rich.console import Console
@@ -25,10 +25,11 @@ from rideout import __version__
 from rideout._process import pid_alive
 from rideout.auth import KeyFileError
 from rideout.auth.admin import AdminTokenError
+from rideout.cli._help import RideoutGroup
 from rideout.cli._options import DrainOption, ListenOption, LogFormatOption
 from rideout.cluster.errors import ClusterError
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
-from rideout.config import PROFILES, Config, ConfigError, config_to_dict, dump_toml, load_config
+from rideout.config import Config, ConfigError, config_to_dict, dump_toml, load_config
 from rideout.errors import RideoutError
 from rideout.store.client import cancel_and_wait
 from rideout.store.embedded import EmbeddedRedisError
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = ["ConfigOption", "app", "console", "err", "fail", "load"]
 
 app = typer.Typer(
+    cls=RideoutGroup,
     rich_markup_mode="markdown",
     name="rideout",
     help="Keep live services up through regional outages, zone failures and traffic surges.",
@@ -140,10 +142,8 @@ class _LogPrinter:
 def up(
     config_path: ConfigOption = None,
     profile: Annotated[
-        str | None,
-        typer.Option(
-            help=f"Timing profile: {', '.join(PROFILES)} (default: the config's, 'fast')."
-        ),
+        Literal["fast", "seed"] | None,
+        typer.Option(help="Timing profile (default: the config's, 'fast')."),
     ] = None,
     quiet: Annotated[
         bool,
@@ -773,7 +773,7 @@ def control_plane(
         ),
     ] = True,
     provider: Annotated[
-        str,
+        Literal["redis", "aws"],
         typer.Option(
             help="How the failover controller moves the writer: redis (REPLICAOF and "
             "FAILOVER on self-managed Redis, as `rideout up` runs) or aws (ElastiCache "

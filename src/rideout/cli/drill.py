@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn, TypeVar
+from typing import Annotated, Literal, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
@@ -15,9 +15,19 @@ __all__ = ["drill_app"]
 
 _Options = TypeVar("_Options")
 
+# The choices, as --help shows them (tests/cli/test_help.py checks each against the
+# drill's own list: rideout.drill.runner.FAULTS, surge.INLETS, config.PROFILES).
+Fault = Literal["kill", "freeze", "throttle"]
+Replication = Literal["sync", "async"]
+Inlet = Literal["maxsize", "periodic"]
+Profile = Literal["fast", "seed"]
+SurgeFault = Literal["kill"]
+
 # Options the drills share (each command keeps its own default).
 ClientsOption = Annotated[int, typer.Option(help="Resilient clients to run.", min=1)]
-ProfileOption = Annotated[str | None, typer.Option(help="Timing profile of its own deployment.")]
+ProfileOption = Annotated[
+    Profile | None, typer.Option(help="Timing profile of its own deployment.")
+]
 ReportOption = Annotated[
     Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
 ]
@@ -44,9 +54,9 @@ def _run(options: Callable[[], _Options], main: Callable[[_Options, Console], in
 @drill_app.command("region-outage")
 def drill_region_outage(
     clients: ClientsOption = 100,
-    fault: Annotated[str, typer.Option(help="kill, freeze or throttle the primary.")] = "kill",
+    fault: Annotated[Fault, typer.Option(help="What happens to the primary.")] = "kill",
     replication: Annotated[
-        str, typer.Option(help="sync or async (must match a running one).")
+        Replication, typer.Option(help="Replication mode (must match a running one).")
     ] = "sync",
     profile: ProfileOption = None,
     failback: Annotated[
@@ -132,9 +142,7 @@ def drill_region_outage(
 @drill_app.command("zone-outage")
 def drill_zone_outage(
     clients: ClientsOption = 50,
-    fault: Annotated[
-        str, typer.Option(help="kill, freeze or throttle the zone's app servers.")
-    ] = "kill",
+    fault: Annotated[Fault, typer.Option(help="What happens to the zone's app servers.")] = "kill",
     zone_id: Annotated[
         str | None,
         typer.Option(
@@ -170,7 +178,7 @@ def drill_zone_outage(
 @drill_app.command("surge")
 def drill_surge(
     visitors: Annotated[int, typer.Option(help="Visitors arriving in the burst.", min=1)] = 1000,
-    inlet: Annotated[str, typer.Option(help="maxsize or periodic.")] = "maxsize",
+    inlet: Annotated[Inlet, typer.Option(help="How the room lets visitors in.")] = "maxsize",
     capacity: Annotated[
         int, typer.Option(help="Auction sessions the site takes at once (MaxSize's size).", min=1)
     ] = 100,
@@ -180,9 +188,9 @@ def drill_surge(
         typer.Option(help="Periodic: admitted per period (default: what keeps --capacity)."),
     ] = None,
     fault: Annotated[
-        str | None, typer.Option(help="kill: kill the primary region in the middle.")
+        SurgeFault | None, typer.Option(help="Kill the primary region in the middle.")
     ] = None,
-    profile: Annotated[str, typer.Option(help="Timing profile of its deployment.")] = "fast",
+    profile: Annotated[Profile, typer.Option(help="Timing profile of its deployment.")] = "fast",
     hold: Annotated[float, typer.Option(help="Seconds each visitor holds its session.")] = 1.5,
     poll_interval: Annotated[float, typer.Option(help="Seconds between a visitor's polls.")] = 2.0,
     burst: Annotated[float, typer.Option(help="Seconds the arrivals spread over.")] = 2.0,
