@@ -1,4 +1,4 @@
-"""Sans-I/O realtime message protocol: the WebSocket wire protocol of DESIGN.md.
+"""Sans-I/O realtime message protocol: the WebSocket wire protocol (ARCHITECTURE.md, "The wire protocol").
 
 Client → server messages are JSON objects routed on ``action``; server → client
 messages are JSON objects with a ``type``, except the heartbeat reply, which is the

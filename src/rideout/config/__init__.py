@@ -1,6 +1,6 @@
 """Topology and settings: one `rideout.toml`, defaults for everything, `RIDEOUT_*` overrides.
 
-Precedence, lowest first: built-in defaults (DESIGN.md's local two-region topology), the
+Precedence, lowest first: built-in defaults (the local two-region topology of ARCHITECTURE.md, "The picture"), the
 timing profile named by ``profile``, the TOML file, then environment variables. Every
 problem is reported as a :class:`ConfigError` naming the key and what is wrong with it.
 

@@ -7,8 +7,8 @@ epoch fence, ``WAIT`` in sync mode). The canary's is bounded by :func:`probe_tim
 shorter than the canary's own timeout; the server's own by :func:`prober_timeout`,
 on the heartbeat's scale. What they see, and what bids and reads see, lands in
 :class:`~rideout.realtime.zone.BackendHealth`: while the latest outcome is a failure the zone's heartbeats are
-answered with ``error/unavailable`` (DESIGN.md: "or an error object when the backend is
-degraded"), so clients' two-bad-heartbeats rule reconnects them, and the canary's
+answered with ``error/unavailable`` (docs/realtime-api.md: an error object instead of
+``pong`` when the backend is degraded), so clients' two-bad-heartbeats rule reconnects them, and the canary's
 probe fails, so the region's alarm goes off and the controller fails over.
 
 A heartbeat never waits on Redis itself: it reads the latest outcome.
