@@ -13,6 +13,7 @@ import contextlib
 import inspect
 import os
 import random
+import re
 import socket
 import sys
 import time
@@ -511,3 +512,38 @@ def matrix_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
         pytest.fail(f"no {request.node.callspec.id} server on this CI machine: ./dev installs it")
     monkeypatch.setenv(ENV_REDIS_SERVER, str(path))
     return path
+
+
+# ------------------------------------------------------------------------ test tiers
+
+# A test is in the `deployment` tier by what it starts, told from the fixtures it uses
+# and from what its module calls: a whole deployment (the supervisor, `rideout up`,
+# in-process app servers and zones), a `rideout` subprocess, or a browser. `./dev test
+# --quick` runs the rest (`-m "not deployment"`): unit tests and components over one
+# real Redis. Nothing is listed by hand, so a new end-to-end test cannot forget it.
+_DEPLOYMENT_FIXTURES = frozenset(
+    {"deployment", "cluster", "workdir", "make_workdir", "browser", "page", "tls_deployment"}
+)
+_STARTS = re.compile(
+    r"LocalCluster\(|\bstarted\(|\bUp\(|\"-m\", \"rideout\"|async_playwright|chromium"
+    r"|running_zone|start_zone|ZoneProcess|run_drill|\bserve_app\("
+)
+_module_starts: dict[str, bool] = {}
+
+
+def _starts_a_deployment(item: pytest.Item) -> bool:
+    if _DEPLOYMENT_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    path = str(item.path)
+    if path not in _module_starts:
+        try:
+            _module_starts[path] = bool(_STARTS.search(Path(path).read_text(encoding="utf-8")))
+        except OSError:
+            _module_starts[path] = True  # unknown: the full tier
+    return _module_starts[path]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") or _starts_a_deployment(item):
+            item.add_marker(pytest.mark.deployment)
