@@ -72,3 +72,32 @@ def test_a_broken_contract_fails(
     assert result.returncode != 0
     assert contract in result.stdout, result.stdout + result.stderr
     assert chain in result.stdout
+
+
+def import_cycles(package: str) -> set[tuple[str, str]]:
+    """Every pair of modules of `package` that import each other, directly or through
+    others (function-level and TYPE_CHECKING imports included: a cycle there still ties
+    two modules so that neither can be read, or moved, alone)."""
+    import grimp  # import-linter's graph library
+
+    graph = grimp.build_graph(package)
+    found = set()
+    for module in graph.modules:
+        for imported in graph.find_modules_directly_imported_by(module):
+            if graph.chain_exists(importer=imported, imported=module):
+                found.add((min(module, imported), max(module, imported)))
+    return found
+
+
+def test_no_module_imports_itself_back() -> None:
+    assert import_cycles("rideout") == set()
+
+
+def test_an_import_cycle_is_found(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    package = tmp_path / "cyclic"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from cyclic import b\n")
+    (package / "b.py").write_text("def f():\n    from cyclic import a\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert import_cycles("cyclic") == {("cyclic.a", "cyclic.b")}

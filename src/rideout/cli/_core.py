@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, NoReturn
 
 import typer
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -25,6 +24,7 @@ from rideout import __version__
 from rideout._process import pid_alive
 from rideout.auth import KeyFileError
 from rideout.auth.admin import AdminTokenError
+from rideout.cli._console import console, err
 from rideout.cli._help import RideoutGroup
 from rideout.cli._options import DrainOption, ListenOption, LogFormatOption
 from rideout.cluster.errors import ClusterError
@@ -63,8 +63,6 @@ dashboard_app = typer.Typer(
 )
 app.add_typer(dashboard_app, name="dashboard")
 
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 ConfigOption = Annotated[
     Path | None,

@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 import typer
 from rich.table import Table
 
-from rideout.cli._core import console
+from rideout.cli._console import console
 from rideout.config import Config
 
 __all__ = ["external_status"]

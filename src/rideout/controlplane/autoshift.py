@@ -17,26 +17,49 @@ import logging
 import math
 from collections import deque
 from collections.abc import Callable, Coroutine
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from rideout.controlplane.zones import ZoneRefused
+from rideout.config import Config
+from rideout.controlplane.zones import ZoneRefused, ZoneState
 from rideout.evacuate.autoshift import OPERATOR, Decision, HealthTracker, decide
 from rideout.evacuate.engine import Engine, Options, Outcome
 from rideout.evacuate.errors import EvacuationError, ProviderError
 from rideout.evacuate.ledger import SqliteLedger
 from rideout.evacuate.local import KIND, LocalProvider, ZoneInfo
-from rideout.health.metrics import aggregate
+from rideout.failover.controller import FailoverController
+from rideout.health.metrics import MetricStore, aggregate
 from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
 
-if TYPE_CHECKING:
-    from rideout.controlplane.runtime import ControlPlane
-
-__all__ = ["Autoshift", "InProcessSwitch"]
+__all__ = ["Autoshift", "InProcessSwitch", "Plane"]
 
 log = logging.getLogger("rideout.controlplane.autoshift")
 
 _T = TypeVar("_T")
 _CALL_TIMEOUT = 30.0  # seconds a switch call from the engine's thread may take
+
+
+class Plane(Protocol):
+    """What autoshift needs of the control plane it runs in
+    (:class:`rideout.controlplane.runtime.ControlPlane`, which holds an Autoshift)."""
+
+    config: Config
+    period: float
+    store: MetricStore
+    zones: ZoneState
+    controller: FailoverController
+
+    def now(self) -> float: ...
+
+    async def evacuate_zone(
+        self,
+        zone: str,
+        *,
+        operator: str,
+        reason: str = ...,
+        expires_in: float | None = None,
+    ) -> dict[str, Any]: ...
+
+    async def recover_zone(self, zone: str) -> dict[str, Any]: ...
 
 
 class InProcessSwitch:
@@ -45,7 +68,7 @@ class InProcessSwitch:
 
     def __init__(
         self,
-        plane: ControlPlane,
+        plane: Plane,
         loop: asyncio.AbstractEventLoop,
         *,
         reason: str,
@@ -82,7 +105,7 @@ class InProcessSwitch:
 class Autoshift:
     """The control plane's autoshift: :meth:`round` once per evaluation round."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: Plane) -> None:
         self.plane = plane
         config = plane.config
         self.settings = config.evacuate

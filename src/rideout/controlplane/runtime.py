@@ -143,13 +143,13 @@ class ControlPlane:
         self.zones = ZoneState(config, clock=clock)
         self._zone_drains: dict[str, FailbackDrain] = {}
         restored = self._load() if lease is None else None
-        self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.controller = FailoverController(
             config, state=restored, clock=clock, on_change=self._controller_changed,
             managed=managed, guard=lease.may_act if lease is not None else None,
             drain_ends=lambda: self.drain.ends_at(),
         )  # fmt: skip
         self.drain = FailbackDrain(config, clock=clock, strained=self._strained)
+        self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.zone = DnsZoneConfig.from_config(config)
         self.registry = CollectorRegistry()
         self.dns_metrics = DnsMetrics(self.registry)

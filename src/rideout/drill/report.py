@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rideout.drill._format import fmt_seconds, objective_lines
 from rideout.drill.analysis import HERDS, hold_spans
 from rideout.failover import repeats_note
 
@@ -37,10 +38,6 @@ def _drained(failback: dict[str, Any]) -> str:
     if failback.get("drained_by_drill"):
         return " (**the drill had to drain the old region**: the deployment did not move them)"
     return " (the control plane drained the old region gradually: close 1012, reconnect at once)"
-
-
-def fmt_seconds(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f} s"
 
 
 _MOVES = {
@@ -320,30 +317,6 @@ def render_markdown(report: dict[str, Any]) -> str:
         ]
     lines += objective_lines(report)
     return "\n".join(lines)
-
-
-def objective_lines(report: dict[str, Any]) -> list[str]:
-    """The report's objectives (a Markdown table) and its timeline image, or the note
-    saying why there is none."""
-    lines: list[str] = []
-    if report.get("objectives"):
-        lines += ["## Objectives", "", "| objective | limit | measured | |", "|---|---|---|---|"]
-        for o in report["objectives"]:
-            value = o["value"]
-            shown = (
-                "-"
-                if value is None
-                else (f"{value:.2f}" if isinstance(value, float) else str(value))
-            )
-            lines.append(
-                f"| {o['name']} | {o['limit']} | {shown} | {'ok' if o['ok'] else '**FAILED**'} |"
-            )
-        lines.append("")
-    if report.get("timeline_png"):
-        lines += [f"![timeline]({report['timeline_png']})", ""]
-    elif report.get("timeline_note"):
-        lines += [f"_{report['timeline_note']}_", ""]
-    return lines
 
 
 def write_report(report: dict[str, Any], directory: Path, *, png: bool = True) -> list[Path]:

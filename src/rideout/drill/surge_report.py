@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from rideout.drill.report import fmt_seconds, objective_lines
+from rideout.drill._format import fmt_seconds, objective_lines
 
 __all__ = ["render_surge_markdown", "surge_rows"]
 

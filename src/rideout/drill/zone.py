@@ -25,10 +25,10 @@ from rideout.cluster.chaos import send_command
 from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
 from rideout.cluster.supervisor import LocalCluster
 from rideout.config import PROFILES, Config, load_config
+from rideout.drill._format import fmt_seconds
 from rideout.drill.analysis import account_bids, recovery_stats
 from rideout.drill.clients import ClientFleet
 from rideout.drill.records import AckRecord, DisconnectedRecord, RestoredRecord, of_kind
-from rideout.drill.report import fmt_seconds
 from rideout.drill.runner import (
     DrillError,
     DrillOptions,
