@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar, Generic, TypeAlias, TypeVar
 
-from rideout.backoff import RetryBudget
+from rideout.backoff import Deadline, RetryBudget
 from rideout.client.http._errors import (
     AllAttemptsFailed,
     Attempt,
@@ -210,8 +210,7 @@ class RetryState(Generic[R]):
         self._metrics = metrics
         self._on_attempt = on_attempt
         self._alarm = alarm
-        # The deadline starts now (rideout.backoff.Deadline's arithmetic, inlined).
-        self._expires_at = clock() + policy.total_timeout
+        self._deadline = Deadline(policy.total_timeout, clock)  # it starts now
         self._attempts: list[Attempt] = []
 
     @property
@@ -221,7 +220,7 @@ class RetryState(Generic[R]):
 
     def remaining(self) -> float:
         """Seconds left before the deadline."""
-        return max(0.0, self._expires_at - self._clock())
+        return self._deadline.remaining()
 
     def start(self) -> Action[R]:
         """The first step of the request: usually :class:`Send` attempt 0 at once."""
@@ -312,7 +311,7 @@ class RetryState(Generic[R]):
             )
             if asked is not None:
                 delay = max(delay, min(asked, policy.max_retry_after))
-        if not self._allows(delay):
+        if not self._deadline.allows(delay):
             return self._give_up(GiveUpReason.DEADLINE)
         budget = self._budget
         if budget is not None:
@@ -334,13 +333,9 @@ class RetryState(Generic[R]):
             self._attempts.append(Attempt(*pending))
         return self._attempts
 
-    def _allows(self, delay: float) -> bool:
-        """True only if, after sleeping ``delay`` seconds, some time would be left."""
-        return delay < self.remaining()
-
     def _wait_then_send(self, delay: float) -> Action[R]:
         if delay > 0:
-            if not self._allows(delay):
+            if not self._deadline.allows(delay):
                 return self._give_up(GiveUpReason.DEADLINE)
             return Sleep(delay)
         return self._send_next()
@@ -350,13 +345,12 @@ class RetryState(Generic[R]):
         number = self._next
         if self._over or self._in_flight or number >= len(self._delays):
             raise RuntimeError("RetryState: no attempt is due")
-        now = self._clock()
-        remaining = self._expires_at - now
+        remaining = self._deadline.remaining()
         if remaining <= 0:
             return self._give_up(GiveUpReason.DEADLINE)
         self._next = number + 1
         self._in_flight = True
-        self._started = now
+        self._started = self._clock()
         domain = self._targets[number]
         timeout = self.policy.attempt_timeout
         return Send(
