@@ -36,6 +36,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar, cast
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, request_response
@@ -46,7 +47,7 @@ from rideout.auth.admin import check_admin_token
 from rideout.auth.errors import AuthError
 from rideout.auth.room_tokens import KeySource, RoomTokenIssuer, RoomTokenVerifier
 from rideout.errors import InvalidArgument
-from rideout.idempotency import IdempotencyMiddleware
+from rideout.idempotency import IdempotencyMiddleware, credential_principal
 from rideout.store.client import cancel_and_wait
 from rideout.store.errors import StoreError
 from rideout.waitingroom.errors import (
@@ -248,6 +249,19 @@ def _field(body: Mapping[str, Any], name: str) -> Any:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+class _AdminOnly:
+    """`app` for a request with the admin token; `refusal` (401) for any other, before
+    `app` (its ``Idempotency-Key`` layer included) reads the request or a record."""
+
+    def __init__(self, app: ASGIApp, *, refusal: ASGIApp, admin_token: str) -> None:
+        self.app, self.refusal, self.admin_token = app, refusal, admin_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        authorization = Headers(scope=scope).get("authorization")
+        allowed = check_admin_token(self.admin_token, authorization)
+        await (self.app if allowed else self.refusal)(scope, receive, send)
+
+
 class _AnyOrigin:
     """`app` with ``Access-Control-Allow-Origin: *`` on every answer, the idempotency
     middleware's own (409, 422, ...) included, so a page can read them. (A class: a
@@ -332,6 +346,7 @@ class RoomAPI:
         self._flusher: asyncio.Task[None] | None = None
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
+        self._principal = credential_principal(admin_token)  # owns the operator's records
         self.verifier = (
             None if keys is None else RoomTokenVerifier(
                 keys, issuer=issuer, max_ttl=MAX_VALIDITY, clock=store.clock
@@ -375,8 +390,13 @@ class RoomAPI:
         for path in dict.fromkeys(p for p, _, _ in public):
             out.append(Route(path, self.preflight, methods=["OPTIONS"]))
         for path, method, handler in private:
-            guarded = _guarded(self._private(handler), public=False)
-            out.append(self._route(path, method, self._counted(path, guarded), public=False))
+            guarded = self._counted(path, _guarded(handler, public=False))
+            app = _AdminOnly(
+                self._keyed(guarded, method, principal=self._principal),
+                refusal=request_response(self._counted(path, self._unauthorized)),
+                admin_token=self.admin_token,
+            )
+            out.append(Route(path, app, methods=[method]))
         return out
 
     def _counted(self, endpoint: str, handler: Handler) -> Handler:
@@ -392,23 +412,24 @@ class RoomAPI:
         return run
 
     def _route(self, path: str, method: str, handler: Handler, *, public: bool) -> Route:
-        if method not in ("POST", "PATCH"):
-            return Route(path, handler, methods=[method])
-        app: ASGIApp = IdempotencyMiddleware(
-            request_response(handler), self.store.redis, scope="waitingroom",
-            ttl=self.idempotency_ttl, max_request_body=self.max_body,
-        )  # fmt: skip
+        app = self._keyed(handler, method, principal=None)
         return Route(path, _AnyOrigin(app) if public else app, methods=[method])
 
-    def _private(self, handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            if not check_admin_token(self.admin_token, request.headers.get("authorization")):
-                return _error(401, "Unauthorized: send the deployment's admin token as a "
-                              "bearer credential", public=False,
-                              **{"WWW-Authenticate": 'Bearer realm="rideout-waitingroom"'})  # fmt: skip
-            return await handler(request)
+    def _keyed(self, handler: Handler, method: str, *, principal: str | None) -> ASGIApp:
+        """`handler` as an ASGI app; a POST or PATCH honours an ``Idempotency-Key``,
+        its records kept for `principal` (None: the public API's, shared by all)."""
+        if method not in ("POST", "PATCH"):
+            return request_response(handler)
+        return IdempotencyMiddleware(
+            request_response(handler), self.store.redis, scope="waitingroom",
+            ttl=self.idempotency_ttl, max_request_body=self.max_body,
+            user_from_scope=None if principal is None else lambda _scope: principal,
+        )  # fmt: skip
 
-        return run
+    async def _unauthorized(self, request: Request) -> Response:
+        return _error(401, "Unauthorized: send the deployment's admin token as a bearer "
+                      "credential", public=False,
+                      **{"WWW-Authenticate": 'Bearer realm="rideout-waitingroom"'})  # fmt: skip
 
     async def preflight(self, request: Request) -> Response:
         """CORS preflight of the public API: any origin, GET and POST."""
