@@ -14,7 +14,8 @@ How a keyed request (``methods``, POST and PATCH by default) is handled:
    as the draft's structured-field string (``"..."``). Otherwise **400**; a missing
    key is **400** on ``required_paths`` and passes through untouched elsewhere.
 2. The request is fingerprinted: method, path, query and the SHA-256 of the body
-   (buffered, at most ``max_request_body`` bytes, else **413**).
+   (buffered by :func:`rideout._body.read_receive`: at most ``max_request_body``
+   bytes, else **413**).
 3. One atomic Lua script reads the key's record or, if there is none, marks the key
    in flight with a lease (``SET ... PX lease``, renewed while the app runs, so a
    crashed server frees the key when the lease lapses). The record lives in the
@@ -64,8 +65,11 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rideout import _body
 from rideout.store import keys
 
 __all__ = [
@@ -332,8 +336,8 @@ class IdempotencyMiddleware:
             )  # fmt: skip
             return
         try:
-            body = await _read_body(receive, self.max_request_body)
-        except _BodyTooLarge:
+            body = await _body.read_receive(receive, Headers(scope=scope), self.max_request_body)
+        except _body.BodyRefused:
             self._count("request_too_large")
             await _problem(
                 send, 413, "request-too-large", "Request body too large",
@@ -341,7 +345,7 @@ class IdempotencyMiddleware:
                 f"{self.max_request_body} bytes",
             )  # fmt: skip
             return
-        if body is None:  # the client went away
+        except ClientDisconnect:  # the client went away: nothing to run or answer
             return
         await self._keyed(scope, receive, send, key, body)
 
@@ -567,27 +571,6 @@ class IdempotencyMiddleware:
             await asyncio.sleep(self.lease / 3)
             if not await self._finish_call(record_key, in_flight, "renew"):
                 return
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body; None if the client disconnected; _BodyTooLarge past ``limit``."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = bytes(message.get("body", b""))
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 async def _problem(

@@ -42,7 +42,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rideout import _json, routes
+from rideout import _body, routes
 from rideout.auth.admin import check_admin_token
 from rideout.auth.errors import AuthError
 from rideout.auth.room_tokens import KeySource, RoomTokenIssuer, RoomTokenVerifier
@@ -196,22 +196,6 @@ class _BadInput(InvalidRequest):
         self.status = status
 
 
-async def _body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object, at most `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _BadInput(413, f"Request body too large: at most {limit} bytes")
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise _BadInput(413, f"Request body too large: at most {limit} bytes")
-    try:
-        return _json.decode_object(bytes(data))
-    except ValueError:
-        raise _BadInput(400, "Request body must be a JSON object") from None
-
-
 def _query(request: Request, name: str) -> str:
     values = request.query_params.getlist(name)
     if not values:
@@ -288,6 +272,8 @@ def _guarded(handler: Handler, *, public: bool) -> Handler:
     async def run(request: Request) -> Response:
         try:
             return await handler(request)
+        except _body.BodyRefused as exc:
+            return _error(exc.status, str(exc), public=public)
         except RoomUnavailable as exc:
             return _error(503, f"The waiting room is unavailable: {exc}", public=public,
                           **{"Retry-After": "1"})  # fmt: skip
@@ -440,7 +426,7 @@ class RoomAPI:
     async def assign_queue_num(self, request: Request) -> Response:
         """A position for a new arrival: ``{api_request_id, queue_number, entry_time,
         event_id, status}`` (AWS answers only ``api_request_id`` and numbers later)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         event = await self.cache.get((event_id, "event"), lambda: self.store.get_event(event_id))
         if event.pow_bits:
@@ -596,7 +582,7 @@ class RoomAPI:
 
     async def generate_token(self, request: Request) -> Response:
         """The token set of a served position (the same claims on every call)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
         return await self._token(event_id, request_id)
@@ -607,7 +593,7 @@ class RoomAPI:
         refresh token, the only one the next renewal takes). 400 a malformed body, 401
         a refresh token that does not verify for this event or was used already, 410
         an expired or ended session."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         token = _field(body, "refresh_token")
         if not isinstance(token, str) or not token:
@@ -678,7 +664,7 @@ class RoomAPI:
 
     async def increment_serving_counter(self, request: Request) -> Response:
         """``{event_id, increment_by}`` -> ``{serving_num}`` (never below the floor)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         by = _field(body, "increment_by")
         if isinstance(by, bool) or not isinstance(by, int):
@@ -689,7 +675,7 @@ class RoomAPI:
 
     async def update_session(self, request: Request) -> Response:
         """``{event_id, request_id, status: 1 | -1}``; 404 unless the session is at 0."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
         status = _field(body, "status")
@@ -723,7 +709,7 @@ class RoomAPI:
     async def reset_initial_state(self, request: Request) -> Response:
         """``{event_id}``: zero the counters and forget every position (at once, not
         AWS's "a minute or two"); the micro-cache forgets the event too."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         await self.store.reset(event_id)
         self.cache.forget(event_id)
@@ -733,7 +719,7 @@ class RoomAPI:
     async def private_generate_token(self, request: Request) -> Response:
         """As the public one, with ``issuer`` and ``validity_period`` for this call
         only (AWS keeps an override for later calls: a bug not copied)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
         issuer = body.get("issuer")
@@ -755,7 +741,7 @@ class RoomAPI:
 
     async def create_event(self, request: Request) -> Response:
         """The settings as a JSON object (``event_id`` required) -> 201 and the event."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event = EventSettings.from_dict(body)
         await self.store.create_event(event)
         return _json_response(event.to_dict(), 201, public=False)
@@ -781,7 +767,7 @@ class RoomAPI:
     async def change_event(self, request: Request) -> Response:
         """A JSON object of the settings to change -> the event's new settings."""
         event_id = self._path_event(request)
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event = await self.store.update_event(event_id, **body)
         self.cache.forget(event_id)
         return _json_response(event.to_dict(), public=False)
