@@ -230,6 +230,14 @@ def _field(body: Mapping[str, Any], name: str) -> Any:
     return body[name]
 
 
+def _integer(body: Mapping[str, Any], name: str, what: str) -> int:
+    """A JSON integer field (not ``1.0``, not ``true``): the private API's one rule."""
+    value = _field(body, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadInput(400, f"{name} must be {what}")
+    return value
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -666,9 +674,7 @@ class RoomAPI:
         """``{event_id, increment_by}`` -> ``{serving_num}`` (never below the floor)."""
         body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
-        by = _field(body, "increment_by")
-        if isinstance(by, bool) or not isinstance(by, int):
-            raise _BadInput(400, "increment_by must be an integer")
+        by = _integer(body, "increment_by", "an integer")
         serving = await self.store.increment_serving(event_id, by)
         self.cache.forget(event_id)
         return _json_response({"serving_num": serving}, public=False)
@@ -678,9 +684,9 @@ class RoomAPI:
         body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
-        status = _field(body, "status")
-        if isinstance(status, bool) or status not in (1, -1):
-            raise _BadInput(400, "status must be 1 (completed) or -1 (abandoned)")
+        status = _integer(body, "status", "the integer 1 (completed) or -1 (abandoned)")
+        if status not in (1, -1):
+            raise _BadInput(400, "status must be the integer 1 (completed) or -1 (abandoned)")
         await self.store.update_session(event_id, request_id, status)
         return _json_response(
             {"event_id": event_id, "request_id": request_id, "status": status}, public=False
