@@ -37,7 +37,6 @@ DOC = SRC.parents[1] / "docs" / "errors.md"
 # caller: they need not (and should not) be catchable as RideoutError.
 CONTROL_FLOW = {
     "rideout.protocol._Invalid": "raised by the field checks, re-raised as ProtocolError",
-    "rideout.idempotency._BodyTooLarge": "raised by _read_body, answered with HTTP 413",
     "rideout._guard._HeadTooLarge": "raised by the header callbacks, answered with HTTP 431",
     "rideout.cli.room._CommandError": "raised by the room client, turned into the exit status",
 }

@@ -24,6 +24,7 @@ from rideout.config import Config
 from rideout.idempotency import (
     REPLAYED_HEADER,
     IdempotencyMiddleware,
+    credential_principal,
     default_store_status,
     parse_idempotency_key,
     request_fingerprint,
@@ -87,6 +88,15 @@ def test_store_status_default() -> None:
         200, 201, 204, 400, 404, 409, 422,
     ]  # fmt: skip
     assert not any(default_store_status(s) for s in (408, 425, 429, 500, 502, 503, 504))
+    # refusals of the caller: another caller (or this one with a credential) may pass
+    assert not any(default_store_status(s) for s in (401, 403, 407))
+
+
+def test_a_credentials_principal_is_a_hash_of_it() -> None:
+    principal = credential_principal("s3cret-token")
+    assert "s3cret" not in principal
+    assert principal == credential_principal("s3cret-token")
+    assert principal != credential_principal("s3cret-token2")
 
 
 def test_key_names_are_scoped_and_escaped() -> None:

@@ -21,6 +21,7 @@ from rideout._guard import GuardedConfig, ServerLimits, raise_fd_limit
 __all__ = [
     "GC_THRESHOLDS",
     "LEFTOVER_TIMEOUT",
+    "ClientFaults",
     "DrainingServer",
     "QuietConnections",
     "RedactTokens",
@@ -72,16 +73,34 @@ class QuietConnections(logging.Filter):
         return not (record.levelno <= logging.INFO and record.msg in self._FORMATS)
 
 
+class ClientFaults(logging.Filter):
+    """uvicorn's errors that a client causes on purpose, with no credential, become one
+    WARNING line without a traceback: a WebSocket text frame of invalid UTF-8 (the
+    connection is closed with 1007; uvicorn logged it as an exception)."""
+
+    _MESSAGES: Final = frozenset({"Invalid UTF-8 sequence received from client."})
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.WARNING and record.msg in self._MESSAGES:
+            record.levelno, record.levelname = logging.WARNING, "WARNING"
+            record.exc_info = record.exc_text = None
+            record.msg = f"{record.msg} (the connection is closed with 1007)"
+        return True
+
+
 _REDACT_TOKENS: Final = RedactTokens()
 _QUIET_CONNECTIONS: Final = QuietConnections()
+_CLIENT_FAULTS: Final = ClientFaults()
 
 
 def filter_uvicorn_logs() -> None:
-    """Tokens redacted from uvicorn's lines, its per-connection WebSocket lines dropped
-    (idempotent: the same filters, added once)."""
+    """Tokens redacted from uvicorn's lines, its per-connection WebSocket lines dropped,
+    the faults a client causes one warning each (idempotent: the same filters, added
+    once)."""
     for name in ("uvicorn.error", "uvicorn.access"):
         logging.getLogger(name).addFilter(_REDACT_TOKENS)
     logging.getLogger("uvicorn.error").addFilter(_QUIET_CONNECTIONS)
+    logging.getLogger("uvicorn.error").addFilter(_CLIENT_FAULTS)
 
 
 # Young generations collected every 20,000 allocations instead of 700, and a full

@@ -14,7 +14,8 @@ How a keyed request (``methods``, POST and PATCH by default) is handled:
    as the draft's structured-field string (``"..."``). Otherwise **400**; a missing
    key is **400** on ``required_paths`` and passes through untouched elsewhere.
 2. The request is fingerprinted: method, path, query and the SHA-256 of the body
-   (buffered, at most ``max_request_body`` bytes, else **413**).
+   (buffered by :func:`rideout._body.read_receive`: at most ``max_request_body``
+   bytes, else **413**).
 3. One atomic Lua script reads the key's record or, if there is none, marks the key
    in flight with a lease (``SET ... PX lease``, renewed while the app runs, so a
    crashed server frees the key when the lease lapses). The record lives in the
@@ -27,13 +28,22 @@ How a keyed request (``methods``, POST and PATCH by default) is handled:
    is replayed.
 5. The first request runs the app. Its response is stored for ``ttl`` seconds
    (status, headers without hop-by-hop ones, body), unless ``store_status`` says no:
-   by default **5xx, 408, 425 and 429 are not stored** and the in-flight mark is
-   released instead, because those mean "not done, try again" and the client's retry
-   must run for real. An app that raises also releases the key.
+   by default **5xx, 401, 403, 407, 408, 425 and 429 are not stored** and the
+   in-flight mark is released instead: the first are refusals of this caller, which
+   must never be replayed to another (nor poison the key for the caller with the
+   credential), the rest mean "not done, try again" and the client's retry must run
+   for real. An app that raises also releases the key.
 6. A response body over ``max_stored_body`` bytes is not stored; a marker is, and
    repeats get **409** "not replayable" (with the original status in the problem
    body): the request did run, so re-running it would break the promise, and its
    response cannot be given back.
+
+**Whose record.** A record answers only requests of the principal that made it: the
+record's key includes ``user_from_scope``'s answer (for a credential,
+:func:`credential_principal`, a hash of it). Authentication must run *before* this
+middleware, so that a request without the credential is refused without reading or
+writing any record: mount it inside the check, never around it (the waiting room's
+private API does so; its public API has no credential, and its records are shared).
 
 Errors are RFC 9457 problem documents (``application/problem+json``). When Redis
 cannot be reached the answer is **503** with ``Retry-After: 1``: the middleware fails
@@ -50,21 +60,26 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Collection
-from typing import Any
+from typing import Any, Final
 
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import ReadOnlyError, RedisError, ResponseError
+from starlette.datastructures import Headers
+from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from rideout import _body
 from rideout.store import keys
 
 __all__ = [
     "CLAIM_SCRIPT",
     "FINISH_SCRIPT",
     "HOP_BY_HOP_HEADERS",
+    "REFUSED_STATUSES",
     "REPLAYED_HEADER",
     "IdempotencyMiddleware",
+    "credential_principal",
     "default_store_status",
     "parse_idempotency_key",
     "request_fingerprint",
@@ -117,9 +132,19 @@ _PROBLEM = "urn:rideout:problem:"
 _RECORD_VERSION = 1
 
 
+def credential_principal(credential: str) -> str:
+    """The owner name of the records a credential's requests make: a hash of it."""
+    return "sha256-" + hashlib.sha256(credential.encode()).hexdigest()[:32]
+
+
+REFUSED_STATUSES: Final = frozenset({401, 403, 407, 408, 425, 429})
+"""Never stored: refusals of the caller (401, 403, 407: another caller, or this one with
+a credential, may be allowed) and "not done, try again" (408, 425, 429)."""
+
+
 def default_store_status(status: int) -> bool:
-    """Store every response except 5xx, 408, 425 and 429 ("not done, try again")."""
-    return status < 500 and status not in (408, 425, 429)
+    """Store every response except 5xx and :data:`REFUSED_STATUSES`."""
+    return status < 500 and status not in REFUSED_STATUSES
 
 
 def parse_idempotency_key(raw: bytes, max_length: int = 255) -> str | None:
@@ -311,8 +336,8 @@ class IdempotencyMiddleware:
             )  # fmt: skip
             return
         try:
-            body = await _read_body(receive, self.max_request_body)
-        except _BodyTooLarge:
+            body = await _body.read_receive(receive, Headers(scope=scope), self.max_request_body)
+        except _body.BodyRefused:
             self._count("request_too_large")
             await _problem(
                 send, 413, "request-too-large", "Request body too large",
@@ -320,7 +345,7 @@ class IdempotencyMiddleware:
                 f"{self.max_request_body} bytes",
             )  # fmt: skip
             return
-        if body is None:  # the client went away
+        except ClientDisconnect:  # the client went away: nothing to run or answer
             return
         await self._keyed(scope, receive, send, key, body)
 
@@ -546,27 +571,6 @@ class IdempotencyMiddleware:
             await asyncio.sleep(self.lease / 3)
             if not await self._finish_call(record_key, in_flight, "renew"):
                 return
-
-
-class _BodyTooLarge(Exception):
-    pass
-
-
-async def _read_body(receive: Receive, limit: int) -> bytes | None:
-    """The whole request body; None if the client disconnected; _BodyTooLarge past ``limit``."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return None
-        chunk = bytes(message.get("body", b""))
-        size += len(chunk)
-        if size > limit:
-            raise _BodyTooLarge
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 async def _problem(

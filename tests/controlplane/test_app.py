@@ -225,6 +225,11 @@ async def test_chaos_through_an_operator_session(make_config: Callable[..., Conf
             headers={"Origin": own, "X-CSRF-Token": csrf, "Content-Type": "text/plain"},
         )  # fmt: skip
         assert text_plain.status_code == 415
+        twice = await http.post(
+            "/v1/chaos", content=b'{"op": "restore", "op": "throttle", "region": "us-east-1"}',
+            headers={"Origin": own, "X-CSRF-Token": csrf, "Content-Type": "application/json"},
+        )  # fmt: skip
+        assert twice.status_code == 400  # strict JSON: which "op" would it be?
         assert port.calls == []
         done = await http.post("/v1/chaos", json=throttle,
                                headers={"Origin": own, "X-CSRF-Token": csrf})  # fmt: skip

@@ -104,6 +104,8 @@ async def test_evacuation_moves_dns_survives_a_restart_and_silences_the_zones_ca
             (b"[]", {"Content-Type": "application/json"}, 400),
             (b'{"operator": "a"}', {"Content-Type": "text/plain"}, 415),
             (b'{"color": "red"}', {"Content-Type": "application/json"}, 400),
+            (b'{"operator": "a", "operator": "b"}', {"Content-Type": "application/json"}, 400),
+            (b'{"expires_in": NaN}', {"Content-Type": "application/json"}, 400),
             (b'{"expires_in": -1}', {"Content-Type": "application/json"}, 400),
             (b'{"reason": "whim"}', {"Content-Type": "application/json"}, 400),
             (b"x" * 5000, {"Content-Type": "application/json"}, 413),

@@ -124,7 +124,8 @@ async def test_a_failback_drain_closes_over_the_spread_and_keeps_serving(
         ({"mode": "serving", "drain_over": "5"}, "drain_over must be a number of seconds"),
         ({"mode": "draining", "drain_over": True}, "drain_over must be a number of seconds"),
         ({"mode": "serving", "drain_over": 1e9}, "drain_over must be at most 3600 seconds"),
-        (b'{"mode": "serving", "drain_over": Infinity}', "drain_over must be finite"),
+        (b'{"mode": "serving", "drain_over": Infinity}', "no NaN or Infinity"),
+        (b'{"mode": "serving", "mode": "draining"}', "no key named twice"),
         ({"mode": "degraded", "drain_over": 5}, "not degraded"),
         ({"mode": "draining", "drain_over": None}, None),
     ],
@@ -155,20 +156,27 @@ async def test_a_bad_drain_is_refused_clearly_and_changes_nothing(
         assert deployment.servers["a1"].mode is ZoneMode.SERVING
 
 
+async def test_a_body_over_the_limit_is_413(deployment: Deployment) -> None:
+    config = deployment.config
+    zone = config.primary.zones[0]
+    admin = f"http://{zone.address}:{config.app_port}/admin/mode"
+    auth = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
+    async with httpx.AsyncClient(trust_env=False) as http:
+        answer = await http.post(admin, content=b" " * 8192 + b'{"mode": "serving"}',
+                                 headers=auth)  # fmt: skip
+        assert (answer.status_code, answer.json()["error"]) == (413, "too_large")
+
+
 @pytest.mark.parametrize(
     ("body", "mode"),
     [
-        (b'{"mode": "draining"}', ZoneMode.DRAINING),
-        (b'{"mode": "serving", "why": "drill over"}', ZoneMode.SERVING),
-        (b'{"mode": "asleep"}', None),
-        (b'{"mode": 1}', None),
-        (b'{"mode": ["degraded"]}', None),
-        (b"{}", None),
-        (b'["degraded"]', None),
-        (b'"degraded"', None),
-        (b"{", None),
-        (b"\xff", None),
+        ({"mode": "draining"}, ZoneMode.DRAINING),
+        ({"mode": "serving", "why": "drill over"}, ZoneMode.SERVING),
+        ({"mode": "asleep"}, None),
+        ({"mode": 1}, None),
+        ({"mode": ["degraded"]}, None),
+        ({}, None),
     ],
 )
-def test_the_mode_a_body_asks_for(body: bytes, mode: ZoneMode | None) -> None:
-    assert _parse_mode(body) is mode
+def test_the_mode_a_body_asks_for(body: dict[str, Any], mode: ZoneMode | None) -> None:
+    assert _parse_mode(body) is mode  # what is not a JSON object: rideout._body's 400

@@ -3,20 +3,32 @@ event per test, and the room's store over the app user's client."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 import redis.asyncio as aioredis
+from starlette.applications import Starlette
 
+from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer
 from rideout.store.acl import RedisRole, load_credentials
 from rideout.store.client import state_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
+from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.model import EventSettings
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import ADMIN, FakeClock, free_port, locked_auth
+from tests.conftest import ADMIN, FakeClock, free_port, locked_auth, serving
+
+ADMIN_TOKEN = secrets.token_urlsafe(32)
+AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+ISSUER = "http://room.test/waitingroom"
+ADDRESS = "127.0.0.1"
 
 _events = itertools.count()
 
@@ -67,3 +79,40 @@ async def new_event(store: RoomStore, **settings: object) -> EventSettings:
     event = EventSettings(fresh_event(), **settings)  # type: ignore[arg-type]
     await store.create_event(event)
     return event
+
+
+@dataclass
+class ServedAPI:
+    """The room's API with a signing ring, on a real uvicorn on loopback."""
+
+    http: httpx.AsyncClient
+    store: RoomStore
+    clock: FakeClock
+    ring: RoomKeyRing
+
+    async def served_position(self, prefix: str, **settings: Any) -> tuple[str, str]:
+        """A new event's first position, served: (event id, request id)."""
+        event_id = fresh_event(prefix)
+        await self.store.create_event(EventSettings(event_id, **settings))
+        position = await self.store.assign(event_id)
+        await self.store.increment_serving(event_id, 1)
+        return event_id, position.request_id
+
+
+@contextlib.asynccontextmanager
+async def served_api(redis: Redis) -> AsyncIterator[ServedAPI]:
+    """:class:`RoomAPI` (admin token :data:`ADMIN_TOKEN`, issuer :data:`ISSUER`) over
+    `redis`, served on :data:`ADDRESS`, and an HTTP client of it."""
+    clock = FakeClock(1_800_000_000.0)
+    store = redis.store(clock)
+    ring = RoomKeyRing.generate()
+    api = RoomAPI(
+        store, admin_token=ADMIN_TOKEN, issuer=ISSUER,
+        signer=RoomTokenIssuer(ring, issuer=ISSUER, clock=clock), keys=ring, micro_cache_ttl=0,
+    )  # fmt: skip
+    port = free_port(ADDRESS)
+    async with (
+        serving(Starlette(routes=api.routes()), ADDRESS, port),
+        httpx.AsyncClient(base_url=f"http://{ADDRESS}:{port}", trust_env=False) as http,
+    ):
+        yield ServedAPI(http, store, clock, ring)

@@ -9,7 +9,6 @@ import asyncio
 import json
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from typing import Any
 
 import httpx
@@ -17,44 +16,33 @@ import pytest
 import pytest_asyncio
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from starlette.applications import Starlette
 
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
-from rideout.waitingroom.api import CACHE_PRIVATE, RoomAPI
-from rideout.waitingroom.model import EventSettings
-from rideout.waitingroom.store import RoomStore
-from tests.conftest import FakeClock, free_port, serving, until
-from tests.waitingroom.conftest import Redis, fresh_event
+from rideout.waitingroom.api import CACHE_PRIVATE
+from tests.conftest import until
+from tests.waitingroom.conftest import (
+    AUTH,
+    ISSUER,
+    Redis,
+    ServedAPI,
+    served_api,
+)
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-ADMIN_TOKEN = secrets.token_urlsafe(32)
-AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
-ISSUER = "http://room.test/waitingroom"
-ADDRESS = "127.0.0.1"
 
-
-@dataclass
-class Room:
-    http: httpx.AsyncClient
-    store: RoomStore
-    clock: FakeClock
-    ring: RoomKeyRing
-
+class Room(ServedAPI):
     def verifier(self) -> RoomTokenVerifier:
         return RoomTokenVerifier(self.ring, issuer=ISSUER, clock=self.clock)
 
     async def served(self, **settings: Any) -> tuple[str, str, dict[str, Any]]:
         """A new event's first position, served: (event id, request id, its token set)."""
-        event_id = fresh_event("refresh")
-        await self.store.create_event(EventSettings(event_id, **settings))
-        position = await self.store.assign(event_id)
-        await self.store.increment_serving(event_id, 1)
+        event_id, request_id = await self.served_position("refresh", **settings)
         r = await self.http.post(
-            "/generate_token", json={"event_id": event_id, "request_id": position.request_id}
+            "/generate_token", json={"event_id": event_id, "request_id": request_id}
         )
         assert r.status_code == 200, r.text
-        return event_id, position.request_id, r.json()
+        return event_id, request_id, r.json()
 
     async def refresh(self, event_id: str, token: object, **headers: str) -> httpx.Response:
         return await self.http.post(
@@ -64,20 +52,8 @@ class Room:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def room(redis_server: Redis) -> AsyncIterator[Room]:
-    clock = FakeClock(1_800_000_000.0)
-    store = redis_server.store(clock)
-    ring = RoomKeyRing.generate()
-    api = RoomAPI(
-        store, admin_token=ADMIN_TOKEN, issuer=ISSUER,
-        signer=RoomTokenIssuer(ring, issuer=ISSUER, clock=clock), keys=ring, micro_cache_ttl=0,
-    )  # fmt: skip
-    port = free_port(ADDRESS)
-    base = f"http://{ADDRESS}:{port}"
-    async with (
-        serving(Starlette(routes=api.routes()), ADDRESS, port),
-        httpx.AsyncClient(base_url=base, trust_env=False) as http,
-    ):
-        yield Room(http, store, clock, ring)
+    async with served_api(redis_server) as api:
+        yield Room(api.http, api.store, api.clock, api.ring)
 
 
 async def test_a_refresh_token_renews_the_session_and_rotates(room: Room) -> None:

@@ -37,6 +37,8 @@ async def test_a_periodic_inlet_admits_once_per_tick_across_processes(
         stores[0], expiry=0,
         inlet=InletSettings("periodic", period=60, increment_by=10, start=clock.now, end=clock.now + 150),
     )  # fmt: skip
+    for _ in range(25):
+        await stores[0].assign(event.event_id)
     for _ in range(3):  # three looks within one tick
         for scheduler in schedulers:
             await scheduler.run_once()
@@ -79,12 +81,41 @@ async def test_a_periodic_inlet_holds_back_while_its_alarm_is_in_alarm(
     event = await new_event(
         store, inlet=InletSettings("periodic", period=10, increment_by=3, alarm="site-latency")
     )
+    for _ in range(5):
+        await store.assign(event.event_id)
     await scheduler.run_once()
     assert await store.serving(event.event_id) == 0
     state["site-latency"] = "OK"
     clock.advance(10)
     await scheduler.run_once()
     assert await store.serving(event.event_id) == 3
+
+
+async def test_a_periodic_inlet_never_raises_the_counter_past_the_queue(
+    redis_server: Redis, clock: FakeClock
+) -> None:
+    store = redis_server.store(clock)
+    scheduler = RoomScheduler(store, metrics_interval=3600)
+    event = await new_event(
+        store, expiry=0, inlet=InletSettings("periodic", period=10, increment_by=50)
+    )
+    for _ in range(3):  # nobody waits: nothing to admit
+        await scheduler.run_once()
+        clock.advance(10)
+    assert await store.serving(event.event_id) == 0
+    for _ in range(5):
+        await store.assign(event.event_id)
+    report = await scheduler.run_once()
+    assert (await store.serving(event.event_id), report.admitted[event.event_id]) == (5, 5)
+    for _ in range(4):  # each period, only who arrived since
+        clock.advance(10)
+        await scheduler.run_once()
+    assert await store.serving(event.event_id) == 5
+    await store.assign(event.event_id)
+    clock.advance(10)
+    await scheduler.run_once()
+    counters = await store.counters(event.event_id)
+    assert (counters.queue, counters.serving) == (6, 6)
 
 
 async def test_max_size_keeps_the_site_at_its_capacity(

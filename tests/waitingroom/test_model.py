@@ -150,9 +150,19 @@ def test_periodic_admits_inside_the_window_unless_in_alarm(
     now: float, alarm_state: str | None, admit: int
 ) -> None:
     inlet = InletSettings("periodic", increment_by=10, start=100, end=200, alarm="site-latency")
-    assert periodic_increment(inlet, now, alarm_state) == admit
+    crowd = Counters(queue=100, serving=20)
+    assert periodic_increment(inlet, now, alarm_state, crowd) == admit
     no_alarm = InletSettings("periodic", increment_by=10)
-    assert periodic_increment(no_alarm, now, ALARM) == 10
+    assert periodic_increment(no_alarm, now, ALARM, crowd) == 10
+
+
+@pytest.mark.parametrize(
+    ("queue", "serving", "admit"),
+    [(50, 220, 0), (50, 50, 0), (50, 45, 5), (50, 0, 10), (0, 0, 0)],
+)
+def test_periodic_never_admits_past_the_queue(queue: int, serving: int, admit: int) -> None:
+    inlet = InletSettings("periodic", increment_by=10)
+    assert periodic_increment(inlet, 0.0, None, Counters(queue=queue, serving=serving)) == admit
 
 
 def test_ticks_number_periods() -> None:

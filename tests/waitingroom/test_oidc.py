@@ -452,3 +452,21 @@ async def test_any_token_request_gets_an_oauth_error(redis_server: Redis) -> Non
                 "invalid_request", "invalid_client", "invalid_grant",
                 "unauthorized_client", "unsupported_grant_type",
             }, form  # fmt: skip
+
+
+async def test_bodies_over_8_kib_are_413_before_they_are_read(redis_server: Redis) -> None:
+    big = b"x" * 16_384
+    async with site(redis_server) as s:
+        token = await s.http.post(s.issuer + "/token", content=big,
+                                  headers={"Content-Type": "application/x-www-form-urlencoded"})  # fmt: skip
+        assert (token.status_code, token.json()["error"]) == (413, "invalid_request")
+        assert "8192" in token.json()["error_description"]
+        enter = await s.http.post(s.issuer + "/enter", content=big,
+                                  headers={"Origin": s.base, "Content-Type": "application/json"})  # fmt: skip
+        assert enter.status_code == 413, enter.text
+        form = await s.http.post(s.issuer + "/token", content=b"grant_type=x",
+                                 headers={"Content-Type": "text/plain"})  # fmt: skip
+        assert (form.status_code, form.json()["error"]) == (415, "invalid_request")
+        twice = await s.http.post(s.issuer + "/enter", content=b'{"authz": "a", "authz": "b"}',
+                                  headers={"Origin": s.base})  # fmt: skip
+        assert twice.status_code == 400

@@ -58,13 +58,13 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import _http, routes
+from rideout import _body, _http, routes
 from rideout.auth.admin import check_admin_token, load_or_create_admin_token
 from rideout.auth.canary_keys import load_canary_keys
 from rideout.auth.request_signing import RequestVerifier, SignatureError
 from rideout.config import Config
 from rideout.controlplane.errors import ChaosFailed, IngestError, IngestForbidden
-from rideout.controlplane.guards import BodyTooLarge, browser_shaped, is_json, read_body
+from rideout.controlplane.guards import browser_shaped
 from rideout.controlplane.ports import ChaosPort, ConfigInventory, Inventory
 from rideout.controlplane.runtime import ControlPlane
 from rideout.controlplane.sessions import OperatorSession, OperatorSessions
@@ -283,6 +283,10 @@ class ControlPlaneApi:
         self.metrics.refused.labels(endpoint, reason).inc()
         return _error(status_code, error, message, **headers)
 
+    def _body_refused(self, endpoint: str, exc: _body.BodyRefused) -> JSONResponse:
+        reason = "media_type" if exc.status == 415 else exc.code
+        return self._refuse(endpoint, reason, exc.status, exc.code, str(exc))
+
     def _from_own_origin(self, request: Request) -> bool:
         # No CORS headers: other origins cannot read these answers. The Host check closes
         # DNS rebinding (a page on another name that resolves to 127.0.0.1).
@@ -348,21 +352,19 @@ class ControlPlaneApi:
         if browser_shaped(request.headers):
             return refuse("put_metrics", "browser", 403, "forbidden",
                           "browser requests are not accepted here")  # fmt: skip
-        if not is_json(request.headers):
-            return refuse("put_metrics", "media_type", 415, "unsupported_media_type",
-                          "Content-Type must be application/json")  # fmt: skip
         try:
-            body = await read_body(request, MAX_INGEST_BYTES)
-        except BodyTooLarge:
-            return refuse("put_metrics", "too_large", 413, "too_large",
-                          f"at most {MAX_INGEST_BYTES} bytes")  # fmt: skip
+            body = await _body.read(request, MAX_INGEST_BYTES, media_type=_body.JSON)
+        except _body.BodyRefused as exc:
+            return self._body_refused("put_metrics", exc)
         try:
             region = self.verifier.verify("POST", routes.METRICS_INGEST, request.headers, body)
         except SignatureError as exc:
             error = "busy" if exc.status == 503 else "unauthorized"
             return refuse("put_metrics", exc.reason, exc.status, error, str(exc))
         try:
-            stored = self.plane.put_metric_data(json.loads(body), region=region)
+            stored = self.plane.put_metric_data(_body.decode_object(body), region=region)
+        except _body.BodyRefused as exc:
+            return self._body_refused("put_metrics", exc)
         except IngestForbidden as exc:
             return refuse("put_metrics", "other_region", 403, "forbidden", str(exc))
         except (ValueError, IngestError) as exc:
@@ -508,16 +510,13 @@ class ControlPlaneApi:
         refusal = self._chaos_refusal(request)
         if refusal is not None:
             return refusal
-        if not is_json(request.headers):
-            return self._refuse("chaos", "media_type", 415, "unsupported_media_type",
-                                "Content-Type must be application/json")  # fmt: skip
         try:
-            body = json.loads(await read_body(request, MAX_CHAOS_BYTES))
-            op, region = body["op"], body["region"]
-        except BodyTooLarge:
-            return _error(413, "too_large", f"at most {MAX_CHAOS_BYTES} bytes")
-        except (ValueError, KeyError, TypeError):
-            return _error(400, "bad_request", 'expected {"op": ..., "region": ...}')
+            body = await _body.read_json(request, MAX_CHAOS_BYTES, media_type=_body.JSON)
+        except _body.BodyRefused as exc:
+            return self._body_refused("chaos", exc)
+        op, region = body.get("op"), body.get("region")
+        if not isinstance(op, str) or not isinstance(region, str):
+            return _error(400, "bad_request", 'send {"op": "kill" | ..., "region": REGION}')
         try:
             message = await self.chaos_port.run(str(op), str(region))
         except ChaosFailed as exc:
@@ -541,22 +540,14 @@ class ControlPlaneApi:
                                 "admin token required")  # fmt: skip
         return None
 
-    async def _zone_body(self, request: Request) -> dict[str, Any] | JSONResponse:
+    async def _zone_body(self, request: Request, endpoint: str) -> dict[str, Any] | JSONResponse:
+        """The change's options: a JSON object, or an empty body for none."""
         try:
-            raw = await read_body(request, MAX_ZONE_BYTES)
-        except BodyTooLarge:
-            return _error(413, "too_large", f"at most {MAX_ZONE_BYTES} bytes")
-        if not raw.strip():
-            return {}
-        if not is_json(request.headers):
-            return _error(415, "unsupported_media_type", "Content-Type must be application/json")
-        try:
-            body = json.loads(raw)
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            return _error(400, "bad_request", "expected a JSON object")
-        return body
+            return await _body.read_json(
+                request, MAX_ZONE_BYTES, media_type=_body.JSON, empty_ok=True
+            )
+        except _body.BodyRefused as exc:
+            return self._body_refused(endpoint, exc)
 
     async def zone_evacuate(self, request: Request) -> Response:
         """Evacuate one zone (see :meth:`ControlPlane.evacuate_zone`)."""
@@ -564,7 +555,7 @@ class ControlPlaneApi:
         refusal = self._zone_refusal(request, "zone_evacuate")
         if refusal is not None:
             return refusal
-        body = await self._zone_body(request)
+        body = await self._zone_body(request, "zone_evacuate")
         if isinstance(body, JSONResponse):
             return body
         unknown = set(body) - {"operator", "reason", "expires_in"}
@@ -616,6 +607,9 @@ def create_app(
     the local supervisor's are in :mod:`rideout.cluster`.
     """
     api = ControlPlaneApi(config, runtime or ControlPlane(config), chaos=chaos, inventory=inventory)
-    app = Starlette(routes=api.route_table(), lifespan=api.lifespan)
+    app = Starlette(
+        routes=api.route_table(), lifespan=api.lifespan,
+        exception_handlers=_body.EXCEPTION_HANDLERS,
+    )  # fmt: skip
     app.state.api = api
     return app

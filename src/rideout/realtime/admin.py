@@ -12,13 +12,12 @@ The routes exist only in ``local`` mode; elsewhere they answer 404.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from rideout import _validate
+from rideout import _body, _validate
 from rideout.auth.admin import check_admin_token
 from rideout.errors import InvalidArgument
 from rideout.realtime.zone import ZoneMode, ZoneServer
@@ -27,6 +26,7 @@ __all__ = ["admin_mode"]
 
 _EXPECTED = f'expected {{"mode": one of {[mode.value for mode in ZoneMode]}}}'
 MAX_DRAIN_OVER = 3600.0  # seconds a gradual drain may take
+MAX_BODY = 4096  # bytes of a mode change
 
 
 async def admin_mode(request: Request) -> Response:
@@ -41,7 +41,10 @@ async def admin_mode(request: Request) -> Response:
             headers={"WWW-Authenticate": 'Bearer realm="rideout-admin"'},
         )
     if request.method == "POST":
-        body = await request.body()
+        try:
+            body = await _body.read_json(request, MAX_BODY)
+        except _body.BodyRefused as exc:
+            return JSONResponse({"error": exc.code, "message": str(exc)}, status_code=exc.status)
         mode = _parse_mode(body)
         if mode is None:
             return JSONResponse({"error": "bad_request", "message": _EXPECTED}, status_code=400)
@@ -53,10 +56,9 @@ async def admin_mode(request: Request) -> Response:
                          "connections": len(server.connections)})  # fmt: skip
 
 
-def _parse_drain_over(body: bytes, mode: ZoneMode) -> float | str:
+def _parse_drain_over(body: dict[str, Any], mode: ZoneMode) -> float | str:
     """A body's ``drain_over`` seconds (0 without one), or what is wrong with it."""
-    data: dict[str, Any] = json.loads(body)  # _parse_mode has checked it is an object
-    value = data.get("drain_over")
+    value = body.get("drain_over")
     if value is None:
         return 0.0
     if mode == ZoneMode.DEGRADED:
@@ -70,13 +72,9 @@ def _parse_drain_over(body: bytes, mode: ZoneMode) -> float | str:
     return seconds
 
 
-def _parse_mode(body: bytes) -> ZoneMode | None:
+def _parse_mode(body: dict[str, Any]) -> ZoneMode | None:
     """The mode a ``{"mode": ...}`` body asks for; None for anything else."""
-    try:
-        data = json.loads(body)
-    except ValueError:
+    mode = body.get("mode")
+    if not isinstance(mode, str) or mode not in {m.value for m in ZoneMode}:
         return None
-    try:
-        return ZoneMode(data["mode"])
-    except (TypeError, KeyError, ValueError):  # not an object, no "mode", no such mode
-        return None
+    return ZoneMode(mode)

@@ -35,7 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import _http, routes
+from rideout import _body, _http, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
@@ -455,4 +455,8 @@ def create_app(
                 _switch_on_signals(stack, server)
             yield
 
-    return ZoneApp(Starlette(routes=[*own, page], lifespan=lifespan))
+    return ZoneApp(
+        Starlette(
+            routes=[*own, page], lifespan=lifespan, exception_handlers=_body.EXCEPTION_HANDLERS
+        )
+    )

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import math
 import re
 import secrets
@@ -27,6 +26,7 @@ from redis.exceptions import ReadOnlyError, RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
+from rideout import _body
 from rideout.auth import TokenIssuer
 from rideout.config import Config
 from rideout.store import keys
@@ -73,16 +73,6 @@ async def claim_name(redis: aioredis.Redis, name: str, holder: str, ttl: int) ->
     raise RedisError(f"the claim on {name!r} kept changing")
 
 
-async def _read_body(request: Request) -> bytes:
-    """At most MAX_BODY bytes; a longer body is refused as a bad request (not buffered)."""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY:
-            raise ValueError("body too long")
-    return body
-
-
 def _origin_allowed(config: Config, origin: str | None) -> bool:
     allowed = config.origins()
     return origin is not None and ("*" in allowed or origin in allowed)
@@ -97,10 +87,9 @@ async def demo_token(
     if not _origin_allowed(config, request.headers.get("origin")):
         return _error(403, "forbidden", "demo tokens are issued to the deployment's own pages")
     try:
-        parsed = json.loads(await _read_body(request))
-        name = parsed.get("name") if isinstance(parsed, dict) else None
-    except ValueError:
-        name = None
+        name = (await _body.read_json(request, MAX_BODY)).get("name")
+    except _body.BodyRefused as exc:
+        return _error(exc.status, exc.code, str(exc))
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         return _error(400, "bad_request", 'expected {"name": 1-32 of A-Z a-z 0-9 _ -}')
     if name.casefold().startswith(_RESERVED):

@@ -188,7 +188,7 @@ _SCRIPT_COMMANDS: Final = (
     "hset", "hmget", "hgetall",
     "xadd", "xlen", "xrange", "xrevrange", "xtrim",
     # the waiting room's (rideout.waitingroom.scripts)
-    "exists", "hincrby", "sadd", "srem",
+    "exists", "hincrby", "sadd", "srem", "unlink",
     "zadd", "zrem", "zcount", "zcard", "zrange", "zrangebyscore", "zremrangebyscore",
 )  # fmt: skip
 _APP_COMMANDS: Final = (

@@ -36,17 +36,18 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, TypeVar, cast
 
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import BaseRoute, Route, request_response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rideout import _json, routes
+from rideout import _body, routes
 from rideout.auth.admin import check_admin_token
 from rideout.auth.errors import AuthError
 from rideout.auth.room_tokens import KeySource, RoomTokenIssuer, RoomTokenVerifier
 from rideout.errors import InvalidArgument
-from rideout.idempotency import IdempotencyMiddleware
+from rideout.idempotency import IdempotencyMiddleware, credential_principal
 from rideout.store.client import cancel_and_wait
 from rideout.store.errors import StoreError
 from rideout.waitingroom.errors import (
@@ -195,22 +196,6 @@ class _BadInput(InvalidRequest):
         self.status = status
 
 
-async def _body(request: Request, limit: int) -> dict[str, Any]:
-    """The request's JSON object, at most `limit` bytes."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _BadInput(413, f"Request body too large: at most {limit} bytes")
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise _BadInput(413, f"Request body too large: at most {limit} bytes")
-    try:
-        return _json.decode_object(bytes(data))
-    except ValueError:
-        raise _BadInput(400, "Request body must be a JSON object") from None
-
-
 def _query(request: Request, name: str) -> str:
     values = request.query_params.getlist(name)
     if not values:
@@ -245,7 +230,28 @@ def _field(body: Mapping[str, Any], name: str) -> Any:
     return body[name]
 
 
+def _integer(body: Mapping[str, Any], name: str, what: str) -> int:
+    """A JSON integer field (not ``1.0``, not ``true``): the private API's one rule."""
+    value = _field(body, name)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _BadInput(400, f"{name} must be {what}")
+    return value
+
+
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+class _AdminOnly:
+    """`app` for a request with the admin token; `refusal` (401) for any other, before
+    `app` (its ``Idempotency-Key`` layer included) reads the request or a record."""
+
+    def __init__(self, app: ASGIApp, *, refusal: ASGIApp, admin_token: str) -> None:
+        self.app, self.refusal, self.admin_token = app, refusal, admin_token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        authorization = Headers(scope=scope).get("authorization")
+        allowed = check_admin_token(self.admin_token, authorization)
+        await (self.app if allowed else self.refusal)(scope, receive, send)
 
 
 class _AnyOrigin:
@@ -274,6 +280,8 @@ def _guarded(handler: Handler, *, public: bool) -> Handler:
     async def run(request: Request) -> Response:
         try:
             return await handler(request)
+        except _body.BodyRefused as exc:
+            return _error(exc.status, str(exc), public=public)
         except RoomUnavailable as exc:
             return _error(503, f"The waiting room is unavailable: {exc}", public=public,
                           **{"Retry-After": "1"})  # fmt: skip
@@ -332,6 +340,7 @@ class RoomAPI:
         self._flusher: asyncio.Task[None] | None = None
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
+        self._principal = credential_principal(admin_token)  # owns the operator's records
         self.verifier = (
             None if keys is None else RoomTokenVerifier(
                 keys, issuer=issuer, max_ttl=MAX_VALIDITY, clock=store.clock
@@ -375,8 +384,13 @@ class RoomAPI:
         for path in dict.fromkeys(p for p, _, _ in public):
             out.append(Route(path, self.preflight, methods=["OPTIONS"]))
         for path, method, handler in private:
-            guarded = _guarded(self._private(handler), public=False)
-            out.append(self._route(path, method, self._counted(path, guarded), public=False))
+            guarded = self._counted(path, _guarded(handler, public=False))
+            app = _AdminOnly(
+                self._keyed(guarded, method, principal=self._principal),
+                refusal=request_response(self._counted(path, self._unauthorized)),
+                admin_token=self.admin_token,
+            )
+            out.append(Route(path, app, methods=[method]))
         return out
 
     def _counted(self, endpoint: str, handler: Handler) -> Handler:
@@ -392,23 +406,24 @@ class RoomAPI:
         return run
 
     def _route(self, path: str, method: str, handler: Handler, *, public: bool) -> Route:
-        if method not in ("POST", "PATCH"):
-            return Route(path, handler, methods=[method])
-        app: ASGIApp = IdempotencyMiddleware(
-            request_response(handler), self.store.redis, scope="waitingroom",
-            ttl=self.idempotency_ttl, max_request_body=self.max_body,
-        )  # fmt: skip
+        app = self._keyed(handler, method, principal=None)
         return Route(path, _AnyOrigin(app) if public else app, methods=[method])
 
-    def _private(self, handler: Handler) -> Handler:
-        async def run(request: Request) -> Response:
-            if not check_admin_token(self.admin_token, request.headers.get("authorization")):
-                return _error(401, "Unauthorized: send the deployment's admin token as a "
-                              "bearer credential", public=False,
-                              **{"WWW-Authenticate": 'Bearer realm="rideout-waitingroom"'})  # fmt: skip
-            return await handler(request)
+    def _keyed(self, handler: Handler, method: str, *, principal: str | None) -> ASGIApp:
+        """`handler` as an ASGI app; a POST or PATCH honours an ``Idempotency-Key``,
+        its records kept for `principal` (None: the public API's, shared by all)."""
+        if method not in ("POST", "PATCH"):
+            return request_response(handler)
+        return IdempotencyMiddleware(
+            request_response(handler), self.store.redis, scope="waitingroom",
+            ttl=self.idempotency_ttl, max_request_body=self.max_body,
+            user_from_scope=None if principal is None else lambda _scope: principal,
+        )  # fmt: skip
 
-        return run
+    async def _unauthorized(self, request: Request) -> Response:
+        return _error(401, "Unauthorized: send the deployment's admin token as a bearer "
+                      "credential", public=False,
+                      **{"WWW-Authenticate": 'Bearer realm="rideout-waitingroom"'})  # fmt: skip
 
     async def preflight(self, request: Request) -> Response:
         """CORS preflight of the public API: any origin, GET and POST."""
@@ -419,7 +434,7 @@ class RoomAPI:
     async def assign_queue_num(self, request: Request) -> Response:
         """A position for a new arrival: ``{api_request_id, queue_number, entry_time,
         event_id, status}`` (AWS answers only ``api_request_id`` and numbers later)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         event = await self.cache.get((event_id, "event"), lambda: self.store.get_event(event_id))
         if event.pow_bits:
@@ -575,7 +590,7 @@ class RoomAPI:
 
     async def generate_token(self, request: Request) -> Response:
         """The token set of a served position (the same claims on every call)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
         return await self._token(event_id, request_id)
@@ -586,7 +601,7 @@ class RoomAPI:
         refresh token, the only one the next renewal takes). 400 a malformed body, 401
         a refresh token that does not verify for this event or was used already, 410
         an expired or ended session."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         token = _field(body, "refresh_token")
         if not isinstance(token, str) or not token:
@@ -657,23 +672,21 @@ class RoomAPI:
 
     async def increment_serving_counter(self, request: Request) -> Response:
         """``{event_id, increment_by}`` -> ``{serving_num}`` (never below the floor)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
-        by = _field(body, "increment_by")
-        if isinstance(by, bool) or not isinstance(by, int):
-            raise _BadInput(400, "increment_by must be an integer")
+        by = _integer(body, "increment_by", "an integer")
         serving = await self.store.increment_serving(event_id, by)
         self.cache.forget(event_id)
         return _json_response({"serving_num": serving}, public=False)
 
     async def update_session(self, request: Request) -> Response:
         """``{event_id, request_id, status: 1 | -1}``; 404 unless the session is at 0."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
-        status = _field(body, "status")
-        if isinstance(status, bool) or status not in (1, -1):
-            raise _BadInput(400, "status must be 1 (completed) or -1 (abandoned)")
+        status = _integer(body, "status", "the integer 1 (completed) or -1 (abandoned)")
+        if status not in (1, -1):
+            raise _BadInput(400, "status must be the integer 1 (completed) or -1 (abandoned)")
         await self.store.update_session(event_id, request_id, status)
         return _json_response(
             {"event_id": event_id, "request_id": request_id, "status": status}, public=False
@@ -702,7 +715,7 @@ class RoomAPI:
     async def reset_initial_state(self, request: Request) -> Response:
         """``{event_id}``: zero the counters and forget every position (at once, not
         AWS's "a minute or two"); the micro-cache forgets the event too."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         await self.store.reset(event_id)
         self.cache.forget(event_id)
@@ -712,7 +725,7 @@ class RoomAPI:
     async def private_generate_token(self, request: Request) -> Response:
         """As the public one, with ``issuer`` and ``validity_period`` for this call
         only (AWS keeps an override for later calls: a bug not copied)."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event_id = _event_id(_field(body, "event_id"))
         request_id = _request_id(_field(body, "request_id"))
         issuer = body.get("issuer")
@@ -734,7 +747,7 @@ class RoomAPI:
 
     async def create_event(self, request: Request) -> Response:
         """The settings as a JSON object (``event_id`` required) -> 201 and the event."""
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event = EventSettings.from_dict(body)
         await self.store.create_event(event)
         return _json_response(event.to_dict(), 201, public=False)
@@ -760,7 +773,7 @@ class RoomAPI:
     async def change_event(self, request: Request) -> Response:
         """A JSON object of the settings to change -> the event's new settings."""
         event_id = self._path_event(request)
-        body = await _body(request, self.max_body)
+        body = await _body.read_json(request, self.max_body)
         event = await self.store.update_event(event_id, **body)
         self.cache.forget(event_id)
         return _json_response(event.to_dict(), public=False)

@@ -144,12 +144,13 @@ class RoomScheduler:
         if self._last_inlet_tick.get(event.event_id) == tick:
             return
         claim = ("inlet", tick, inlet.period * 2)
-        before = await self.store.serving(event.event_id)
+        counters = await self.store.counters(event.event_id)
+        before = counters.serving
         if inlet.kind is InletKind.PERIODIC:
             alarm = None
             if inlet.alarm and self.alarm_state is not None:
                 alarm = await self.alarm_state(inlet.alarm)
-            by = periodic_increment(inlet, now, alarm)
+            by = periodic_increment(inlet, now, alarm, counters)
             after = (
                 await self.store.increment_serving(event.event_id, by, claim=claim) if by else -1
             )

@@ -412,15 +412,18 @@ def max_size_increment(max_size: int, active: int) -> int:
     return max(0, max_size - max(0, active))
 
 
-def periodic_increment(inlet: InletSettings, now: float, alarm_state: str | None) -> int:
+def periodic_increment(
+    inlet: InletSettings, now: float, alarm_state: str | None, counters: Counters
+) -> int:
     """A periodic inlet's admission at `now`: ``increment_by`` inside [start, end)
     unless the alarm is in ALARM (an unknown or INSUFFICIENT_DATA alarm counts as OK,
-    as AWS's); else 0."""
+    as AWS's); else 0. Never past the queue (as MaxSize's): a counter raised while
+    nobody waits would admit a later crowd at once, unpaced."""
     if now < inlet.start or (inlet.end and now >= inlet.end):
         return 0
     if inlet.alarm and alarm_state == ALARM:
         return 0
-    return inlet.increment_by
+    return min(inlet.increment_by, max(0, counters.queue - counters.serving))
 
 
 def tick_of(now: float, period: float) -> int:

@@ -64,7 +64,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
-from rideout import _json, _validate, routes
+from rideout import _body, _validate, routes
 from rideout.auth.errors import AuthError
 from rideout.auth.room_tokens import (
     KeySource,
@@ -686,14 +686,10 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         return response
 
     async def _enter(self, request: Request) -> Response:
-        body = await request.body()
         try:
-            if len(body) > _MAX_BODY:
-                raise ValueError("too large")
-            authz = _json.decode_object(body).get("authz")
-        except ValueError:
-            return JSONResponse({"error": "Body must be a JSON object {authz}"}, 400,
-                                headers=_NO_STORE)  # fmt: skip
+            authz = (await _body.read_json(request, _MAX_BODY)).get("authz")
+        except _body.BodyRefused as exc:
+            return JSONResponse({"error": f"{exc}: send {{authz}}"}, exc.status, headers=_NO_STORE)
         if await self._authz(authz) is None:
             return JSONResponse({"error": "Unknown or expired authorize request"}, 404,
                                 headers=_NO_STORE)  # fmt: skip
@@ -753,17 +749,11 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         """The code exchange and the refresh grant (``client_secret_basic``,
         ``client_secret_post``, or none for a public client: PKCE proves it at the code
         exchange, the rotating refresh token at a refresh)."""
-        body = await request.body()
-        if len(body) > _MAX_BODY:
-            return JSONResponse({"error": "invalid_request"}, 413, headers=_NO_STORE)
-        if not request.headers.get("content-type", "").startswith(
-            "application/x-www-form-urlencoded"
-        ):
-            return JSONResponse(
-                {"error": "invalid_request",
-                 "error_description": "The body must be application/x-www-form-urlencoded"},
-                400, headers=_NO_STORE,
-            )  # fmt: skip
+        try:
+            body = await _body.read(request, _MAX_BODY, media_type=_body.FORM)
+        except _body.BodyRefused as exc:
+            return JSONResponse({"error": "invalid_request", "error_description": str(exc)},
+                                exc.status, headers=_NO_STORE)  # fmt: skip
         try:
             items = _multi(parse_qsl(body.decode(), keep_blank_values=True, strict_parsing=False))
         except UnicodeDecodeError:

@@ -166,7 +166,7 @@ DELETE: Final = (
     + r"""
 -- KEYS[12] the index of event ids; ARGV[3] the event id.
 if redis.call('EXISTS', K.event) == 0 then return 'unknown' end
-redis.call('DEL', unpack(KEYS, 1, 11))
+redis.call('UNLINK', unpack(KEYS, 1, 11))  -- freed off the main thread
 redis.call('SREM', KEYS[12], ARGV[3])
 return 'ok'
 """
@@ -483,8 +483,8 @@ RESET: Final = (
 -- caches are keyed by). Returns 'ok' or 'unknown'.
 if redis.call('EXISTS', K.event) == 0 then return 'unknown' end
 redis.call('HSET', K.event, 'generation', ARGV[3])
-redis.call('DEL', K.counters, K.requests, K.queue, K.seen, K.tokens, K.active, K.servable,
-           K.dead, K.prequeue)
+redis.call('UNLINK', K.counters, K.requests, K.queue, K.seen, K.tokens, K.active,
+           K.servable, K.dead, K.prequeue)  -- a large event's: freed off the main thread
 emit('reset', event_json({'event_id', redis.call('HGET', K.event, 'id')}))
 return 'ok'
 """

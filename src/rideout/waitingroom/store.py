@@ -154,6 +154,15 @@ _RENEW_REFUSALS: Final = {
 }
 
 
+def ended_message(status: int) -> str:
+    """What a token request for a session that ``update_session`` ended is told."""
+    what = "completed" if status == 1 else "abandoned"
+    return (
+        f"The session of this request id was {what} (update_session): it takes no new "
+        "token; join the queue again for a new position"
+    )
+
+
 class SweepResult(tuple[int, int, int]):
     """What one :meth:`RoomStore.sweep` did: (expired, abandoned, incremented)."""
 
@@ -453,7 +462,7 @@ class RoomStore:
         if kind == "expired":
             raise PositionExpired("Queue position has expired")
         if kind == "ended":
-            raise SessionEnded("Token corresponding to request id has expired")
+            raise SessionEnded(ended_message(_int(reply[1], "status")))
         return TokenGrant(
             event_id, rid, _int(reply[1], "q"), _int(reply[2], "iat"), _int(reply[3], "exp"),
             first=kind == "new",
