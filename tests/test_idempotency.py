@@ -387,6 +387,31 @@ async def test_too_large_to_replay_is_409(site: Site, http: httpx.AsyncClient) -
     assert len(stored) < 500
 
 
+async def test_a_retry_the_moment_the_response_arrives_is_a_replay(
+    site: Site, http: httpx.AsyncClient
+) -> None:
+    """The record is stored before the response's last message goes out: a client that
+    has the whole answer and retries at once gets it replayed, not 409 "in flight".
+    Regression: the record was settled after the response had gone out, and a slow
+    store (here 0.3 s; a loaded machine's Redis round trip in the suite) lost the race."""
+    orders = Orders()
+    middleware = wrap(orders.app(), site.primary)
+    finish = middleware._finish_call
+
+    async def slow_store(*args: Any, **kwargs: Any) -> bool:
+        if args[2] == "store":
+            await asyncio.sleep(0.3)
+        return await finish(*args, **kwargs)
+
+    middleware._finish_call = slow_store  # type: ignore[method-assign]
+    url = await site.serve(middleware)
+    first = await http.post(f"{url}/orders", json={"item": 1}, headers=key("race-1"))
+    again = await http.post(f"{url}/orders", json={"item": 1}, headers=key("race-1"))
+    assert (first.status_code, again.status_code) == (201, 201), problem(again)
+    assert again.headers[REPLAYED_HEADER] == "true"
+    assert orders.runs["create"] == 1
+
+
 async def test_keys_are_per_user(site: Site, http: httpx.AsyncClient) -> None:
     def user(scope: Scope) -> str | None:
         for name, value in scope["headers"]:

@@ -59,7 +59,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any, Final
 
 import redis.asyncio as aioredis
@@ -196,11 +196,19 @@ def _millis(seconds: float) -> int:
 
 
 class _Capture:
-    """Passes the app's response through to the client and keeps a copy of it."""
+    """Passes the app's response through to the client and keeps a copy of it; settles
+    the record (`settle`) before it sends the last body message, so that a client that
+    has the whole response, and retries at once, finds it stored (a replay), never still
+    in flight (a 409). What the app does after that message (Starlette's background
+    tasks) does not hold the response back."""
 
-    def __init__(self, send: Send, limit: int) -> None:
+    def __init__(
+        self, send: Send, limit: int, settle: Callable[[_Capture], Awaitable[None]]
+    ) -> None:
         self._send = send
         self._limit = limit
+        self._settle = settle
+        self.settled = False
         self.status: int | None = None
         self.headers: list[tuple[bytes, bytes]] = []
         self.chunks: list[bytes] = []
@@ -226,9 +234,16 @@ class _Capture:
                 self.chunks.append(body)
             if not message.get("more_body", False):
                 self.complete = True
+                await self.settle()
         else:
             self.unstorable = True  # trailers, pathsend, ...: not something to replay
         await self._send(message)
+
+    async def settle(self) -> None:
+        """Settle the record (once): stored, or released when there is nothing to store."""
+        if not self.settled:
+            self.settled = True
+            await self._settle(self)
 
 
 class IdempotencyMiddleware:
@@ -478,21 +493,22 @@ class IdempotencyMiddleware:
                 return {"type": "http.request", "body": body, "more_body": False}
             return await receive()
 
-        capture = _Capture(send, self.max_stored_body)
+        async def settle(capture: _Capture) -> None:
+            await self._settle(record_key, in_flight, fingerprint, capture)
+
+        capture = _Capture(send, self.max_stored_body, settle)
         renewer = asyncio.create_task(self._renew(record_key, in_flight))
         try:
             await self.app(scope, replay_receive, capture)
         except BaseException:
-            if capture.complete and capture.status is not None:
-                await self._settle(record_key, in_flight, fingerprint, capture)
-            else:
+            if not capture.settled:
+                capture.settled = True
                 self._count("app_error")
                 await self._finish_call(record_key, in_flight, "release")
             raise
         finally:
-            # Awaited directly, not through cancel_and_wait: the record settles after the
-            # response has gone out, and a retry sent the moment it arrives should find
-            # it settled (asyncio.wait would cost the loop more turns).
+            # Awaited directly, not through cancel_and_wait (asyncio.wait would cost the
+            # loop more turns on every keyed request).
             renewer.cancel()
             try:
                 await renewer
@@ -500,7 +516,7 @@ class IdempotencyMiddleware:
                 current = asyncio.current_task()
                 if current is not None and current.cancelling():
                     raise  # this request was cancelled meanwhile: not ours to swallow
-        await self._settle(record_key, in_flight, fingerprint, capture)
+        await capture.settle()  # a response without its last message: released
 
     async def _settle(
         self, record_key: str, in_flight: str, fingerprint: str, capture: _Capture

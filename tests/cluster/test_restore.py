@@ -66,9 +66,12 @@ def alive_in(cluster: LocalCluster, region: str) -> dict[str, bool]:
     return {p.name: bool(p.pid and pid_alive(p.pid)) for p in state.processes if p.region == region}
 
 
-async def test_restore_completes_when_the_controller_demotes_its_redis_before_the_epoch_step(
+async def test_a_restored_redis_comes_back_fenced_and_the_controller_makes_it_follow(
     cluster: LocalCluster,
 ) -> None:
+    """The old writer's Redis restarts fenced (a replica of itself: no epoch is written
+    by the supervisor, and nothing can sync from it), whatever the controller does
+    meanwhile; the controller makes it follow the writer, which gives it the epoch."""
     config = cluster.config
     epoch = await failed_over(cluster)
     redis = config.primary.redis
@@ -92,7 +95,7 @@ async def test_restore_completes_when_the_controller_demotes_its_redis_before_th
         assert seen == ["replica"]  # the interleaving happened
         assert message.startswith("restored us-east-1"), message
         assert "restarted redis-us-east-1" in message
-        assert "epoch left to the controller" in message  # a replica: nothing written
+        assert "epoch" not in message  # fenced: the supervisor writes nothing to it
         assert "restarted 2 servers" in message  # two app servers (the canary, outside, lived)
         assert all(alive_in(cluster, P).values()), alive_in(cluster, P)
         # The epoch is the controller's: the replica gets it from the writer, never 1.
