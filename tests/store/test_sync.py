@@ -20,7 +20,7 @@ from rideout.store.client import probe_client, state_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch
 from rideout.store.sync import Placement, ReplicaAck, judge, placements, replica_acks, rule_for
-from tests.conftest import config_data, credentials, free_port, locked_auth, until
+from tests.conftest import config_data, credentials, free_port, load_library, locked_auth, until
 
 A1, A2, B1, B2 = "127.0.1.100:1", "127.0.1.101:1", "127.0.2.100:1", "127.0.2.101:1"
 WHERE = {
@@ -206,6 +206,7 @@ async def _three(config: Config) -> AsyncIterator[dict[str, EmbeddedRedis]]:
     async with contextlib.AsyncExitStack() as stack:
         for server in servers.values():
             await stack.enter_async_context(server)
+        await load_library(servers["A1"].spec)
         yield servers
 
 

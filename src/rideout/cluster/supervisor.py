@@ -69,6 +69,7 @@ from rideout.store.embedded import (
     find_redis_server,
     server_info,
 )
+from rideout.store.functions import ensure_library
 from rideout.store.replication import ensure_epoch
 
 __all__ = ["ClusterError", "LocalCluster", "PortInUse", "RestartPolicy"]
@@ -324,7 +325,9 @@ class LocalCluster:
                 self._redis_binary = find_redis_server(self.config.redis_server)
             except (StoreAuthError, EmbeddedRedisError) as exc:
                 raise ClusterError(str(exc)) from exc
-            self._say(f"redis servers: {server_info(self._redis_binary).label} ({self._redis_binary})")
+            self._say(
+                f"redis servers: {server_info(self._redis_binary).label} ({self._redis_binary})"
+            )
             for region in (self.config.primary, self.config.secondary):
                 redis = _Redis(
                     ProcessRecord(f"redis-{region.name}", "redis", 0, region=region.name,
@@ -500,6 +503,7 @@ class LocalCluster:
         try:
             if await ensure_epoch(client) is None:
                 return "epoch left to the controller (a replica by now)"
+            await ensure_library(client)  # the app's functions (7.0+), before any app server
         except (RedisError, OSError, ValueError) as exc:
             if not self._started:
                 raise ClusterError(
