@@ -293,6 +293,7 @@ import secrets  # noqa: E402
 import signal  # noqa: E402
 from collections.abc import AsyncIterator  # noqa: E402
 
+import redis.asyncio as aioredis  # noqa: E402
 import uvicorn  # noqa: E402
 from starlette.types import ASGIApp  # noqa: E402
 
@@ -314,6 +315,7 @@ from rideout.store.embedded import (  # noqa: E402
     find_redis_server,
     server_info,
 )
+from rideout.store.functions import ensure_library  # noqa: E402
 
 # A superuser only the tests' servers know, for what no rideout user may do (FLUSHALL,
 # SCRIPT FLUSH, CONFIG SET, keys outside rideout's, corrupting data on purpose).
@@ -340,6 +342,25 @@ def as_user(config: Config, role: RedisRole) -> dict[str, str]:
     return {"username": found.username, "password": found.password}
 
 
+async def load_library(spec: RedisSpec) -> None:
+    """Load rideout's function library (7.0+; nothing on 6.2) on `spec`'s writer, as
+    `rideout up` does at start (there as the controller user, here as the superuser)."""
+    client = aioredis.Redis(host=spec.address, port=spec.port, decode_responses=True, **ADMIN)
+    try:
+        await ensure_library(client)
+    finally:
+        await client.aclose()
+
+
+@contextlib.asynccontextmanager
+async def running_redis(spec: RedisSpec) -> AsyncIterator[EmbeddedRedis]:
+    """`spec`'s server, ready, with rideout's function library loaded on a writer."""
+    async with EmbeddedRedis(spec) as server:
+        if spec.replica_of is None:
+            await load_library(spec)
+        yield server
+
+
 @contextlib.asynccontextmanager
 async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedis, EmbeddedRedis]]:
     """The config's primary Redis and its replica in the secondary region, both ready
@@ -356,8 +377,10 @@ async def running_redis_pair(config: Config) -> AsyncIterator[tuple[EmbeddedRedi
                   config.region_data_dir(s.name), config.logs_dir / f"redis-{s.name}.log",
                   replica_of=(p.redis.address, p.redis.port), auth=auth)
     )  # fmt: skip
-    async with primary, replica:
-        yield primary, replica
+    async with primary:
+        await load_library(primary.spec)  # before the replica's first sync
+        async with replica:
+            yield primary, replica
 
 
 async def fill_for_a_slow_load(client: Any, count: int) -> None:

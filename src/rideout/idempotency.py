@@ -70,11 +70,11 @@ from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from rideout import _body
-from rideout.store import keys
+from rideout.store import functions, keys
+from rideout.store.errors import StoreError
+from rideout.store.functions import StoreFunction
 
 __all__ = [
-    "CLAIM_SCRIPT",
-    "FINISH_SCRIPT",
     "HOP_BY_HOP_HEADERS",
     "REFUSED_STATUSES",
     "REPLAYED_HEADER",
@@ -103,30 +103,6 @@ HOP_BY_HOP_HEADERS = frozenset(
     }
 )
 """Headers that describe one connection, never stored or replayed (RFC 9110 §7.6.1)."""
-
-CLAIM_SCRIPT = r"""
--- KEYS[1] the key's record; ARGV[1] the in-flight record; ARGV[2] lease (ms).
--- The existing record, or false after marking the key in flight.
-local record = redis.call('GET', KEYS[1])
-if record then return record end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return false
-"""
-
-FINISH_SCRIPT = r"""
--- KEYS[1] the key's record; ARGV[1] the in-flight record this server wrote;
--- ARGV[2] 'store' | 'renew' | 'release'; ARGV[3] the final record; ARGV[4] ms.
--- 1 when done; 0 when the record is no longer ours (the lease lapsed).
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-if ARGV[2] == 'store' then
-  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
-elseif ARGV[2] == 'renew' then
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-else
-  redis.call('DEL', KEYS[1])
-end
-return 1
-"""
 
 _PROBLEM = "urn:rideout:problem:"
 _RECORD_VERSION = 1
@@ -304,8 +280,8 @@ class IdempotencyMiddleware:
         self.max_request_body = max_request_body
         self.max_stored_body = max_stored_body
         self._store_status = store_status
-        self._claim = redis_client.register_script(CLAIM_SCRIPT)
-        self._finish = redis_client.register_script(FINISH_SCRIPT)
+        self._claim = StoreFunction(redis_client, functions.IDEMPOTENCY_CLAIM)
+        self._finish = StoreFunction(redis_client, functions.IDEMPOTENCY_FINISH)
         self._counter = (
             Counter(
                 "rideout_idempotency_requests",
@@ -400,7 +376,7 @@ class IdempotencyMiddleware:
                     retry_after=True,
                 )  # fmt: skip
                 return None
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, StoreError) as exc:
             return await self._unavailable(send, exc)
         if existing is not None:
             return await self._answer_existing(send, existing, fingerprint, key)
@@ -563,7 +539,7 @@ class IdempotencyMiddleware:
                 keys=[record_key],
                 args=[in_flight, mode, value, _millis(seconds if seconds else self.lease)],
             )
-        except (RedisError, OSError) as exc:
+        except (RedisError, OSError, StoreError) as exc:
             log.warning(
                 "idempotency: cannot %s the record of %s (%s: %s); the in-flight mark "
                 "lapses after its lease",

@@ -22,12 +22,13 @@ from rideout.dns.feed import DnsView
 from rideout.store import keys
 from rideout.store.acl import RedisRole, load_credentials, load_or_create_users
 from rideout.store.client import state_client
-from rideout.store.embedded import EmbeddedRedis, RedisSpec
+from rideout.store.embedded import RedisSpec
 from tests.conftest import (
     FakeClock,
     config_data,
     free_port,
     locked_auth,
+    running_redis,
     running_redis_pair,
     until,
 )
@@ -40,7 +41,7 @@ async def lease_redis(tmp_path: Path) -> AsyncIterator[tuple[RedisSpec, Path]]:
     keys_dir = tmp_path / "keys"
     spec = RedisSpec("redis", address, free_port(address), tmp_path, tmp_path / "redis.log",
                      auth=locked_auth(keys_dir))  # fmt: skip
-    async with EmbeddedRedis(spec):
+    async with running_redis(spec):
         yield spec, keys_dir
 
 

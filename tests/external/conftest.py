@@ -34,6 +34,7 @@ from rideout.store.acl import (
     UserRules,
     acl_user_line,
 )
+from rideout.store.embedded import server_info
 
 PASSWORDS = {role: secrets.token_hex(32) for role in RedisRole}
 # The tests' own superuser (reads what no rideout user may, to check the outcome).
@@ -158,14 +159,18 @@ def write_password_files(directory: Path) -> dict[RedisRole, Path]:
     return files
 
 
-def acl_text() -> str:
-    """rideout's four users with their rules, the checker, and the default user off."""
+def acl_text(functions: bool) -> str:
+    """rideout's four users with their rules (for a server with functions, 7.0+, or
+    not), the checker, and the default user off."""
     lines = [DEFAULT_USER_LINE]  # as rideout writes it: see acl.DEFAULT_USER_LINE
     lines += [
-        acl_user_line(RedisCredentials(role.username, PASSWORDS[role]), RULES[role])
+        acl_user_line(
+            RedisCredentials(role.username, PASSWORDS[role]), RULES[role], functions=functions
+        )
         for role in RedisRole
     ]
-    lines.append(acl_user_line(CHECKER, UserRules(commands=("@all",), keys=("*",))))
+    checker = UserRules(commands=("@all",), keys=("*",))
+    lines.append(acl_user_line(CHECKER, checker, functions=functions))
     return "\n".join(lines) + "\n"
 
 
@@ -180,7 +185,8 @@ class TlsRedis:
         self.name, self.address, self.port = name, address, port
         directory = work / name
         directory.mkdir(parents=True)
-        (directory / "users.acl").write_text(acl_text())
+        functions = server_info(binary).key_permissions
+        (directory / "users.acl").write_text(acl_text(functions))
         conf = directory / "redis.conf"
         conf.write_text(
             "\n".join(

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from rideout.store.embedded import EmbeddedRedis, RedisSpec
-from tests.conftest import free_port, locked_auth
+from rideout.store.embedded import RedisSpec
+from tests.conftest import free_port, locked_auth, running_redis
 
 
 def writer_spec(directory: Path, address: str = "127.0.1.100", name: str = "redis") -> RedisSpec:
@@ -24,5 +24,5 @@ def writer_spec(directory: Path, address: str = "127.0.1.100", name: str = "redi
 async def redis_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[RedisSpec]:
     """A running writer on a fresh port; tests connect with the client they exercise."""
     spec = writer_spec(tmp_path_factory.mktemp("redis"))
-    async with EmbeddedRedis(spec):
+    async with running_redis(spec):
         yield spec

@@ -22,12 +22,12 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError, ResponseError
 
-from rideout import idempotency
 from rideout.config import Config, parse_config
-from rideout.store import keys, scripts
+from rideout.store import functions, keys
 from rideout.store.acl import (
     ACL_FILENAME,
     DEFAULT_USER_LINE,
+    FUNCTIONS_ACL_FILENAME,
     RULES,
     SERVER_CONFIG_FILENAME,
     CredentialsRejected,
@@ -50,13 +50,33 @@ from rideout.store.acl import (
 )
 from rideout.store.auction import AuctionSettings, AuctionStore, StoreError
 from rideout.store.client import probe_client, state_client
-from rideout.store.embedded import EmbeddedRedis, EmbeddedRedisError, RedisSpec, find_redis_server
+from rideout.store.embedded import (
+    EmbeddedRedis,
+    EmbeddedRedisError,
+    RedisSpec,
+    find_redis_server,
+    server_info,
+)
+from rideout.store.functions import LibraryMissing, StoreFunction, ensure_library
 from rideout.store.replication import read_epoch, replication_status
-from rideout.waitingroom import scripts as room_scripts
-from tests.conftest import ADMIN, config_data, credentials, free_port, running_redis_pair
+from tests.conftest import (
+    ADMIN,
+    config_data,
+    credentials,
+    free_port,
+    running_redis_pair,
+)
 
 # The async tests share the module's servers, so they run in the module's event loop.
 in_module_loop = pytest.mark.asyncio(loop_scope="module")
+
+# The servers the tests start (RIDEOUT_REDIS_SERVER picks them): 7.0+ has functions and
+# read-only key patterns, and rideout's users the rules that use them; 6.2 has neither.
+FUNCTIONS = server_info(find_redis_server()).key_permissions
+only_with_functions = pytest.mark.skipif(
+    not FUNCTIONS, reason="Redis 6.2 has no functions nor read-only key patterns"
+)
+only_on_6_2 = pytest.mark.skipif(FUNCTIONS, reason="the gap is closed on Redis 7.0+")
 
 # What the issue's attacker did with plain redis-cli, and the commands a store must
 # never run for anyone: each as (args...). None of them may run unauthenticated.
@@ -293,9 +313,11 @@ async def test_keys_outside_a_users_patterns_are_refused(
         await client.aclose()
 
 
+@only_on_6_2
 @in_module_loop
 async def test_a_script_cannot_widen_the_app_users_rights(servers: Servers) -> None:
-    """SCRIPT LOAD + EVALSHA is the app's way to run Lua: each redis.call is checked."""
+    """SCRIPT LOAD + EVALSHA is the app's way to run Lua on 6.2: each redis.call is
+    checked. (On 7.0+ it may run none of its own: the tests above.)"""
     client = servers.client(RedisRole.APP)
     try:
         sha = await client.script_load("return redis.call('FLUSHALL')")
@@ -312,6 +334,159 @@ async def test_a_script_cannot_widen_the_app_users_rights(servers: Servers) -> N
         await client.aclose()
 
 
+async def _admin(servers: Servers) -> aioredis.Redis:
+    return aioredis.Redis(host=servers.address, port=servers.port, decode_responses=True, **ADMIN)
+
+
+# What the issue's app-user attacker did (item 4): raise the epoch, and run Lua of its own.
+EPOCH_WRITES: list[tuple[Any, ...]] = [
+    ("SET", keys.EPOCH, "115"),
+    ("DEL", keys.EPOCH),
+    ("INCR", keys.EPOCH),
+    ("INCRBY", keys.EPOCH, "100"),
+]
+OWN_LUA: list[tuple[Any, ...]] = [
+    ("SCRIPT", "LOAD", "return 1"),
+    ("EVAL", "return 1", "0"),
+    ("EVALSHA", "e0e1f9fabfc9d4800c877a703b823ac0578ff8db", "0"),
+    ("FUNCTION", "LOAD", "#!lua name=mine\nredis.register_function('f', function() end)"),
+    ("FUNCTION", "DELETE", functions.LIBRARY_NAME),
+    ("FUNCTION", "FLUSH"),
+]
+
+
+@only_with_functions
+@in_module_loop
+@pytest.mark.parametrize("command", EPOCH_WRITES + OWN_LUA, ids=lambda c: " ".join(c[:2]))
+async def test_the_app_user_cannot_write_the_epoch_nor_run_lua_of_its_own(
+    servers: Servers, command: tuple[Any, ...]
+) -> None:
+    client = servers.client(RedisRole.APP)
+    try:
+        with pytest.raises(NoPermissionError, match="NOPERM: user rideout-app cannot"):
+            await client.execute_command(*command)
+        assert await client.get(keys.EPOCH) == "1"  # it may read it
+    finally:
+        await client.aclose()
+    assert await epoch_now(servers) == 1
+
+
+@only_with_functions
+@in_module_loop
+async def test_no_function_can_write_the_epoch_for_the_app_user(servers: Servers) -> None:
+    """Inside a function the GET of the epoch is a read (allowed), a SET a write: even
+    a function the operator loaded cannot raise the epoch with the app user's rights."""
+    admin = await _admin(servers)
+    client = servers.client(RedisRole.APP)
+    try:
+        await admin.function_load(
+            "#!lua name=evil\n"
+            f"redis.register_function('raise', function() return redis.call('SET', "
+            f"'{keys.EPOCH}', '115') end)\n"
+            f"redis.register_function('peek', function() return redis.call('GET', "
+            f"'{keys.EPOCH}') end)",
+            replace=True,
+        )
+        assert await client.fcall("peek", 0) == "1"
+        with pytest.raises(NoPermissionError, match="NOPERM: user rideout-app cannot"):
+            await client.fcall("raise", 0)
+    finally:
+        await admin.function_delete("evil")
+        await admin.aclose()
+        await client.aclose()
+    assert await epoch_now(servers) == 1
+
+
+@only_with_functions
+@in_module_loop
+async def test_the_app_user_runs_rideouts_functions_and_no_other(servers: Servers) -> None:
+    client = servers.client(RedisRole.APP)
+    try:
+        assert await client.fcall(functions.LAST_OFFSET.name, 1, keys.room_state("none")) is None
+        with pytest.raises(ResponseError, match="Function not found"):
+            await client.fcall("rideout_no_such_function", 0)
+        # The store calls them: a bid passes, and is fenced under another epoch.
+        store = AuctionStore(client, AuctionSettings(), "us-east-1")
+        try:
+            assert (await store.bid("fn-lot", "alice", 10, "f1", epoch=1)).accepted
+            fenced = await store.bid("fn-lot", "alice", 20, "f2", epoch=2)
+            assert (fenced.accepted, fenced.reason, fenced.position.epoch) == (
+                False, "stale_epoch", 1,
+            )  # fmt: skip
+        finally:
+            await store.close()
+    finally:
+        await client.aclose()
+
+
+@only_on_6_2
+@in_module_loop
+async def test_known_gap_on_6_2_the_app_user_can_write_the_epoch_and_run_any_lua(
+    servers: Servers,
+) -> None:
+    """Redis 6.2 has no read-only key patterns and no functions: the app user keeps
+    write access to the epoch (its scripts read it through EVALSHA) and SCRIPT LOAD +
+    EVALSHA of any Lua. What stays open there (docs/redis-acl-functions.md)."""
+    client = servers.client(RedisRole.APP)
+    try:
+        assert await client.set(keys.EPOCH, "1")  # the same value: nothing moves
+        sha = await client.script_load("local n = 0 return n")
+        assert await client.evalsha(sha, 0) == 0
+        with pytest.raises(ResponseError, match="unknown command"):
+            await client.execute_command("FCALL", functions.BID.name, "0")
+    finally:
+        await client.aclose()
+    assert await epoch_now(servers) == 1
+
+
+@in_module_loop
+async def test_the_controller_loads_the_library_once(servers: Servers) -> None:
+    controller = servers.client(RedisRole.CONTROLLER)
+    admin = await _admin(servers)
+    try:
+        assert await ensure_library(controller) is False  # the fixture loaded it
+        if not FUNCTIONS:
+            return  # 6.2: nothing to load
+        await admin.function_delete(functions.LIBRARY_NAME)
+        assert await ensure_library(controller) is True
+        assert await ensure_library(controller) is False
+        [found] = await admin.function_list(library=functions.LIBRARY_NAME, withcode=True)
+        assert dict(zip(found[::2], found[1::2], strict=True))["library_code"] == functions.LIBRARY
+    finally:
+        await load_library_back(admin)
+        await controller.aclose()
+        await admin.aclose()
+
+
+async def load_library_back(admin: aioredis.Redis) -> None:
+    if FUNCTIONS:
+        await admin.function_load(functions.LIBRARY, replace=True)
+
+
+@only_with_functions
+@in_module_loop
+async def test_a_missing_library_is_a_store_error_naming_the_fix(servers: Servers) -> None:
+    admin = await _admin(servers)
+    client = servers.client(RedisRole.APP)
+    store = AuctionStore(client, AuctionSettings(), "us-east-1")
+    try:
+        await admin.function_delete(functions.LIBRARY_NAME)
+        with pytest.raises(
+            LibraryMissing, match=r"rideout_bid is not on the redis at .*ensure_library"
+        ):
+            await store.bid("lot-1", "alice", 10, "m1", epoch=1)
+        with pytest.raises(LibraryMissing, match="rideout up"):
+            await StoreFunction(client, functions.READ_REVOCATIONS)(
+                keys=[keys.REVOCATIONS, keys.REVOCATIONS_VERSION]
+            )
+    finally:
+        await load_library_back(admin)
+        await store.close()
+        await client.aclose()
+        await admin.aclose()
+    assert isinstance(LibraryMissing("x"), StoreError)
+
+
 @in_module_loop
 async def test_the_store_names_a_missing_permission(servers: Servers) -> None:
     """A store given the wrong user says which user lacks what, as a StoreError."""
@@ -325,7 +500,8 @@ async def test_the_store_names_a_missing_permission(servers: Servers) -> None:
         await store.close()
         await client.aclose()
     assert isinstance(info.value, StoreAuthError)
-    assert "NOPERM: user rideout-monitor cannot run EVALSHA" in str(info.value)
+    how = "FCALL" if FUNCTIONS else "EVALSHA"
+    assert f"NOPERM: user rideout-monitor cannot run {how}" in str(info.value)
     assert "us-east-1 at 127.0.1.100" in str(info.value)
 
 
@@ -419,13 +595,19 @@ def test_the_acl_file_holds_no_password_and_the_config_no_other(tmp_path: Path) 
     auth = prepare_server_auth(keys_dir)
     users = load_or_create_users(keys_dir)
     assert auth.acl_file.name == ACL_FILENAME
+    assert auth.functions_acl_file is not None
+    assert auth.functions_acl_file.name == FUNCTIONS_ACL_FILENAME
     assert auth.config_file.name == SERVER_CONFIG_FILENAME
-    for path in (auth.acl_file, auth.config_file):
+    for path in (auth.acl_file, auth.functions_acl_file, auth.config_file):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    with_functions = auth.functions_acl_file.read_text()
+    assert "%R~rideout:epoch" in with_functions
+    assert "%R~" not in auth.acl_file.read_text()  # 6.2 would refuse the file
     acl = auth.acl_file.read_text()
     conf = auth.config_file.read_text()
     for role, found in users:
         assert found.password not in acl
+        assert found.password not in with_functions
         assert (found.password in conf) == (role is RedisRole.REPLICATION)
     assert acl.splitlines()[0] == DEFAULT_USER_LINE == "user default reset off ~* &* +@all"
     assert 'masteruser "rideout-replication"' in conf
@@ -461,7 +643,8 @@ async def test_no_password_is_in_argv_or_the_process_list(servers: Servers) -> N
     ).argv(find_redis_server())  # fmt: skip
     assert argv[1] == str(credentials_dir(config.keys_dir).resolve() / SERVER_CONFIG_FILENAME)
     assert argv[argv.index("--protected-mode") + 1] == "yes"
-    assert argv[argv.index("--aclfile") + 1].endswith(ACL_FILENAME)
+    acl_file = FUNCTIONS_ACL_FILENAME if FUNCTIONS else ACL_FILENAME  # the server's own rules
+    assert argv[argv.index("--aclfile") + 1].endswith(acl_file)
     shown = _redis_command_lines(servers.address, servers.port)
     shown += _redis_command_lines(*servers.replica)
     assert len(shown) == 2
@@ -480,13 +663,23 @@ async def test_data_and_credentials_survive_a_restart(tmp_path: Path) -> None:
                          auth=prepare_server_auth(keys_dir))  # fmt: skip
 
     app = load_or_create_users(keys_dir).app
+    controller = load_credentials(keys_dir, RedisRole.CONTROLLER)
     async with EmbeddedRedis(spec()):
+        client = state_client(address, port, credentials=controller)
+        assert await ensure_library(client) is FUNCTIONS  # loaded as `rideout up` does
+        await client.aclose()
         client = state_client(address, port, credentials=app)
         await client.hset(keys.room_state("kept"), "bid", "5")
         await client.aclose()
     async with EmbeddedRedis(spec()):
         client = state_client(address, port, credentials=load_credentials(keys_dir, RedisRole.APP))
         assert await client.hget(keys.room_state("kept"), "bid") == "5"
+        # The library came back with the AOF: the app's calls work before any load.
+        reply = await StoreFunction(client, functions.LAST_OFFSET)(keys=[keys.room_state("kept")])
+        assert reply is None
+        await client.aclose()
+        client = state_client(address, port, credentials=controller)
+        assert await ensure_library(client) is False
         await client.aclose()
 
 
@@ -509,7 +702,7 @@ def test_unusable_password_files_are_clear_errors(tmp_path: Path) -> None:
 
 
 def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
-    app = RULES[RedisRole.APP].keys
+    app = RULES[RedisRole.APP].keys + RULES[RedisRole.APP].read_keys
     names = [
         keys.EPOCH,
         keys.room_state("a:b{c}*?[x]"),
@@ -542,28 +735,24 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
 
 def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:
     called = set()
-    for source in (
-        scripts.BID,
-        scripts.GET_STATE,
-        scripts.LAST_OFFSET,
-        scripts.PROBE,
-        idempotency.CLAIM_SCRIPT,
-        idempotency.FINISH_SCRIPT,
-        *(getattr(room_scripts, name) for name in room_scripts.__all__),
-    ):
-        called |= {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", source)}
+    for routine in functions.ROUTINES:
+        called |= {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", routine.source)}
     assert called, "the scripts call Redis"
     assert called <= set(RULES[RedisRole.APP].commands)
 
 
 def test_acl_lines_start_from_nothing() -> None:
     who = RedisCredentials("rideout-app", "secret-" * 6, "here")
-    line = acl_user_line(who, UserRules(("get", "script|load"), ("rideout:room:*",)))
+    rules = UserRules(("get",), ("rideout:room:*",), ("rideout:epoch",), ("evalsha",), ("fcall",))
+    line = acl_user_line(who, rules, functions=False)
     assert line.startswith("user rideout-app reset on #")
-    assert line.endswith(" ~rideout:room:* -@all +get +script|load")
+    assert line.endswith(" ~rideout:room:* ~rideout:epoch -@all +get +evalsha")
     assert "secret" not in line
+    line = acl_user_line(who, rules, functions=True)
+    assert line.endswith(" ~rideout:room:* %R~rideout:epoch -@all +get +fcall")
     text = acl_file_text(
-        RedisUsers(*(RedisCredentials(r.username, f"{r.value}-pw" * 8, "t") for r in RedisRole))
+        RedisUsers(*(RedisCredentials(r.username, f"{r.value}-pw" * 8, "t") for r in RedisRole)),
+        functions=True,
     )
     assert [line.split()[1] for line in text.splitlines()] == [
         "default", "rideout-app", "rideout-replication", "rideout-controller", "rideout-monitor",

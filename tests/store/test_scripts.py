@@ -46,7 +46,6 @@ async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) 
     room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.user_session(SUB)]
     kind, ack = await script(
         keys=[
-            keys.EPOCH,
             *room_keys,
             keys.bid_ack(SUB, ROOM, request_id),
             keys.legacy_bid_ack(SUB, request_id),
@@ -59,7 +58,7 @@ async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) 
 async def get_state(client: aioredis.Redis, since_epoch: str = "", since: str = "") -> Any:
     script = client.register_script(scripts.GET_STATE)
     room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.user_session(SUB)]
-    return await script(keys=[keys.EPOCH, *room_keys], args=[since_epoch, since, "10"])
+    return await script(keys=room_keys, args=[since_epoch, since, "10"])
 
 
 async def test_both_scripts_compile(client: aioredis.Redis) -> None:

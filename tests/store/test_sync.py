@@ -20,7 +20,7 @@ from rideout.store.client import probe_client, state_client
 from rideout.store.embedded import EmbeddedRedis, RedisSpec
 from rideout.store.replication import ensure_epoch
 from rideout.store.sync import Placement, ReplicaAck, judge, placements, replica_acks, rule_for
-from tests.conftest import config_data, credentials, free_port, locked_auth, until
+from tests.conftest import config_data, credentials, free_port, load_library, locked_auth, until
 
 # Replication, failover and restarts: on every server of the supported matrix (issue #27).
 pytestmark = pytest.mark.usefixtures("matrix_server")
@@ -209,6 +209,7 @@ async def _three(config: Config) -> AsyncIterator[dict[str, EmbeddedRedis]]:
     async with contextlib.AsyncExitStack() as stack:
         for server in servers.values():
             await stack.enter_async_context(server)
+        await load_library(servers["A1"].spec)
         yield servers
 
 

@@ -19,11 +19,11 @@ from starlette.applications import Starlette
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer
 from rideout.store.acl import RedisRole, load_credentials
 from rideout.store.client import state_client
-from rideout.store.embedded import EmbeddedRedis, RedisSpec
+from rideout.store.embedded import RedisSpec
 from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.model import EventSettings
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import ADMIN, FakeClock, free_port, locked_auth, serving
+from tests.conftest import ADMIN, FakeClock, free_port, locked_auth, running_redis, serving
 
 ADMIN_TOKEN = secrets.token_urlsafe(32)
 AUTH = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -57,7 +57,7 @@ async def redis_server(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterato
         "redis", address, free_port(address), directory, directory / "redis.log",
         auth=locked_auth(keys_dir),
     )  # fmt: skip
-    async with EmbeddedRedis(spec):
+    async with running_redis(spec):
         app = state_client(
             address, spec.port, credentials=load_credentials(keys_dir, RedisRole.APP)
         )

@@ -70,6 +70,7 @@ from rideout.store.embedded import (
     find_redis_server,
     server_info,
 )
+from rideout.store.functions import ensure_library
 from rideout.store.replication import ensure_epoch
 
 __all__ = ["ClusterError", "LocalCluster", "PortInUse", "RestartPolicy"]
@@ -513,6 +514,7 @@ class LocalCluster:
         try:
             if await ensure_epoch(client) is None:
                 return "epoch left to the controller (a replica by now)"
+            await ensure_library(client)  # the app's functions (7.0+), before any app server
         except (RedisError, OSError, ValueError) as exc:
             if not self._started:
                 raise ClusterError(

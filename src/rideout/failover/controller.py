@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal
 
 import redis.asyncio as aioredis
+from redis.exceptions import BusyLoadingError, RedisError
 
 from rideout.config import Config, FailoverConfig
 from rideout.failover.damping import DampingPolicy, DampingState
@@ -57,6 +58,7 @@ from rideout.failover.topology import (
 )
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
+from rideout.store.functions import ensure_library
 from rideout.store.replication import (
     Comparison,
     ReplicationError,
@@ -337,6 +339,7 @@ class FailoverController:
         }
         self.mover: WriterMover = mover or ReplicationMover(self.topology, self._clients)
         self.redis: dict[str, ReplicationStatus] = {}
+        self._library_on: str | None = None  # the writer whose library was made sure of
         self.last_decision: Decision | None = None
         self._waiting_since: float | None = None
         self.damping = damping_policy(config.failover)
@@ -656,6 +659,7 @@ class FailoverController:
         self.state.epoch = epoch
         self.state.in_region_promotions += 1
         self.state.promoted_in_region_at = self._clock()
+        self._library_on = None
         self._event(
             "promote-in-region",
             f"writer {old} -> {candidate} (REPLICAOF NO ONE; {old} unreachable); "
@@ -690,6 +694,7 @@ class FailoverController:
         self.state.writer_node = None if new == new_region else new
         self.state.promoted_in_region_at = None
         self.state.moved_at = self._clock()
+        self._library_on = None
         if self.damping is not None:
             self.state.damping = self.state.damping.record_move(self.damping, self._clock())
         if decision.move == "fail-over":
@@ -834,9 +839,31 @@ class FailoverController:
             move: Move = "fail-over" if region == self.config.secondary.name else "fail-back"
             await self._move(Decision(move, region, reason, urgent=True))
 
+    async def _ensure_library(self, writer: str) -> None:
+        """Make sure the writer's Redis has rideout's function library (7.0+; the app user
+        may run nothing else): once per writer, again after every move. A Redis started
+        from data older than the library (an upgrade), or set up by hand in external mode,
+        gets it here before the app servers find it missing."""
+        if self._library_on == writer:
+            return
+        await self._may_act()
+        try:
+            loaded = await ensure_library(self._clients[writer])
+        except BusyLoadingError as exc:
+            raise StillLoading(f"cannot load the function library on {writer}: {exc}") from exc
+        except (RedisError, OSError) as exc:
+            raise ReplicationError(
+                f"cannot load rideout's function library on {writer}'s Redis: {exc}"
+            ) from exc
+        self._library_on = writer
+        if loaded:
+            self._event("library", f"loaded rideout's function library on {writer}'s Redis")
+
     async def _fence(self, writer: str, w_view: ReplicationStatus) -> None:
-        """Make sure the writer's Redis holds the current epoch."""
+        """Make sure the writer's Redis holds the current epoch and the function library."""
         assert self.state is not None
+        if w_view.reachable and w_view.role == "master":
+            await self._ensure_library(writer)
         if w_view.reachable:
             w_client = self._clients[writer]
             epoch = await read_epoch(w_client)
@@ -863,6 +890,7 @@ class FailoverController:
                 return  # moved elsewhere (the next tick reconciles), or waiting
             await self._may_act()
             await promote(w_client)
+            self._library_on = None
             self._event("promote", f"{writer}'s Redis came back as a replica: promoted again")
         await self._fence(writer, w_view)
         reachable = {k: v.reachable for k, v in self.redis.items()}

@@ -9,9 +9,10 @@ CONFIG, DEBUG, MODULE, ACL, FLUSHALL, SAVE, SHUTDOWN, KEYS, MONITOR, MIGRATE and
 CLIENT among them):
 
 ``rideout-app``
-    the app servers: the bid and getState scripts (:mod:`.scripts`, called with EVALSHA,
-    loaded with SCRIPT LOAD, followed by WAIT in sync mode), the commands those scripts
-    and the ``Idempotency-Key`` scripts run (Redis checks them with the caller's rights),
+    the app servers: rideout's scripts (:mod:`.scripts`, :mod:`.room_scripts`; on Redis
+    7.0+ the functions of rideout's library, called with FCALL, on 6.2 EVALSHA after
+    SCRIPT LOAD; followed by WAIT in sync mode), the commands those scripts run (Redis
+    checks them with the caller's rights),
     the hub's XREAD, the epoch's GET, a room offset's HGET, ``/health``'s INFO, the
     store probe's script (the canary's key, ``rideout:canary:*``) and the waiting room's
     scripts and reads (its keys only: ``rideout:wr:*``).
@@ -20,7 +21,8 @@ CLIENT among them):
     with it (``masteruser``/``masterauth``): any of them can become a replica.
 ``rideout-controller``
     the failover controller and the supervisor: REPLICAOF, FAILOVER, INFO, the epoch
-    (GET, SET, the EVAL that raises it) and reading room streams (SCAN, XRANGE,
+    (GET, SET, the EVAL that raises it), on 7.0+ loading the function library
+    (FUNCTION LIST, FUNCTION LOAD: :func:`.functions.ensure_library`) and reading room streams (SCAN, XRANGE,
     XREVRANGE) to count the writes a demotion discards; in external mode also the
     control plane's lease and state (``rideout:{controlplane}:*``, in its own Redis).
 ``rideout-monitor``
@@ -33,9 +35,17 @@ replication password itself, as ``masterauth`` needs it; it is mode 0600 too and
 by path, so the password never shows in a process list. Both are written anew at every
 start from the password files.
 
-The epoch key is writable by the app user: Redis 6.2 has no read-only key patterns,
-and on 7.x, which has them (``%R~``), EVAL and EVALSHA count every key they are given as
-read *and* written, so the bid script, which reads the epoch, needs write access to it.
+Each server reads the ACL file written for what it has (:meth:`ServerAuth.acl_file_for`):
+
+- Redis 7.0+ and Valkey (read-only key patterns and functions): the app user may only
+  read the epoch (``%R~rideout:epoch``; the scripts read it by a name written into them,
+  not passed in KEYS, which FCALL would count as written) and may run rideout's
+  functions (FCALL) but no Lua of its own (no EVAL, EVALSHA, SCRIPT LOAD, FUNCTION).
+- Redis 6.2 only: the epoch key stays writable by the app user, and it may SCRIPT LOAD
+  and EVALSHA any Lua (checked command by command, but an endless loop still blocks the
+  server until ``SCRIPT KILL``): 6.2 has neither read-only key patterns nor functions.
+
+docs/redis-acl-functions.md says per server what is locked down and what stays open.
 """
 
 from __future__ import annotations
@@ -57,6 +67,7 @@ from rideout.store.errors import StoreError
 __all__ = [
     "ACL_FILENAME",
     "DEFAULT_USER_LINE",
+    "FUNCTIONS_ACL_FILENAME",
     "RULES",
     "SERVER_CONFIG_FILENAME",
     "CredentialsRejected",
@@ -81,7 +92,8 @@ __all__ = [
     "server_config_text",
 ]
 
-ACL_FILENAME: Final = "users.acl"
+ACL_FILENAME: Final = "users.acl"  # Redis 6.2's rules
+FUNCTIONS_ACL_FILENAME: Final = "users-functions.acl"  # 7.0+'s: read-only epoch, FCALL only
 SERVER_CONFIG_FILENAME: Final = "server.conf"
 _PASSWORD_SUFFIX: Final = ".password"
 _PASSWORD_RE: Final = re.compile(r"[!-~]{32,512}")  # printable ASCII, no spaces
@@ -168,32 +180,44 @@ class RedisUsers:
 
 @dataclass(frozen=True, slots=True)
 class UserRules:
-    """What one user may do: these commands (``|`` names a subcommand), these keys."""
+    """What one user may do: these commands (``|`` names a subcommand), these keys.
+
+    ``read_keys`` are read-only on a server with read-only key patterns (``%R~``, 7.0+),
+    read and written on 6.2. ``eval_commands`` are granted on 6.2 only,
+    ``function_commands`` on 7.0+ only (:data:`~.functions.FUNCTIONS_SINCE`).
+    """
 
     commands: tuple[str, ...]
     keys: tuple[str, ...] = ()
+    read_keys: tuple[str, ...] = ()
+    eval_commands: tuple[str, ...] = ()
+    function_commands: tuple[str, ...] = ()
 
-    def acl(self) -> str:
-        """The rules in Redis's ACL syntax, starting from nothing allowed."""
+    def acl(self, *, functions: bool) -> str:
+        """The rules in Redis's ACL syntax, starting from nothing allowed, for a server
+        with (7.0+) or without (6.2) functions and read-only key patterns."""
+        read = "%R~" if functions else "~"
+        extra = self.function_commands if functions else self.eval_commands
         return " ".join(
-            [*(f"~{pattern}" for pattern in self.keys), "-@all"]
-            + [f"+{command}" for command in self.commands]
+            [*(f"~{pattern}" for pattern in self.keys)]
+            + [f"{read}{pattern}" for pattern in self.read_keys]
+            + ["-@all"]
+            + [f"+{command}" for command in self.commands + extra]
         )
 
 
-# Commands the Lua scripts run (store/scripts.py, idempotency.py): Redis checks each
-# redis.call() against the rights of the user that called EVALSHA.
+# Commands the Lua scripts run (store/scripts.py, store/room_scripts.py): Redis checks
+# each redis.call() against the rights of the user that called FCALL (or EVALSHA).
 _SCRIPT_COMMANDS: Final = (
     "get", "set", "del", "pexpire", "time",
     "hset", "hmget", "hgetall",
     "xadd", "xlen", "xrange", "xrevrange", "xtrim",
-    # the waiting room's (rideout.waitingroom.scripts)
+    # the waiting room's (rideout.store.room_scripts)
     "exists", "hincrby", "sadd", "srem", "unlink",
     "zadd", "zrem", "zcount", "zcard", "zrange", "zrangebyscore", "zremrangebyscore",
 )  # fmt: skip
 _APP_COMMANDS: Final = (
     "ping", "info", "hget", "xread", "wait",  # /health, LAST_OFFSET, the hub, sync mode
-    "evalsha", "script|load", "script|exists",  # the scripts, through redis-py's Script
     "expire", "ttl",  # a demo sign-in's name claim (realtime/demo.py)
     "smembers",  # the waiting room's event index (RoomStore.list_events)
 )  # fmt: skip
@@ -205,12 +229,15 @@ _CONTROLLER_COMMANDS: Final = (
     "evalsha", "script|load", "script|exists",  # its scripts, through redis-py's Script
     "incr", "pttl", "pexpire", "del",  # the control plane's lease (controlplane/lease.py)
 )  # fmt: skip
+# How the app runs its scripts: on 6.2 any Lua, through redis-py's Script (EVALSHA, and
+# SCRIPT LOAD after NOSCRIPT); on 7.0+ only the functions of rideout's library.
+_APP_EVAL: Final = ("evalsha", "script|load", "script|exists")
+_APP_FUNCTIONS: Final = ("fcall",)
 
 RULES: Final[Mapping[RedisRole, UserRules]] = {
     RedisRole.APP: UserRules(
         _APP_COMMANDS + _SCRIPT_COMMANDS,
         (
-            keys.EPOCH,
             keys.ROOM_KEYS,
             keys.USER_KEYS,
             keys.IDEMPOTENCY_KEYS,
@@ -218,14 +245,20 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
             keys.WAITINGROOM_KEYS,
             keys.CANARY_KEYS,
         ),  # revocations: read by each app server's follower; canary: the store probe
+        read_keys=(keys.EPOCH,),  # the scripts read it by name, never in KEYS
+        eval_commands=_APP_EVAL,
+        function_commands=_APP_FUNCTIONS,
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
     RedisRole.CONTROLLER: UserRules(
         _CONTROLLER_COMMANDS,
         (keys.EPOCH, keys.ROOM_STREAMS, keys.REVOCATION_KEYS, keys.CONTROL_PLANE_KEYS),
+        # rideout's function library (store.functions.ensure_library), and its reads of
+        # the revocations (`token revoke`: READ_REVOCATIONS) as EVALSHA does on 6.2
+        function_commands=("function|list", "function|load", "fcall"),
     ),
     RedisRole.MONITOR: UserRules(
-        ("ping", "info", "get", "xrange"), (keys.EPOCH, keys.ROOM_STREAMS)
+        ("ping", "info", "get", "xrange"), read_keys=(keys.EPOCH, keys.ROOM_STREAMS)
     ),
 }
 """Each role's rights; nothing else is allowed (the default user is off)."""
@@ -325,10 +358,11 @@ def credentials_for(config: Config, role: RedisRole) -> RedisCredentials:
 # --------------------------------------------------------------------- server's files
 
 
-def acl_user_line(credentials: RedisCredentials, rules: UserRules) -> str:
-    """One ``user`` line of an ACL file: the password only as its SHA-256."""
+def acl_user_line(credentials: RedisCredentials, rules: UserRules, *, functions: bool) -> str:
+    """One ``user`` line of an ACL file (for a server with functions, 7.0+, or not): the
+    password only as its SHA-256."""
     digest = hashlib.sha256(credentials.password.encode("utf-8")).hexdigest()
-    return f"user {credentials.username} reset on #{digest} {rules.acl()}"
+    return f"user {credentials.username} reset on #{digest} {rules.acl(functions=functions)}"
 
 
 DEFAULT_USER_LINE: Final = "user default reset off ~* &* +@all"
@@ -340,15 +374,17 @@ and they write every script's effects as ``MULTI``/``EXEC``: a default user with
 rights made the restarted server drop every write a script had made, silently."""
 
 
-def acl_file_text(users: RedisUsers, extra_users: Sequence[ExtraUser] = ()) -> str:
-    """The ACL file: the default user (:data:`DEFAULT_USER_LINE`), each role's user,
-    then `extra_users`.
+def acl_file_text(
+    users: RedisUsers, extra_users: Sequence[ExtraUser] = (), *, functions: bool
+) -> str:
+    """The ACL file of a server with functions (7.0+) or without (6.2): the default user
+    (:data:`DEFAULT_USER_LINE`), each role's user, then `extra_users`.
 
     No plaintext password: each is given as its SHA-256.
     """
+    pairs = [(credentials, RULES[role]) for role, credentials in users] + list(extra_users)
     lines = [DEFAULT_USER_LINE]
-    lines += [acl_user_line(credentials, RULES[role]) for role, credentials in users]
-    lines += [acl_user_line(credentials, rules) for credentials, rules in extra_users]
+    lines += [acl_user_line(who, rules, functions=functions) for who, rules in pairs]
     return "\n".join(lines) + "\n"
 
 
@@ -377,11 +413,23 @@ def server_config_text(replication: RedisCredentials) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ServerAuth:
-    """What a locked redis-server starts with, and who checks that it is ready."""
+    """What a locked redis-server starts with, and who checks that it is ready.
+
+    ``acl_file`` holds the rules for 6.2, ``functions_acl_file`` those for a server with
+    functions and read-only key patterns (7.0+); a server reads the one
+    :meth:`acl_file_for` gives it.
+    """
 
     acl_file: Path
     config_file: Path
     probe: RedisCredentials
+    functions_acl_file: Path | None = None
+
+    def acl_file_for(self, functions: bool) -> Path:
+        """The ACL file a server with (7.0+) or without (6.2) functions reads."""
+        if functions and self.functions_acl_file is not None:
+            return self.functions_acl_file
+        return self.acl_file
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -397,9 +445,17 @@ def prepare_server_auth(keys_dir: Path, *, extra_users: Sequence[ExtraUser] = ()
     """
     users = load_or_create_users(keys_dir)
     directory = credentials_dir(keys_dir)
-    auth = ServerAuth(directory / ACL_FILENAME, directory / SERVER_CONFIG_FILENAME, users.monitor)
+    auth = ServerAuth(
+        directory / ACL_FILENAME,
+        directory / SERVER_CONFIG_FILENAME,
+        users.monitor,
+        directory / FUNCTIONS_ACL_FILENAME,
+    )
     try:
-        _write_private(auth.acl_file, acl_file_text(users, extra_users))
+        for functions in (False, True):
+            _write_private(
+                auth.acl_file_for(functions), acl_file_text(users, extra_users, functions=functions)
+            )
         _write_private(auth.config_file, server_config_text(users.replication))
     except OSError as exc:
         raise CredentialsUnavailable(

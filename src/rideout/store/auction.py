@@ -88,9 +88,10 @@ from redis.exceptions import (
 from redis.typing import KeyT, StreamIdT
 
 from rideout.protocol import MAX_AMOUNT, MAX_EPOCH, Position, is_valid_offset
-from rideout.store import keys, scripts
+from rideout.store import functions, keys
 from rideout.store.acl import CredentialsRejected, PermissionDenied
 from rideout.store.errors import NotWriter, StoreCorrupt, StoreError, StoreUnavailable
+from rideout.store.functions import StoreFunction
 from rideout.store.pipelining import ScriptPipeliner
 from rideout.store.sync import SyncRule, SyncVerdict
 
@@ -486,13 +487,13 @@ class AuctionStore:
         self.settings = settings
         self.region = _check_text("region", region)
         self._server = _describe(client, region)
-        self._bids = ScriptPipeliner(client, client.register_script(scripts.BID))
+        self._bids = ScriptPipeliner(client, StoreFunction(client, functions.BID))
         # Reads too: a herd of reconnecting clients restores its state in one pipeline
         # per loop iteration, not one pooled connection (opened on demand) per client.
-        self._states = ScriptPipeliner(client, client.register_script(scripts.GET_STATE))
-        self._probes = ScriptPipeliner(client, client.register_script(scripts.PROBE))
+        self._states = ScriptPipeliner(client, StoreFunction(client, functions.GET_STATE))
+        self._probes = ScriptPipeliner(client, StoreFunction(client, functions.PROBE))
         # A failover's herd subscribes to every room at once on the new region's servers.
-        self._offsets = ScriptPipeliner(client, client.register_script(scripts.LAST_OFFSET))
+        self._offsets = ScriptPipeliner(client, StoreFunction(client, functions.LAST_OFFSET))
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         return _store_errors(self._server, what)
@@ -550,7 +551,6 @@ class AuctionStore:
         s = self.settings
         script_keys, script_args = (
             [
-                keys.EPOCH,
                 keys.room_state(room),
                 keys.room_stream(room),
                 keys.user_session(sub),
@@ -609,7 +609,7 @@ class AuctionStore:
         _check_text("value", value)
         _check_epoch(epoch)
         wait = (wait_replicas, _millis(wait_timeout)) if wait_replicas else None
-        script_keys, script_args = [keys.EPOCH, key], [str(epoch), value, str(_millis(ttl))]
+        script_keys, script_args = [key], [str(epoch), value, str(_millis(ttl))]
         with self._errors("store probe"):
             try:
                 reply, waited = await self._probes.call(script_keys, script_args, wait=wait)
@@ -662,7 +662,7 @@ class AuctionStore:
         what = f"get_state of room {room!r}"
         with self._errors(what):
             reply, _ = await self._states.call(
-                [keys.EPOCH, keys.room_state(room), keys.room_stream(room), keys.user_session(sub)],
+                [keys.room_state(room), keys.room_stream(room), keys.user_session(sub)],
                 [since_epoch, since_offset, str(self.settings.replay_limit)],
             )
         if not isinstance(reply, list) or len(reply) != 5:

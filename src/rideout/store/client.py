@@ -31,6 +31,7 @@ from rideout.store.acl import (
     denied_message,
     rejected_message,
 )
+from rideout.store.functions import forget_server
 
 __all__ = [
     "cancel_and_wait",
@@ -207,4 +208,5 @@ async def retarget(client: aioredis.Redis, address: str, port: int) -> bool:
         for connection in list(getattr(pool, attr, ())):
             connection.host, connection.port = address, port
     await pool.disconnect(inuse_connections=True)
+    forget_server(client)  # the other server may run another version
     return True

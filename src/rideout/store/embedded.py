@@ -39,6 +39,7 @@ from rideout._process import LineSink, ManagedProcess
 from rideout.store.acl import ServerAuth
 from rideout.store.client import check_cancelled, probe_client
 from rideout.store.errors import StoreError
+from rideout.store.functions import FUNCTIONS_SINCE
 
 __all__ = [
     "ENV_REDIS_SERVER",
@@ -79,7 +80,7 @@ class RedisServer:
     @property
     def key_permissions(self) -> bool:
         """Read-only key patterns (``%R~``) and Redis Functions: 7.0 and newer."""
-        return self.version >= (7, 0, 0)
+        return self.version >= FUNCTIONS_SINCE
 
 
 @lru_cache(maxsize=16)
@@ -175,10 +176,11 @@ class RedisSpec:
     fenced: bool = field(default=False, kw_only=True)
 
     def argv(self, binary: Path) -> list[str]:
+        server = server_info(binary)
         args = [
             str(binary),
             str(self.auth.config_file.resolve()),  # masteruser, masterauth: never in argv
-            "--aclfile", str(self.auth.acl_file.resolve()),
+            "--aclfile", str(self.auth.acl_file_for(server.key_permissions).resolve()),
             "--bind", self.address,
             "--port", str(self.port),
             "--dir", str(self.data_dir.resolve()),
@@ -191,7 +193,7 @@ class RedisSpec:
             "--repl-diskless-sync", "yes",
             "--repl-diskless-sync-delay", "0",
         ]  # fmt: skip
-        if server_info(binary).version >= (7, 0, 0):
+        if server.version >= (7, 0, 0):
             # 7.x connects to its master from the default source address (127.0.0.1),
             # and the master then knows it by that: FAILOVER TO its own address fails.
             args += ["--bind-source-addr", self.address]

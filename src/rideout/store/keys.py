@@ -146,7 +146,7 @@ def idempotency(scope: str, key: str, user: str | None = None) -> str:
 
 
 # The waiting room's keys of one event, in the order its scripts take them
-# (rideout.waitingroom.scripts): name -> key.
+# (rideout.store.room_scripts): name -> key.
 _WAITINGROOM_PARTS = (
     "event",  # hash: the settings ("json") and the few fields the scripts read
     "counters",  # hash: queue, serving, tokens, expired, abandoned, completed, ...

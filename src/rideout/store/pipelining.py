@@ -1,5 +1,6 @@
 """Automatic pipelining: the script calls made in one event-loop iteration go to Redis
-as one pipeline.
+as one pipeline (``FCALL`` where the server has functions, else ``EVALSHA``:
+:mod:`.functions`).
 
 Hundreds of connections bidding at once each await one script's reply. Sent one by
 one, every call pays redis-py's whole per-command path (a pooled connection, a write,
@@ -19,9 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ReadOnlyError
+
+from rideout.store.functions import (
+    StoreFunction,
+    as_replica_refusal,
+    missing_library,
+    runs_functions,
+)
 
 __all__ = ["ScriptPipeliner", "WaitReply"]
 
@@ -55,16 +62,16 @@ class _Batch:
 
 
 class ScriptPipeliner:
-    """Runs one Lua script for many concurrent callers, a pipeline per loop iteration.
+    """Runs one routine for many concurrent callers, a pipeline per loop iteration.
 
     `max_batch` bounds how many calls share one pipeline (a larger burst is split).
     """
 
-    def __init__(self, client: aioredis.Redis, script: AsyncScript, *, max_batch: int = 256):
+    def __init__(self, client: aioredis.Redis, function: StoreFunction, *, max_batch: int = 256):
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, not {max_batch!r}")
         self._client = client
-        self._script = script
+        self._function = function
         self._max_batch = max_batch
         self._open: dict[_Wait | None, _Batch] = {}
         self._running: set[asyncio.Task[None]] = set()
@@ -120,16 +127,29 @@ class ScriptPipeliner:
 
     async def _run(self, batch: _Batch) -> None:
         calls = batch.calls
+        routine = self._function.routine
         try:
-            replies, acked = await self._execute(calls, batch.wait)
-            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-            if missing:
-                # The script cache was flushed (a restart, a failover): load the script
-                # and run the calls it refused; they did not run, so this is safe.
-                await self._client.script_load(self._script.script)
-                again, acked = await self._execute([calls[i] for i in missing], batch.wait)
+            name = routine.name if await runs_functions(self._client) else None
+            replies, acked = await self._execute(calls, batch.wait, name)
+            # Calls refused before they ran (so running them again is safe): EVALSHA's
+            # script cache was flushed (a restart, a failover): load it; or a replica
+            # refused a function that may write: its read-only twin (.functions).
+            refused = NoScriptError if name is None else ReadOnlyError
+            again_name = None if name is None else routine.replica_name
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, refused)]
+            if missing and (name is None or again_name != name):
+                if name is None:
+                    await self._client.script_load(self._function.script.script)
+                again, acked = await self._execute(
+                    [calls[i] for i in missing], batch.wait, again_name
+                )
                 for i, reply in zip(missing, again, strict=True):
                     replies[i] = reply
+            replies = [
+                as_replica_refusal(missing_library(r, routine, self._client))
+                if isinstance(r, Exception) else r
+                for r in replies
+            ]  # fmt: skip
         except BaseException as exc:
             for future in [call.future for call in calls] + [batch.waited]:
                 _settle(future, exc)
@@ -140,13 +160,18 @@ class ScriptPipeliner:
             _settle(call.future, reply)
         _settle(batch.waited, acked)
 
-    async def _execute(self, calls: list[_Call], wait: _Wait | None) -> tuple[list[Any], Any]:
-        """One pipeline: the calls' replies (exceptions in place) and WAIT's reply."""
-        sha = self._script.sha
+    async def _execute(
+        self, calls: list[_Call], wait: _Wait | None, function: str | None
+    ) -> tuple[list[Any], Any]:
+        """One pipeline: the calls' replies (exceptions in place) and WAIT's reply;
+        ``FCALL function``, or with None ``EVALSHA`` of the routine's script."""
+        command, target = (
+            ("FCALL", function) if function else ("EVALSHA", self._function.script.sha)
+        )
         observed = wait is not None and len(wait) == 3 and bool(wait[2])
         async with self._client.pipeline(transaction=False) as pipe:
             for call in calls:
-                pipe.execute_command("EVALSHA", sha, len(call.keys), *call.keys, *call.args)
+                pipe.execute_command(command, target, len(call.keys), *call.keys, *call.args)
             if wait is not None:
                 if observed:
                     pipe.info("replication")

@@ -14,7 +14,7 @@ Layout (key names from :mod:`rideout.store.keys`):
     failover (an older replica promoted, then another revocation) never looks unchanged.
 
 Writes go to the writer region (``rideout token revoke`` finds it), as one ``EVAL``
-(rare: the script is not cached); reads work on a replica, as one ``EVALSHA``. Errors
+(rare: the script is not cached); reads work on a replica, as one ``FCALL`` (``EVALSHA`` on 6.2). Errors
 are the store's own (:mod:`rideout.store.auction`): redis-py never leaks out.
 """
 
@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
-from rideout.store import keys, scripts
+from rideout.store import functions, keys, scripts
 from rideout.store.auction import StoreCorrupt, _describe, _pairs, _store_errors, _text
 
 __all__ = ["RevocationRecords", "RevocationStore"]
@@ -45,7 +45,7 @@ class RevocationStore:
     def __init__(self, client: aioredis.Redis, region: str) -> None:
         self.client = client
         self._server = _describe(client, region)
-        self._read = client.register_script(scripts.READ_REVOCATIONS)
+        self._read = functions.StoreFunction(client, functions.READ_REVOCATIONS)
 
     def _errors(self, what: str) -> AbstractContextManager[None]:
         return _store_errors(self._server, what)

@@ -1,15 +1,19 @@
 """The Lua scripts that change (or consistently read) several keys at once.
 
 Each script runs atomically on the Redis server, so a bid is one round trip and no
-other client ever sees half of it. Scripts are called through ``EVALSHA`` by
-:class:`rideout.store.auction.AuctionStore` (redis-py's ``Script`` object loads a
-script again when a server answers ``NOSCRIPT``, e.g. a replica promoted after a
-failover, or after ``SCRIPT FLUSH``).
+other client ever sees half of it. On Redis 7.0+ and Valkey they are the functions of
+one library (:mod:`.functions`, called with ``FCALL``); on 6.2 they are called through
+``EVALSHA`` (redis-py's ``Script`` object loads a script again when a server answers
+``NOSCRIPT``, e.g. a replica promoted after a failover, or after ``SCRIPT FLUSH``).
 
 Conventions shared by the scripts (Redis 6.2's Lua 5.1):
 
-- Every key a script touches is passed in ``KEYS`` (never built inside the script),
-  so key names stay in :mod:`rideout.store.keys`.
+- Every key a script touches is passed in ``KEYS``, but for the epoch: its name is
+  written into the script (:data:`EPOCH_KEY`, from :mod:`rideout.store.keys`), so key
+  names stay in :mod:`rideout.store.keys`. EVALSHA and FCALL count every key in ``KEYS``
+  as read *and* written for the ACL check; one outside it is checked command by command,
+  so the ``GET`` of the epoch is a read, which the app user's read-only pattern on
+  Redis 7.0+ allows (:mod:`.acl`), and a write of it would be refused.
 - Numbers cross the boundary as canonical decimal strings. JSON is built by hand:
   Redis's ``cjson`` writes numbers with 14 significant digits (a 13-digit millisecond
   timestamp fits, a 16-digit amount would not), so integers are formatted with
@@ -25,9 +29,32 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["BID", "GET_STATE", "LAST_OFFSET", "PROBE", "READ_REVOCATIONS", "REVOKE"]
+from rideout.store import keys
 
-_COMMON: Final = r"""
+__all__ = [
+    "BID",
+    "EPOCH_KEY",
+    "GET_STATE",
+    "IDEMPOTENCY_CLAIM",
+    "IDEMPOTENCY_FINISH",
+    "LAST_OFFSET",
+    "OIDC_BIND",
+    "OIDC_PUT",
+    "OIDC_READ",
+    "OIDC_TAKE",
+    "PROBE",
+    "READ_REVOCATIONS",
+    "REVOKE",
+]
+
+if not keys.EPOCH.replace(":", "").isalnum():  # pragma: no cover - keys.py's to keep
+    raise ValueError(f"{keys.EPOCH!r} cannot be written into a Lua string as it is")
+EPOCH_KEY: Final = f"local EPOCH_KEY = '{keys.EPOCH}'\n"
+"""The epoch's name, as the scripts that read it declare it (never passed in KEYS)."""
+
+_COMMON: Final = (
+    EPOCH_KEY
+    + r"""
 local function canonical_epoch(value)
   if value == false or value == nil then return '0' end
   if not string.match(value, '^%d+$') then return nil end
@@ -86,25 +113,27 @@ local function state_json(bid, bidder, bids, updated_at)
          ',"bids":' .. jint(bids) .. ',"updated_at":' .. jint(updated_at) .. '}'
 end
 """
+)
 
 BID: Final = (
     _COMMON
     + r"""
--- KEYS: 1 epoch, 2 room state (hash), 3 room stream, 4 user session (hash), 5 bid ack
---       (per sub, room and request id), 6 optional: the legacy ack (per sub and request
---       id, written before ids were scoped per room; read, never written)
+-- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash), 4 bid ack (per sub,
+--       room and request id), 5 optional: the legacy ack (per sub and request id,
+--       written before ids were scoped per room; read, never written). The epoch is
+--       read from EPOCH_KEY.
 -- ARGV: 1 epoch the caller believes in (canonical decimal), 2 amount (decimal),
 --       3 room, 4 sub, 5 request id, 6 min_bid, 7 max_bid, 8 min_increment,
 --       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms)
 -- Returns {kind, ack_json}; kind is 'new' (decided now), 'dup' (the stored ack of
 -- an earlier call with this sub, room and request id) or 'stale' (fenced: nothing
 -- changed).
-local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
+local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
 if epoch == nil then
-  return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
+  return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
 end
 
-local cur = redis.call('HMGET', KEYS[2], 'bid', 'bidder', 'bids', 'updated_at', 'offset')
+local cur = redis.call('HMGET', KEYS[1], 'bid', 'bidder', 'bids', 'updated_at', 'offset')
 local offset = str(cur[5]) or '0-0'
 local room = ARGV[3]
 
@@ -129,15 +158,15 @@ local ack_ttl = ARGV[11]
 -- the record's TTL is a write on purpose: it replicates after the original decision, so
 -- a WAIT that follows a retried bid also covers the original (sync replication must
 -- never acknowledge a retry whose first write has not reached the replica).
-local ack_key = KEYS[5]
+local ack_key = KEYS[4]
 local stored = redis.call('GET', ack_key)
-if not stored and KEYS[6] then
+if not stored and KEYS[5] then
   -- A decision stored per user only counts for the room it was made in.
-  local legacy = redis.call('GET', KEYS[6])
+  local legacy = redis.call('GET', KEYS[5])
   if legacy then
     local ok, decoded = pcall(cjson.decode, legacy)
     if ok and type(decoded) == 'table' and decoded['room'] == room then
-      ack_key, stored = KEYS[6], legacy
+      ack_key, stored = KEYS[5], legacy
     end
   end
 end
@@ -157,7 +186,7 @@ elseif bids > 0 and amount < (num(cur[1]) or 0) + tonumber(ARGV[8]) then
 end
 if reason then
   local ack = ack_json(false, reason, offset, current_state())
-  redis.call('SET', KEYS[5], ack, 'PX', ack_ttl)
+  redis.call('SET', KEYS[4], ack, 'PX', ack_ttl)
   return {'new', ack}
 end
 
@@ -166,15 +195,15 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 bids = bids + 1
 local state = state_json(amount, ARGV[4], bids, now)
-local id = redis.call('XADD', KEYS[3], '*', 'state', state, 'epoch', epoch)
+local id = redis.call('XADD', KEYS[2], '*', 'state', state, 'epoch', epoch)
 
 -- Trim by size and by age. Both remove a prefix of the stream; remember the last
 -- id removed, so that get_state knows which positions can still be replayed.
 local cut = nil
 local size = tonumber(ARGV[9])
-local length = redis.call('XLEN', KEYS[3])
+local length = redis.call('XLEN', KEYS[2])
 if length > size then
-  local gone = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', length - size)
+  local gone = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', length - size)
   cut = gone[#gone][1]
 end
 local cutoff = now - tonumber(ARGV[10])
@@ -183,18 +212,18 @@ if cutoff > 0 then
   local boundary = string.format('%d', cutoff) .. '-0'
   -- Only search for the newest expired entry when the oldest one has expired: that
   -- search walks the stream, and on most bids nothing is old enough to trim.
-  local oldest = redis.call('XRANGE', KEYS[3], '-', '+', 'COUNT', 1)
+  local oldest = redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1)
   local older = {}
   if #oldest > 0 and cmp_id(oldest[1][1], boundary) < 0 then
-    older = redis.call('XREVRANGE', KEYS[3], '(' .. boundary, '-', 'COUNT', 1)
+    older = redis.call('XREVRANGE', KEYS[2], '(' .. boundary, '-', 'COUNT', 1)
   end
   if #older > 0 then
     by_age = boundary
     if cut == nil or cmp_id(cut, older[1][1]) < 0 then cut = older[1][1] end
   end
 end
-if length > size then redis.call('XTRIM', KEYS[3], 'MAXLEN', size) end
-if by_age then redis.call('XTRIM', KEYS[3], 'MINID', by_age) end
+if length > size then redis.call('XTRIM', KEYS[2], 'MAXLEN', size) end
+if by_age then redis.call('XTRIM', KEYS[2], 'MINID', by_age) end
 
 local fields = {'bid', ARGV[2], 'bidder', ARGV[4], 'bids', jint(bids), 'updated_at', jint(now),
                 'offset', id}
@@ -202,14 +231,14 @@ if cut then
   table.insert(fields, 'trimmed')
   table.insert(fields, cut)
 end
-redis.call('HSET', KEYS[2], unpack(fields))
+redis.call('HSET', KEYS[1], unpack(fields))
 
-redis.call('HSET', KEYS[4], 'last_bid', ARGV[2], 'last_bid_room', room,
+redis.call('HSET', KEYS[3], 'last_bid', ARGV[2], 'last_bid_room', room,
            'last_bid_id', ARGV[5],
            'last_position', '{"epoch":' .. epoch .. ',"offset":' .. jstr(id) .. '}')
 
 local ack = ack_json(true, nil, id, state)
-redis.call('SET', KEYS[5], ack, 'PX', ack_ttl)
+redis.call('SET', KEYS[4], ack, 'PX', ack_ttl)
 return {'new', ack}
 """
 )
@@ -218,19 +247,20 @@ return {'new', ack}
 GET_STATE: Final = (
     _COMMON
     + r"""
--- KEYS: 1 epoch, 2 room state (hash), 3 room stream, 4 user session (hash)
+-- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash); the epoch is read
+--       from EPOCH_KEY
 -- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
 --       (canonical id), 3 most entries to replay
 -- Returns {epoch, room state fields, session fields, status, entries}; status is
 -- 'none' (no since), 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'.
 -- Read-only: runs on a replica as well as on the writer.
-local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
+local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
 if epoch == nil then
-  return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
+  return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
 end
-local state = redis.call('HGETALL', KEYS[2])
-local session = redis.call('HGETALL', KEYS[4])
-local pos = redis.call('HMGET', KEYS[2], 'offset', 'trimmed')
+local state = redis.call('HGETALL', KEYS[1])
+local session = redis.call('HGETALL', KEYS[3])
+local pos = redis.call('HMGET', KEYS[1], 'offset', 'trimmed')
 local last = str(pos[1]) or '0-0'
 local trimmed = str(pos[2]) or '0-0'
 
@@ -248,7 +278,7 @@ if ARGV[1] ~= '' then
     status = 'recovered'
   else
     local limit = tonumber(ARGV[3])
-    entries = redis.call('XRANGE', KEYS[3], '(' .. since, '+', 'COUNT', limit + 1)
+    entries = redis.call('XRANGE', KEYS[2], '(' .. since, '+', 'COUNT', limit + 1)
     if #entries > limit then
       status = 'too_many'
       entries = {}
@@ -277,26 +307,28 @@ return redis.call('HGET', KEYS[1], 'offset')
 PROBE: Final = (
     _COMMON
     + r"""
--- KEYS: 1 epoch, 2 the probe key (rideout:canary:REGION:ZONE)
+-- KEYS: 1 the probe key (rideout:canary:REGION:ZONE); the epoch is read from EPOCH_KEY
 -- ARGV: 1 epoch the caller believes in (canonical decimal), 2 value, 3 ttl (ms)
 -- Returns {kind, epoch, value read back}: kind is 'written' (the writer took the write),
 -- 'replica' (a read-only replica: it answered, the write was refused as on any
--- replica) or 'stale' (fenced as a bid would be: nothing written).
-local epoch = canonical_epoch(redis.call('GET', KEYS[1]))
+-- replica, or, registered as a read-only function, as in any read-only function) or
+-- 'stale' (fenced as a bid would be: nothing written).
+local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
 if epoch == nil then
-  return redis.error_reply('rideout: ' .. KEYS[1] .. ' does not hold an integer epoch')
+  return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
 end
 if epoch ~= ARGV[1] then
   return {'stale', epoch, false}
 end
-local written = redis.pcall('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
+local written = redis.pcall('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 if type(written) == 'table' and written.err then
-  if string.find(written.err, 'READONLY', 1, true) then
-    return {'replica', epoch, redis.call('GET', KEYS[2])}
+  if string.find(written.err, 'READONLY', 1, true)
+     or string.find(written.err, 'read-only script', 1, true) then
+    return {'replica', epoch, redis.call('GET', KEYS[1])}
   end
   return redis.error_reply(written.err)
 end
-return {'written', epoch, redis.call('GET', KEYS[2])}
+return {'written', epoch, redis.call('GET', KEYS[1])}
 """
 )
 """The store probe: the epoch fence, then a write and a read of the zone's probe key."""
@@ -351,3 +383,40 @@ READ_REVOCATIONS: Final = r"""
 return {redis.call('GET', KEYS[2]), redis.call('HGETALL', KEYS[1])}
 """
 """Read the revocation list and its version together."""
+
+IDEMPOTENCY_CLAIM: Final = r"""
+-- KEYS[1] the key's record; ARGV[1] the in-flight record; ARGV[2] lease (ms).
+-- The existing record, or false after marking the key in flight.
+local record = redis.call('GET', KEYS[1])
+if record then return record end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+"""
+"""The ``Idempotency-Key`` middleware's claim (:mod:`rideout.idempotency`)."""
+
+IDEMPOTENCY_FINISH: Final = r"""
+-- KEYS[1] the key's record; ARGV[1] the in-flight record this server wrote;
+-- ARGV[2] 'store' | 'renew' | 'release'; ARGV[3] the final record; ARGV[4] ms.
+-- 1 when done; 0 when the record is no longer ours (the lease lapsed).
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == 'store' then
+  redis.call('SET', KEYS[1], ARGV[3], 'PX', ARGV[4])
+elseif ARGV[2] == 'renew' then
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+else
+  redis.call('DEL', KEYS[1])
+end
+return 1
+"""
+"""The ``Idempotency-Key`` middleware's end of a request: store, renew or release."""
+
+# The waiting room's OpenID adapter (rideout.waitingroom.oidc): one key each.
+OIDC_TAKE: Final = (
+    "local v = redis.call('GET', KEYS[1]) if v then redis.call('DEL', KEYS[1]) end return v"
+)
+OIDC_PUT: Final = "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
+OIDC_READ: Final = "return redis.call('GET', KEYS[1])"
+OIDC_BIND: Final = (
+    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end "
+    "return redis.call('GET', KEYS[1])"
+)

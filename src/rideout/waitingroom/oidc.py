@@ -74,7 +74,8 @@ from rideout.auth.room_tokens import (
     RoomTokenVerifier,
 )
 from rideout.errors import InvalidArgument
-from rideout.store import keys
+from rideout.store import functions, keys
+from rideout.store.functions import StoreFunction
 from rideout.waitingroom.errors import (
     NotServedYet,
     PositionExpired,
@@ -105,14 +106,6 @@ _SECURITY_HEADERS: Final = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-
-_TAKE = "local v = redis.call('GET', KEYS[1]) if v then redis.call('DEL', KEYS[1]) end return v"
-_PUT = "return redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])"
-_READ = "return redis.call('GET', KEYS[1])"
-_BIND = (
-    "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end "
-    "return redis.call('GET', KEYS[1])"
-)
 
 
 def hash_secret(secret: str) -> str:
@@ -411,10 +404,9 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         self.code_ttl = _validate.seconds("code_ttl", code_ttl)
         self.clock = clock
         redis = store.redis
-        self._take = redis.register_script(_TAKE)
-        self._put = redis.register_script(_PUT)
-        self._read = redis.register_script(_READ)
-        self._bind = redis.register_script(_BIND)
+        self._take, self._put, self._read, self._bind = (
+            StoreFunction(redis, functions.OIDC[name]) for name in ("TAKE", "PUT", "READ", "BIND")
+        )
         self._jose: dict[str, Any] = {}
         self.register_token_generator("default", self._generate_token)
         self.register_grant(_CodeGrant, [_S256ForAll(required=True), _OpenID(self)])

@@ -39,10 +39,10 @@ from typing import Any, Final
 import redis.asyncio as aioredis
 
 from rideout import _validate
-from rideout.store import keys
+from rideout.store import functions, keys
 from rideout.store.auction import describe_server, store_errors
 from rideout.store.errors import NotWriter, StoreCorrupt, StoreUnavailable
-from rideout.waitingroom import scripts
+from rideout.store.functions import StoreFunction
 from rideout.waitingroom.errors import (
     EventExists,
     InvalidRequest,
@@ -200,7 +200,7 @@ class RoomStore:
         self.stream_length = _validate.count("stream_length", stream_length, low=1)
         self._server = describe_server(redis, region)
         self._scripts = {
-            name: redis.register_script(getattr(scripts, name)) for name in scripts.__all__
+            name: StoreFunction(redis, routine) for name, routine in functions.ROOM.items()
         }
 
     # ---------------------------------------------------------------- plumbing

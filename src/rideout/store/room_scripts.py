@@ -1,4 +1,6 @@
-"""The waiting room's Lua scripts: each change of an event is one atomic call.
+"""The waiting room's Lua scripts (rideout.waitingroom.store): each change of an event
+is one atomic call. They live in the store layer with rideout's other Lua, as one
+function library (:mod:`.functions`).
 
 Every script takes the same ``KEYS``, one event's keys in the order of
 :func:`rideout.store.keys.waitingroom_event_keys` (plus, for a few, one more key at the
