@@ -20,7 +20,8 @@ from rideout.failover.controller import ControllerState, FailoverController
 from rideout.store import keys
 from rideout.store.acl import RedisRole
 from rideout.store.auction import AuctionSettings, AuctionStore
-from rideout.store.embedded import EmbeddedRedis
+from rideout.store.embedded import EmbeddedRedis, server_info
+from rideout.store.functions import LIBRARY_NAME
 from rideout.store.replication import compare, ensure_epoch, is_fenced, replication_status
 from tests.conftest import ADMIN, as_user, running_redis_pair, until
 
@@ -279,3 +280,32 @@ async def _length_is(client: aioredis.Redis, room: str, count: int) -> bool:
 async def _linked(client: aioredis.Redis) -> bool:
     view = await replication_status(client)
     return view.role == "replica" and view.link == "up"
+
+
+async def test_the_controller_loads_the_function_library_on_a_writer_without_it(
+    matrix_server: Path, make_config: Callable[..., Config]
+) -> None:
+    """A writer started from data older than the library (an upgrade), or set up by hand
+    in external mode, has no rideout functions: the controller loads them (7.0+) before
+    the app servers find them missing; after a move, on the new writer too."""
+    config = make_config()
+    async with running_redis_pair(config) as _:
+        p, s = _client(config, P), _client(config, S)
+        controller = FailoverController(config)
+        try:
+            await ensure_epoch(p)
+            functions = server_info(matrix_server).key_permissions
+            if functions:
+                await p.function_delete(LIBRARY_NAME)
+            await controller.tick(HEALTHY)
+            kinds = [e["kind"] for e in controller.status()["events"]]
+            assert kinds == (["start", "library"] if functions else ["start"])
+            if functions:
+                listed = await p.function_list(library=LIBRARY_NAME)
+                assert listed, "the library was not loaded"
+                await controller.tick(HEALTHY)  # once per writer, not every round
+                assert [e["kind"] for e in controller.status()["events"]] == kinds
+        finally:
+            await controller.close()
+            await p.aclose()
+            await s.aclose()

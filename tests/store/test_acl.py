@@ -426,7 +426,7 @@ async def test_known_gap_on_6_2_the_app_user_can_write_the_epoch_and_run_any_lua
 ) -> None:
     """Redis 6.2 has no read-only key patterns and no functions: the app user keeps
     write access to the epoch (its scripts read it through EVALSHA) and SCRIPT LOAD +
-    EVALSHA of any Lua. What stays open there (docs/redis-acl-functions.md)."""
+    EVALSHA of any Lua. What stays open there (docs/redis.md)."""
     client = servers.client(RedisRole.APP)
     try:
         assert await client.set(keys.EPOCH, "1")  # the same value: nothing moves

@@ -45,7 +45,7 @@ Each server reads the ACL file written for what it has (:meth:`ServerAuth.acl_fi
   and EVALSHA any Lua (checked command by command, but an endless loop still blocks the
   server until ``SCRIPT KILL``): 6.2 has neither read-only key patterns nor functions.
 
-docs/redis-acl-functions.md says per server what is locked down and what stays open.
+docs/redis.md ("ACL users and functions") says per server what is locked down and what stays open.
 """
 
 from __future__ import annotations
