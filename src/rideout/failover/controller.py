@@ -25,7 +25,8 @@ Fencing: app servers learn the epoch from the control plane (``/v1/writer``) and
 with every bid; a stale writer still holds the old epoch, so the bid script refuses
 their writes until the stale writer is demoted.
 
-The decision (:func:`decide`) is pure; :class:`FailoverController` executes it. How the
+The decision (:func:`~rideout.failover.decision.decide`) is pure; :class:`FailoverController`
+executes it; what it remembers is :mod:`~rideout.failover.state`. How the
 writer moves is a :class:`~rideout.failover.mover.WriterMover` (Redis's own replication
 commands by default); a :class:`~rideout.failover.mover.ManagedWriter` (``--provider aws``:
 ElastiCache Global Datastore, :mod:`rideout.aws.writer`) replaces the whole move and the
@@ -38,17 +39,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal
+from dataclasses import asdict, replace
+from typing import Any
 
 import redis.asyncio as aioredis
 from redis.exceptions import BusyLoadingError, RedisError
 
 from rideout.config import Config, FailoverConfig
 from rideout.failover.damping import DampingPolicy, DampingState
+from rideout.failover.decision import Decision, Move, decide
 from rideout.failover.mover import ManagedWriter, ReplicationMover, WriterMover
+from rideout.failover.state import ControllerState, FailoverEvent, repeats_note
 from rideout.failover.topology import (
     NodeView,
     desired_masters,
@@ -81,200 +83,10 @@ __all__ = [
     "FailoverEvent",
     "damping_policy",
     "decide",
+    "repeats_note",
 ]
 
 log = logging.getLogger("rideout.failover")
-
-Move = Literal["none", "fail-over", "fail-back", "promote-in-region"]
-Held = Literal[
-    "in-region-grace", "move-grace", "recovering", "strained", "damping", "both-unhealthy"
-]
-"""Which rule keeps the writer where the health checks alone would move it."""
-
-
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """What to do with the writer this tick, and why."""
-
-    move: Move
-    target: str | None
-    reason: str
-    urgent: bool = False  # the writer's region is failing: do not wait indefinitely
-    held: Held | None = None  # the rule that keeps the writer from a move (move "none")
-
-
-def decide(
-    *,
-    writer: str,
-    primary: str,
-    secondary: str,
-    healthy: Mapping[str, bool],
-    auto_failback: bool,
-    failback_hold: float = 0.0,
-    in_region_replica: Mapping[str, bool] | None = None,
-    in_region_grace: bool = False,
-    move_grace: bool = False,
-    writer_reachable: bool = True,
-    other_strained: bool = False,
-    writer_recovering: bool = False,
-) -> Decision:
-    """Where the writer should be, given the regions' health (pure).
-
-    - The writer's region unhealthy (its app servers, or its Redis: the canary's probe
-      goes through the store) with an in-sync replica of its own in another zone
-      (`in_region_replica`, region → ready; only when the writer's own Redis is lost):
-      promote that one, in the region.
-    - Within `in_region_grace` (just after such a promotion, while the alarm it raised
-      clears on the promoted Redis) an unhealthy writer region stays: the region is
-      given the time to recover before it is failed over.
-    - Within `move_grace` (just after the writer moved to this region, either way,
-      while the drain of the region it left sends the clients over) an unhealthy writer
-      region whose Redis answers (`writer_reachable`) stays: the arriving clients are
-      the likeliest cause, and another move would only send them back. A lost Redis is
-      moved away from at once.
-    - `writer_recovering` (the writer region's alarm is still in ALARM, but only by the
-      recovery threshold: its newest datapoint is good, :attr:`Alarm.recovering`): an
-      unhealthy writer region whose Redis answers stays. It fails no longer; its alarm
-      waits for more good periods before it trusts the region with a *failback*, but
-      leaving a region that serves again only moves its clients for nothing. The first
-      bad datapoint ends it, and so does the alarm's OK.
-    - `other_strained` (the other region failed its canary while it held the writer,
-      its Redis answering, within the last damping half-life): an unhealthy writer
-      region whose Redis answers stays too. Both regions have just shown they cannot
-      take the clients; moving them back would only start the next failure.
-
-    - The writer's region healthy: stay, except that a writer in the secondary moves
-      back to a healthy primary when `auto_failback` is set and no `failback_hold`
-      (seconds, from flap damping) remains.
-    - The writer's region unhealthy and the other healthy: move there.
-    - Both unhealthy: stay (moving to a region that is also failing gains nothing;
-      DNS keeps answering the writer's region).
-    """
-    other = secondary if writer == primary else primary
-    writer_ok, other_ok = healthy.get(writer, True), healthy.get(other, True)
-    if not writer_ok and (in_region_replica or {}).get(writer):
-        return Decision(
-            "promote-in-region", writer,
-            f"{writer} is unhealthy and has an in-sync replica in another zone",
-            urgent=True,
-        )  # fmt: skip
-    if not writer_ok and in_region_grace:
-        return Decision(
-            "none",
-            None,
-            f"{writer} promoted in the region just now: its alarm is clearing",
-            held="in-region-grace",
-        )
-    if not writer_ok and other_ok and writer_reachable:
-        # Rules that keep a failing writer region whose Redis answers (a lost Redis is
-        # left at once), in order.
-        holds: tuple[tuple[bool, Held, str], ...] = (
-            (move_grace, "move-grace",
-             f"{writer} took the writer just now and its Redis answers: held while the "
-             "clients sent to it arrive (the grace after a move)"),
-            (writer_recovering, "recovering",
-             f"{writer} passes its canary again and its Redis answers: it stays the writer "
-             "while its alarm counts the good periods back to OK (recovering)"),
-            (other_strained, "strained",
-             f"{writer} is unhealthy but its Redis answers, and {other} failed while it "
-             "held the writer just before: both are strained by the same clients, who "
-             "stay (flap damping)"),
-        )  # fmt: skip
-        for applies, held, reason in holds:
-            if applies:
-                return Decision("none", None, reason, held=held)
-    if not writer_ok and other_ok:
-        move: Move = "fail-over" if other == secondary else "fail-back"
-        return Decision(move, other, f"{writer} is unhealthy and {other} is healthy", urgent=True)
-    if writer == secondary and other_ok and auto_failback and writer_ok:
-        if failback_hold > 0:
-            return Decision(
-                "none", None,
-                f"{primary} is healthy again; failback held {failback_hold:.1f} s more "
-                "(flap damping)", held="damping",
-            )  # fmt: skip
-        return Decision("fail-back", primary, f"{primary} is healthy again")
-    if not writer_ok:
-        return Decision(
-            "none", None, f"both regions are unhealthy: the writer stays in {writer}",
-            held="both-unhealthy",
-        )  # fmt: skip
-    return Decision("none", None, f"{writer} is healthy")
-
-
-@dataclass(frozen=True, slots=True)
-class FailoverEvent:
-    """One step the controller took (or could not take)."""
-
-    at: float
-    kind: str  # fail-over, fail-back, promote, demote, epoch, error, wait, start
-    message: str
-    writer: str
-    epoch: int
-    repeats: int = 0  # the same step, failing the same way in later rounds
-    last_at: float | None = None  # the latest of those
-
-
-@dataclass
-class ControllerState:
-    """What the controller must remember across restarts."""
-
-    writer: str
-    epoch: int
-    lost_writes: int = 0
-    # Restarted Redis servers that came back without their data or behind another
-    # (never trusted: see FailoverController._writer_came_back).
-    datasets_lost: int = 0
-    failovers: int = 0
-    failbacks: int = 0
-    events: deque[FailoverEvent] = field(default_factory=lambda: deque(maxlen=100))
-    damping: DampingState = field(default_factory=DampingState)
-    # The writer's Redis (a node key of failover.topology): None is the region's main one.
-    writer_node: str | None = None
-    in_region_promotions: int = 0
-    promoted_in_region_at: float | None = None
-    moved_at: float | None = None  # the writer's latest move to another region
-
-    def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        data["events"] = [asdict(e) for e in self.events]
-        data["damping"] = self.damping.to_dict()
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ControllerState:
-        state = cls(
-            writer=str(data["writer"]),
-            epoch=int(data["epoch"]),
-            lost_writes=int(data.get("lost_writes", 0)),
-            datasets_lost=int(data.get("datasets_lost", 0)),
-            failovers=int(data.get("failovers", 0)),
-            failbacks=int(data.get("failbacks", 0)),
-            writer_node=str(data["writer_node"]) if data.get("writer_node") else None,
-            in_region_promotions=int(data.get("in_region_promotions", 0)),
-            promoted_in_region_at=_optional_float(data.get("promoted_in_region_at")),
-            # `failed_back_at`: a state saved before every move had a grace (2026-12-02)
-            moved_at=_optional_float(data.get("moved_at", data.get("failed_back_at"))),
-            damping=DampingState.from_dict(data["damping"])
-            if "damping" in data
-            else DampingState(),
-        )
-        for e in data.get("events", []):
-            state.events.append(FailoverEvent(**e))
-        return state
-
-
-def repeats_note(event: Mapping[str, Any]) -> str:
-    """' (again 4 times over 2.0 s)' for an event (as a dict) that repeated, else ''."""
-    repeats = event.get("repeats") or 0
-    if not repeats:
-        return ""
-    over = (event.get("last_at") or event["at"]) - event["at"]
-    return f" (again {repeats} time{'' if repeats == 1 else 's'} over {over:.1f} s)"
-
-
-def _optional_float(value: Any) -> float | None:
-    return None if value is None else float(value)
 
 
 def damping_policy(failover: FailoverConfig) -> DampingPolicy | None:
