@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -146,8 +147,9 @@ def _print_table(table: Table) -> None:
     if console.is_terminal:
         console.print(table)
         return
-    wide = console.options.update_width(100_000)
-    console.print(table, width=console.measure(table, options=wide).maximum)
+    wide = Console(file=console.file, width=100_000, highlight=False)
+    width = wide.measure(table).maximum
+    Console(file=console.file, width=width, highlight=False).print(table)
 
 
 def _plan_table(plan: Plan, title: str) -> Table:

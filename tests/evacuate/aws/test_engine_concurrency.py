@@ -152,3 +152,63 @@ def test_two_zones_evacuated_at_once_serialize(
     assert Engine(provider, ledger).recover().exit_code == EXIT_OK
     assert snapshot(provider) == original
     assert ledger.records() == []
+
+
+def test_each_type_end_to_end_with_the_ledger_read_by_boto3(
+    aws: AwsSettings, world: World, provider: AwsProvider
+) -> None:
+    """The seed's flow for ASG, ECS and Lambda: evacuate, the rows as DynamoDB holds
+    them (a plain boto3 read of the table and of its index), recover."""
+    original = snapshot(provider)
+    zone = world.zones[1]
+    gone = set(world.subnets[zone])
+    engine = Engine(provider, DynamoLedger(aws, table="seed", wait_delay=1))
+    assert engine.evacuate(zone, Options(operator="alice")).exit_code == EXIT_OK
+    dynamodb = SESSION.client("dynamodb")
+    items = dynamodb.query(
+        TableName="seed",
+        KeyConditionExpression="zone_id = :z",
+        ExpressionAttributeValues={":z": {"S": zone}},
+        ConsistentRead=True,
+    )["Items"]
+    rows = {i["resource"]["S"]: i for i in items}
+    expected = {key for key, subnets in original.items() if subnets & gone and len(subnets) > 1}
+    assert {(i["kind"]["S"], r) for r, i in rows.items()} == expected
+    assert {k for k, _ in expected} == {"asg", "ecs", "lambda"}
+    for (kind, resource), subnets in original.items():
+        if (kind, resource) not in expected:
+            continue
+        item = rows[resource]
+        assert [v["S"] for v in item["removed"]["L"]] == world.spread(1)
+        assert {v["S"] for v in item["before"]["L"]} == subnets  # what it saw
+        assert (item["operator"]["S"], item["outcome"]["S"]) == ("alice", "removed")
+        assert float(item["at"]["N"]) > 0
+    by_kind = dynamodb.query(
+        TableName="seed",
+        IndexName="kind-index",
+        KeyConditionExpression="kind = :k",
+        ExpressionAttributeValues={":k": {"S": "lambda"}},
+    )["Items"]
+    assert {i["resource"]["S"] for i in by_kind} == {r for k, r in expected if k == "lambda"}
+
+    assert engine.recover(zone).exit_code == EXIT_OK
+    assert snapshot(provider) == original
+    assert dynamodb.scan(TableName="seed", FilterExpression="attribute_exists(kind)")["Items"] == []
+
+
+def test_recover_to_the_recorded_configuration(
+    aws: AwsSettings, world: World, provider: AwsProvider
+) -> None:
+    """By default an operator's change made meanwhile is kept; --to-recorded gives back
+    exactly what the ledger saw before the evacuation."""
+    original = snapshot(provider)
+    ledger = DynamoLedger(aws, wait_delay=1)
+    engine = Engine(provider, ledger)
+    assert engine.evacuate(world.zones[0], Options(kinds=("asg",))).exit_code == EXIT_OK
+    extra = world.subnets[world.zones[2]][1]
+    SESSION.client("autoscaling").update_auto_scaling_group(
+        AutoScalingGroupName="web", VPCZoneIdentifier=",".join([*world.spread(1, 2), extra])
+    )
+    assert engine.recover(world.zones[0], Options(to_recorded=True)).exit_code == EXIT_OK
+    assert snapshot(provider) == original
+    assert ledger.records() == []
