@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from rideout.evacuate.errors import ProviderError
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, Subnets, require_unchanged
 
 
 class MemoryProvider:
@@ -24,6 +24,9 @@ class MemoryProvider:
     def kinds(self) -> tuple[str, ...]:
         return tuple(sorted({k for k, _ in self.resources}))
 
+    def zone_ids(self) -> frozenset[str]:
+        return frozenset(self.zones)
+
     def subnets_in_zone(self, zone_id: str) -> frozenset[str]:
         return self.zones.get(zone_id, frozenset())
 
@@ -38,13 +41,24 @@ class MemoryProvider:
             raise ProviderError(f"cannot describe {resource}")
         return self.resources.get((kind, resource))
 
-    def update(self, kind: str, resource: str, subnets: tuple[str, ...]) -> None:
+    def update(
+        self, kind: str, resource: str, subnets: Subnets, *, expected: Subnets | None = None
+    ) -> Placement | None:
         if resource in self.fail_update:
             raise ProviderError(f"update of {resource} refused")
+        self.before_write(kind, resource)
+        now = self.resources.get((kind, resource))
+        if now is None:
+            raise ProviderError(f"no {kind} {resource}")
+        require_unchanged(kind, resource, now.subnets, expected)
         self.updates.append((resource, subnets))
         self.resources[(kind, resource)] = Placement(kind, resource, subnets)
         if resource in self.fail_after_update:
             raise ProviderError(f"update of {resource} timed out")
+        return self.resources.get((kind, resource))
+
+    def before_write(self, kind: str, resource: str) -> None:
+        """Called between the update's read and its check (tests change it to race)."""
 
     def subnets(self, kind: str, resource: str) -> tuple[str, ...]:
         return self.resources[(kind, resource)].subnets

@@ -64,7 +64,8 @@ def test_list_shows_the_ledger(make_config: Callable[..., Config], tmp_path: Pat
     rows = json.loads(runner.invoke(app, ["evacuate", "list", "--json", "-c", path]).output)
     assert rows == [
         {"zone_id": "use1-az1", "resource": "us-east-1", "kind": "local",
-         "removed": ["use1-az1"], "at": 1.7e9, "operator": "alice"},
+         "removed": ["use1-az1"], "at": 1.7e9, "operator": "alice", "before": [],
+         "outcome": ""},
     ]  # fmt: skip
     table = runner.invoke(app, ["evacuate", "list", "-c", path], env={"COLUMNS": "200"}).output
     assert "use1-az1" in table

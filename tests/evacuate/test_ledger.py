@@ -43,7 +43,10 @@ def _sqlite(tmp_path: Path) -> Backend:
     def plant(ledger: AnyLedger) -> None:
         assert isinstance(ledger, SqliteLedger)
         with sqlite3.connect(ledger.path) as db:
-            db.execute("INSERT INTO evacuations VALUES ('az1', 'x', 'asg', '[]', 1.0, 'op')")
+            db.execute(
+                "INSERT INTO evacuations (zone_id, resource, kind, removed, at, operator)"
+                " VALUES ('az1', 'x', 'asg', '[]', 1.0, 'op')"
+            )
 
     return Backend("sqlite", lambda **kw: SqliteLedger.in_data_dir(tmp_path, **kw), plant)
 

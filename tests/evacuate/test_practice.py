@@ -4,6 +4,7 @@ blocks, interrupts, or lets the practice succeed; the zone always comes back."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rideout.evacuate.engine import Engine, Options
 from rideout.evacuate.ledger import SqliteLedger
@@ -55,10 +56,12 @@ def test_a_failed_recovery_says_what_to_run(tmp_path: Path) -> None:
     provider.fail_update = set()
     original = provider.update
 
-    def update(kind: str, resource: str, subnets: tuple[str, ...]) -> None:
+    def update(
+        kind: str, resource: str, subnets: tuple[str, ...], *, expected: Any = None
+    ) -> Placement | None:
         if "a" in subnets:
             provider.fail_update = {"web"}
-        original(kind, resource, subnets)
+        return original(kind, resource, subnets, expected=expected)
 
     provider.update = update  # type: ignore[method-assign]
     result = run.run()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
@@ -80,15 +82,17 @@ def _open(
     *,
     reason: str = "manual",
     expires_in: float | None = None,
+    create: bool = True,
 ) -> tuple[Provider, Ledger]:
-    """The provider and its ledger (local: the control plane and DATA_DIR's SQLite file)."""
+    """The provider and its ledger (local: the control plane and DATA_DIR's SQLite file;
+    ``create=False``: the ledger is only read, never created)."""
     if provider == "local":
         from rideout.evacuate.ledger import SqliteLedger
         from rideout.evacuate.local import local_provider
 
         return (
             local_provider(config, operator=operator, reason=reason, expires_in=expires_in),
-            SqliteLedger.in_data_dir(config.data_dir),
+            SqliteLedger.in_data_dir(config.data_dir, create=create),
         )
     if provider == "aws":
         # Imported here: boto3 is the `aws` extra, needed only by this provider.
@@ -96,7 +100,7 @@ def _open(
             from rideout.evacuate.aws import open_aws
         except ImportError as exc:
             fail(f"the aws provider is not available ({exc}): pip install 'rideout[aws]'", 2)
-        return open_aws(config, operator=operator)
+        return open_aws(config, operator=operator, create=create)
     fail(f"--provider must be local or aws, not {provider!r}", 2)
 
 
@@ -109,11 +113,12 @@ def _options(
     pause: float | None,
     min_healthy_zones: int | None,
     operator: str | None,
+    to_recorded: bool = False,
 ) -> Options:
     e = config.evacuate
     kinds = tuple(t.strip() for t in types.split(",") if t.strip()) if types else None
     try:
-        return Options(
+        options = Options(
             kinds=kinds or None,
             dry_run=dry_run,
             batch_size=batch_size if batch_size is not None else e.batch_size,
@@ -122,8 +127,9 @@ def _options(
                 min_healthy_zones if min_healthy_zones is not None else e.min_healthy_zones
             ),
             lock_ttl=e.lock_ttl,
-            **({"operator": operator} if operator else {}),
+            to_recorded=to_recorded,
         )
+        return dataclasses.replace(options, operator=operator) if operator else options
     except InvalidArgument as exc:
         fail(str(exc), 2)
 
@@ -133,6 +139,17 @@ def _options(
 
 def _subnets(values: tuple[str, ...]) -> str:
     return ", ".join(values) or "-"
+
+
+def _print_table(table: Table) -> None:
+    """A table as wide as its content when stdout is not a terminal (a pipe, a file, a
+    CI log: nothing is cut, an ARN stays whole), else as the terminal allows."""
+    if console.is_terminal:
+        console.print(table)
+        return
+    wide = Console(file=console.file, width=100_000, highlight=False)
+    width = wide.measure(table).maximum
+    Console(file=console.file, width=width, highlight=False).print(table)
 
 
 def _plan_table(plan: Plan, title: str) -> Table:
@@ -158,8 +175,10 @@ def _printer(as_json: bool) -> Callable[[Progress], None]:
             return
         step = p.step
         assert step is not None
-        mark = {"start": "→", "done": "✓", "failed": "✗", "skipped": "·"}[p.event]
-        style = {"done": "green", "failed": "red", "skipped": "yellow"}.get(p.event, "")
+        mark = {"start": "→", "done": "✓", "failed": "✗", "skipped": "·", "replanned": "↻"}[p.event]
+        style = {"done": "green", "failed": "red", "skipped": "yellow", "replanned": "cyan"}.get(
+            p.event, ""
+        )
         what = f"{step.kind} {step.resource}"
         if p.event == "start":
             verb = "removing" if step.action == "remove" else "merging back"
@@ -185,6 +204,7 @@ def _outcome_json(outcome: Outcome) -> dict[str, Any]:
         "plan": [_step_json(s) for s in outcome.plan.steps],
         "changed": [_step_json(s) for s in outcome.changed],
         "skipped": [_step_json(s) for s in outcome.skipped],
+        "replanned": [_step_json(s) for s in outcome.replanned],
         "failed": [{"step": _step_json(f.step), "error": f.error} for f in outcome.failed],
         "refused": outcome.refused,
         "aborted": outcome.aborted,
@@ -200,16 +220,17 @@ def _report(outcome: Outcome, as_json: bool) -> None:
     verb = "evacuate" if plan.operation == "evacuate" else "recover"
     where = plan.zone_id or "every zone in the ledger"
     if outcome.dry_run:
-        console.print(_plan_table(plan, f"plan: {verb} {where} (dry run: nothing changed)"))
+        _print_table(_plan_table(plan, f"plan: {verb} {where} (dry run: nothing changed)"))
     if outcome.refused is not None:
         if plan.steps and not outcome.dry_run:
-            console.print(_plan_table(plan, f"plan: {verb} {where}"))
+            _print_table(_plan_table(plan, f"plan: {verb} {where}"))
         err.print(Text(f"refused: {outcome.refused}", style="bold red"))
         raise typer.Exit(EXIT_REFUSED)
     if not outcome.dry_run:
         console.print(
             f"{verb} {where}: {len(outcome.changed)} changed, {len(outcome.skipped)} "
             f"skipped, {len(outcome.failed)} failed"
+            + (f", {len(outcome.replanned)} re-planned" if outcome.replanned else "")
         )
     for s in outcome.skipped:
         console.print(Text(f"  skipped {s.kind} {s.resource}: {s.reason}", style="yellow"))
@@ -241,7 +262,10 @@ def _with_engine(
     """Load the config, build the options and the engine, run ``action``, report, exit."""
     config = load(config_path)
     options = _options(config, **flags)
-    prov, ledger = _run(lambda: _open(config, provider, options.operator))
+    # A dry run writes nothing anywhere: not even the ledger's table or file.
+    prov, ledger = _run(
+        lambda: _open(config, provider, options.operator, create=not options.dry_run)
+    )
     engine = Engine(prov, ledger, hooks=[_printer(as_json)])
     _report(_run(lambda: action(engine, options)), as_json)
 
@@ -298,16 +322,26 @@ def recover(
     batch_size: BatchOption = None,
     pause: PauseOption = None,
     operator: OperatorOption = None,
+    to_recorded: Annotated[
+        bool,
+        typer.Option(
+            "--to-recorded",
+            help="Give each resource exactly the subnets its ledger rows saw before the "
+            "evacuation, instead of merging the removed ones into its subnets now (an "
+            "operator's change made since is then undone).",
+        ),
+    ] = False,
     as_json: JsonOption = False,
     config_path: ConfigOption = None,
 ) -> None:
-    """Merge back what the ledger records as removed (for --zone-id, or every zone),
-    deleting each record once its resource is updated. Re-running is safe. Exit status:
-    0 done, 1 partial (run it again to finish), 2 refused or bad usage."""
+    """Merge back what the ledger records as removed (for --zone-id, or every zone): one
+    update per resource with all of its rows, each row deleted once that update is
+    confirmed. Re-running is safe. Exit status: 0 done, 1 partial (run it again to
+    finish), 2 refused (unknown zone, locked) or bad usage."""
     _with_engine(
         config_path, provider, as_json, lambda engine, options: engine.recover(zone_id, options),
         types=types, dry_run=dry_run, batch_size=batch_size, pause=pause,
-        min_healthy_zones=None, operator=operator,
+        min_healthy_zones=None, operator=operator, to_recorded=to_recorded,
     )  # fmt: skip
 
 
@@ -324,9 +358,9 @@ def evacuate_list(
     if provider == "local":
         from rideout.evacuate.ledger import SqliteLedger
 
-        ledger: Ledger = _run(lambda: SqliteLedger.in_data_dir(config.data_dir))
+        ledger: Ledger = _run(lambda: SqliteLedger.in_data_dir(config.data_dir, create=False))
     else:
-        _, ledger = _open(config, provider, "list")
+        _, ledger = _run(lambda: _open(config, provider, "list", create=False))
     try:
         rows = ledger.records(kind=types, zone_id=zone_id)
     except EvacuationError as exc:
@@ -338,12 +372,22 @@ def evacuate_list(
         console.print("the ledger is empty: no zone is evacuated")
         return
     table = Table(title="evacuation ledger", title_justify="left")
-    for column in ("zone id", "type", "resource", "removed", "since", "operator"):
+    for column in (
+        "zone id",
+        "type",
+        "resource",
+        "removed",
+        "before",
+        "since",
+        "operator",
+        "outcome",
+    ):
         table.add_column(column)
     for r in rows:
         at = datetime.fromtimestamp(r.at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-        table.add_row(r.zone_id, r.kind, r.resource, _subnets(r.removed), at, r.operator)
-    console.print(table)
+        table.add_row(r.zone_id, r.kind, r.resource, _subnets(r.removed), _subnets(r.before),
+                      at, r.operator, r.outcome or "-")  # fmt: skip
+    _print_table(table)
 
 
 @evacuate_app.command("practice")

@@ -3,8 +3,10 @@ is :class:`~rideout.evacuate.ledger.SqliteLedger`, with the same logical schema)
 
 The seed's table: partition key ``zone_id`` (an AZ id), sort key ``resource`` (ARN or
 name), the removed subnets as a list of strings (``removed``), ``kind`` with a global
-secondary index on it (``kind-index``, range key ``zone_id``), ``at`` and ``operator``.
-It is created if missing (on-demand capacity) and waited for.
+secondary index on it (``kind-index``, range key ``zone_id``), ``at``, ``operator``,
+``before`` (the subnets seen right before the first change) and ``outcome``. It is
+created if missing (on-demand capacity) and waited for, unless ``create=False`` (a dry
+run): then nothing is ever created and a missing table reads as an empty ledger.
 
 Writes are conditional, so two operators (or an operator and autoshift) never lose each
 other's changes:
@@ -15,7 +17,7 @@ other's changes:
   there was no row); a lost race is retried from the read, a bounded number of times.
 - A zone's lock is an item of its own (partition ``lock#ZONE``, no ``kind``, so the
   index never holds it), written on condition that it does not exist, has expired, or
-  is the caller's.
+  is the caller's; a resource's lease likewise (partition ``lease#RESOURCE``).
 
 Queries by zone read the table with strong consistency; a query by kind alone reads the
 index, which DynamoDB keeps eventually consistent (a row written a moment ago may be
@@ -47,13 +49,20 @@ DEFAULT_TABLE = "rideout-evacuations"
 KIND_INDEX = "kind-index"
 _LOCK_PREFIX = "lock#"
 _LOCK_SORT = "lock"
+_LEASE_PREFIX = "lease#"
+_LEASE_SORT = "lease"
 _CONDITION_FAILED = "ConditionalCheckFailedException"
+_NO_TABLE = "ResourceNotFoundException"
 # merge's read-unite-write loses a race only to another writer of the same row.
 _MERGE_ATTEMPTS = 10
 
 
 class _ConditionFailed(LedgerError):
     """A conditional write's condition did not hold (control flow inside this module)."""
+
+
+class _NoTable(LedgerError):
+    """The table does not exist (reads find an empty ledger; writes fail)."""
 
 
 def _attr(value: str | float | list[str]) -> AttributeValueTypeDef:
@@ -100,6 +109,11 @@ class DynamoLedger:
         except AwsProviderError as exc:
             if exc.code == _CONDITION_FAILED:
                 raise _ConditionFailed(str(exc)) from exc
+            if exc.code == _NO_TABLE:
+                raise _NoTable(
+                    f"the ledger table {self.table} does not exist: {exc} (it is created by"
+                    " the first evacuation that is not a dry run)"
+                ) from exc
             raise LedgerError(f"the ledger table {self.table}: {exc}") from exc
 
     # ------------------------------------------------------------------ the table
@@ -110,9 +124,7 @@ class DynamoLedger:
         try:
             with self._call("DescribeTable"):
                 described = self._client.describe_table(TableName=self.table)["Table"]
-        except LedgerError as exc:
-            if "ResourceNotFoundException" not in str(exc):
-                raise
+        except _NoTable:
             self._create()
             return
         keys = {k["AttributeName"]: k["KeyType"] for k in described.get("KeySchema", [])}
@@ -173,6 +185,8 @@ class DynamoLedger:
                 removed=tuple(v["S"] for v in item["removed"]["L"]),
                 at=float(Decimal(item["at"]["N"])),
                 operator=item["operator"]["S"],
+                before=tuple(v["S"] for v in item.get("before", {}).get("L", [])),
+                outcome=item.get("outcome", {}).get("S", ""),
             )
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise LedgerError(
@@ -181,27 +195,45 @@ class DynamoLedger:
             ) from exc
 
     def _get(self, zone_id: str, resource: str) -> tuple[Record, str] | None:
-        with self._call("GetItem"):
-            answer = self._client.get_item(
-                TableName=self.table,
-                Key={"zone_id": {"S": zone_id}, "resource": {"S": resource}},
-                ConsistentRead=True,
-            )
+        try:
+            with self._call("GetItem"):
+                answer = self._client.get_item(
+                    TableName=self.table,
+                    Key={"zone_id": {"S": zone_id}, "resource": {"S": resource}},
+                    ConsistentRead=True,
+                )
+        except _NoTable:
+            return None
         item = answer.get("Item")
         if item is None:
             return None
         return self._record(item), item.get("version", {}).get("N", "0")
 
+    def get(self, zone_id: str, resource: str) -> Record | None:
+        """The row of ``zone_id`` and ``resource``, read consistently."""
+        found = self._get(zone_id, resource)
+        return found[0] if found else None
+
     def merge(self, record: Record) -> Record:
         """Store ``record`` united with the existing row of its zone and resource, and
         return what is stored (removed subnets are only ever added)."""
+        return self._write(record, lambda found: merge_records(found, record))
+
+    def put(self, record: Record) -> None:
+        """Store ``record`` as it is (replacing the row, whatever it holds)."""
+        self._write(record, lambda _: record)
+
+    def _write(self, record: Record, new: Callable[[Record | None], Record]) -> Record:
+        """Write ``new(row read)`` on condition that the row is still the one read."""
         if not isinstance(record, Record):
-            raise InvalidArgument(f"merge needs a Record, not {record!r}")
-        if record.zone_id.startswith(_LOCK_PREFIX):
-            raise InvalidArgument(f"zone_id must not start with {_LOCK_PREFIX!r}")
+            raise InvalidArgument(f"the ledger stores Records, not {record!r}")
+        if record.zone_id.startswith((_LOCK_PREFIX, _LEASE_PREFIX)):
+            raise InvalidArgument(
+                f"zone_id must not start with {_LOCK_PREFIX!r} or {_LEASE_PREFIX!r}"
+            )
         for _ in range(_MERGE_ATTEMPTS):
             found = self._get(record.zone_id, record.resource)
-            merged = merge_records(found[0] if found else None, record)
+            merged = new(found[0] if found else None)
             version = int(found[1]) if found else 0
             item: dict[str, AttributeValueTypeDef] = {
                 "zone_id": _attr(merged.zone_id),
@@ -210,30 +242,28 @@ class DynamoLedger:
                 "removed": _attr(list(merged.removed)),
                 "at": _attr(merged.at),
                 "operator": _attr(merged.operator),
+                "before": _attr(list(merged.before)),
+                "outcome": _attr(merged.outcome),
                 "version": {"N": str(version + 1)},
             }
+            condition: dict[str, Any] = (
+                {"ConditionExpression": "attribute_not_exists(zone_id)"}
+                if found is None
+                else {
+                    "ConditionExpression": "#v = :v",
+                    "ExpressionAttributeNames": {"#v": "version"},
+                    "ExpressionAttributeValues": {":v": {"N": str(version)}},
+                }
+            )
             try:
                 with self._call("PutItem"):
-                    if found is None:
-                        self._client.put_item(
-                            TableName=self.table,
-                            Item=item,
-                            ConditionExpression="attribute_not_exists(zone_id)",
-                        )
-                    else:
-                        self._client.put_item(
-                            TableName=self.table,
-                            Item=item,
-                            ConditionExpression="#v = :v",
-                            ExpressionAttributeNames={"#v": "version"},
-                            ExpressionAttributeValues={":v": {"N": str(version)}},
-                        )
+                    self._client.put_item(TableName=self.table, Item=item, **condition)
             except _ConditionFailed:
                 continue  # another writer got there first: read its row and unite again
             return merged
         raise LedgerError(
             f"the ledger table {self.table}: {record.zone_id} {record.resource} changed"
-            f" under {_MERGE_ATTEMPTS} merges in a row; try again"
+            f" under {_MERGE_ATTEMPTS} writes in a row; try again"
         )
 
     def records(self, *, kind: str | None = None, zone_id: str | None = None) -> list[Record]:
@@ -269,9 +299,12 @@ class DynamoLedger:
                 "ConsistentRead": True,
             }
             operation, method = "Scan", "scan"
-        with self._call(operation):
-            for page in self._client.get_paginator(method).paginate(**args):  # type: ignore[call-overload]
-                items.extend(page.get("Items", []))
+        try:
+            with self._call(operation):
+                for page in self._client.get_paginator(method).paginate(**args):  # type: ignore[call-overload]
+                    items.extend(page.get("Items", []))
+        except _NoTable:
+            return []
         found = [self._record(i) for i in items if "kind" in i]
         return sorted(found, key=lambda r: (r.zone_id, r.resource))
 
@@ -285,13 +318,13 @@ class DynamoLedger:
 
     # ------------------------------------------------------------------ locks
 
-    def _lock_key(self, zone_id: str) -> dict[str, AttributeValueTypeDef]:
-        return {"zone_id": {"S": _LOCK_PREFIX + zone_id}, "resource": {"S": _LOCK_SORT}}
+    @staticmethod
+    def _key(prefix: str, name: str, sort: str) -> dict[str, AttributeValueTypeDef]:
+        return {"zone_id": {"S": prefix + name}, "resource": {"S": sort}}
 
-    def lock(self, zone_id: str, owner: str, ttl: float) -> bool:
-        """Take (or renew) ``zone_id``'s lock for ``ttl`` seconds: false if another owner
-        holds an unexpired one."""
-        _validate.text("zone_id", zone_id)
+    def _claim(self, key: dict[str, AttributeValueTypeDef], owner: str, ttl: float) -> bool:
+        """Put the lock or lease item ``key`` for ``owner`` if it is absent, expired or
+        ``owner``'s already; false if another owner holds it."""
         _validate.text("owner", owner)
         ttl = _validate.seconds("ttl", ttl)
         now = self._clock()
@@ -299,11 +332,7 @@ class DynamoLedger:
             with self._call("PutItem (lock)"):
                 self._client.put_item(
                     TableName=self.table,
-                    Item={
-                        **self._lock_key(zone_id),
-                        "owner": _attr(owner),
-                        "expires": _attr(now + ttl),
-                    },
+                    Item={**key, "owner": _attr(owner), "expires": _attr(now + ttl)},
                     ConditionExpression=("attribute_not_exists(zone_id) OR #o = :o OR #e <= :now"),
                     ExpressionAttributeNames={"#o": "owner", "#e": "expires"},
                     ExpressionAttributeValues={":o": _attr(owner), ":now": _attr(now)},
@@ -312,13 +341,12 @@ class DynamoLedger:
             return False
         return True
 
-    def unlock(self, zone_id: str, owner: str) -> None:
-        """Release ``zone_id``'s lock if ``owner`` holds it."""
+    def _free(self, key: dict[str, AttributeValueTypeDef], owner: str) -> None:
         try:
             with self._call("DeleteItem (lock)"):
                 self._client.delete_item(
                     TableName=self.table,
-                    Key=self._lock_key(zone_id),
+                    Key=key,
                     ConditionExpression="#o = :o",
                     ExpressionAttributeNames={"#o": "owner"},
                     ExpressionAttributeValues={":o": _attr(owner)},
@@ -326,12 +354,37 @@ class DynamoLedger:
         except _ConditionFailed:
             pass  # not held, or held by another: theirs to release
 
+    def lock(self, zone_id: str, owner: str, ttl: float) -> bool:
+        """Take (or renew) ``zone_id``'s lock for ``ttl`` seconds: false if another owner
+        holds an unexpired one."""
+        key = self._key(_LOCK_PREFIX, _validate.text("zone_id", zone_id), _LOCK_SORT)
+        return self._claim(key, owner, ttl)
+
+    def unlock(self, zone_id: str, owner: str) -> None:
+        """Release ``zone_id``'s lock if ``owner`` holds it."""
+        self._free(self._key(_LOCK_PREFIX, zone_id, _LOCK_SORT), owner)
+
+    def lease(self, resource: str, owner: str, ttl: float) -> bool:
+        """Take (or renew) ``resource``'s lease for ``ttl`` seconds: false if another
+        owner holds an unexpired one."""
+        key = self._key(_LEASE_PREFIX, _validate.text("resource", resource), _LEASE_SORT)
+        return self._claim(key, owner, ttl)
+
+    def release(self, resource: str, owner: str) -> None:
+        """Release ``resource``'s lease if ``owner`` holds it."""
+        self._free(self._key(_LEASE_PREFIX, resource, _LEASE_SORT), owner)
+
     def lock_owner(self, zone_id: str) -> tuple[str, float] | None:
         """Who holds ``zone_id``'s unexpired lock, and until when."""
-        with self._call("GetItem (lock)"):
-            item = self._client.get_item(
-                TableName=self.table, Key=self._lock_key(zone_id), ConsistentRead=True
-            ).get("Item")
+        try:
+            with self._call("GetItem (lock)"):
+                item = self._client.get_item(
+                    TableName=self.table,
+                    Key=self._key(_LOCK_PREFIX, zone_id, _LOCK_SORT),
+                    ConsistentRead=True,
+                ).get("Item")
+        except _NoTable:
+            return None
         if item is None:
             return None
         expires = float(Decimal(item["expires"]["N"]))

@@ -2,11 +2,14 @@
 the same logical schema).
 
 Table ``evacuations``: primary key (zone_id, resource), an index on kind, the removed
-subnets as a JSON array, time and operator. Table ``locks``: one row per zone with its
-owner and expiry. Every write is one ``BEGIN IMMEDIATE`` transaction, so two processes
-(two operators, or an operator and autoshift) never interleave a read-merge-write or
-both take a zone's lock. Each call opens its own connection: the ledger can be shared by
-threads and survives the file being recreated.
+subnets and the subnets seen before the change as JSON arrays, time, operator and
+outcome. Table ``locks``: one row per zone with its owner and expiry; table ``leases``:
+the same per resource (one writer per resource). Every write is one ``BEGIN IMMEDIATE``
+transaction, so two processes (two operators, or an operator and autoshift) never
+interleave a read-merge-write or both take a lock or a lease. Each call opens its own
+connection: the ledger can be shared by threads and survives the file being recreated.
+``create=False`` (a dry run) never creates or changes the file: a missing file reads as
+an empty ledger.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ CREATE TABLE IF NOT EXISTS evacuations (
     removed TEXT NOT NULL,
     at REAL NOT NULL,
     operator TEXT NOT NULL,
+    before TEXT NOT NULL DEFAULT '[]',
+    outcome TEXT NOT NULL DEFAULT '',
     PRIMARY KEY (zone_id, resource)
 );
 CREATE INDEX IF NOT EXISTS evacuations_by_kind ON evacuations (kind);
@@ -44,23 +49,42 @@ CREATE TABLE IF NOT EXISTS locks (
     owner TEXT NOT NULL,
     expires REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS leases (
+    resource TEXT PRIMARY KEY,
+    owner TEXT NOT NULL,
+    expires REAL NOT NULL
+);
 """
+# Columns added since the first schema: (name, definition), added to older files.
+_ADDED = (("before", "TEXT NOT NULL DEFAULT '[]'"), ("outcome", "TEXT NOT NULL DEFAULT ''"))
+_COLUMNS = ("zone_id", "resource", "kind", "removed", "at", "operator", "before", "outcome")
 
 
 class SqliteLedger:
     """A :class:`~rideout.evacuate.model.Ledger` in one SQLite file (created if missing)."""
 
     def __init__(
-        self, path: Path, *, clock: Callable[[], float] = time.time, busy_timeout: float = 10.0
+        self,
+        path: Path,
+        *,
+        clock: Callable[[], float] = time.time,
+        busy_timeout: float = 10.0,
+        create: bool = True,
     ) -> None:
         self.path = Path(path)
         self._clock = clock
         self._timeout = _validate.seconds("busy_timeout", busy_timeout)
+        if not create:
+            return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             with self._transaction() as db:
                 for statement in filter(str.strip, _SCHEMA.split(";")):
                     db.execute(statement)
+                have = {row[1] for row in db.execute("PRAGMA table_info(evacuations)")}
+                for name, definition in _ADDED:
+                    if name not in have:
+                        db.execute(f"ALTER TABLE evacuations ADD COLUMN {name} {definition}")
             os.chmod(self.path, 0o600)  # what recovery restores: the operator's alone
         except OSError as exc:
             raise LedgerError(f"cannot create the ledger {self.path}: {exc}") from exc
@@ -74,6 +98,7 @@ class SqliteLedger:
     def _transaction(self, *, write: bool = True) -> Iterator[sqlite3.Connection]:
         try:
             db = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
+            db.row_factory = sqlite3.Row
         except sqlite3.Error as exc:
             raise LedgerError(f"cannot open the ledger {self.path}: {exc}") from exc
         try:
@@ -91,36 +116,51 @@ class SqliteLedger:
         finally:
             db.close()
 
-    def _row(self, row: tuple[object, ...]) -> Record:
-        zone_id, resource, kind, removed, at, operator = row
+    def _row(self, row: sqlite3.Row) -> Record:
         try:
-            subnets = json.loads(str(removed))
-            return Record(str(zone_id), str(resource), str(kind), tuple(subnets), at, str(operator))  # type: ignore[arg-type]
+            names = row.keys()
+            return Record(
+                str(row["zone_id"]), str(row["resource"]), str(row["kind"]),
+                tuple(json.loads(str(row["removed"]))), row["at"], str(row["operator"]),
+                tuple(json.loads(str(row["before"]))) if "before" in names else (),
+                str(row["outcome"]) if "outcome" in names else "",
+            )  # fmt: skip
         except (ValueError, TypeError, InvalidArgument) as exc:
             raise LedgerError(f"the ledger {self.path} holds a row it cannot read: {exc}") from exc
 
-    _COLUMNS = "zone_id, resource, kind, removed, at, operator"
+    @staticmethod
+    def _write(db: sqlite3.Connection, r: Record) -> None:
+        db.execute(
+            f"INSERT OR REPLACE INTO evacuations ({', '.join(_COLUMNS)}) VALUES"
+            f" ({', '.join('?' * len(_COLUMNS))})",
+            (r.zone_id, r.resource, r.kind, json.dumps(list(r.removed)), r.at, r.operator,
+             json.dumps(list(r.before)), r.outcome),
+        )  # fmt: skip
+
+    def _find(self, db: sqlite3.Connection, zone_id: str, resource: str) -> Record | None:
+        found = db.execute(
+            "SELECT * FROM evacuations WHERE zone_id = ? AND resource = ?", (zone_id, resource)
+        ).fetchone()
+        return self._row(found) if found else None
 
     def merge(self, record: Record) -> Record:
         """Store ``record`` united with the existing row of its zone and resource."""
         with self._transaction() as db:
-            found = db.execute(
-                f"SELECT {self._COLUMNS} FROM evacuations WHERE zone_id = ? AND resource = ?",
-                (record.zone_id, record.resource),
-            ).fetchone()
-            merged = merge_records(self._row(found) if found else None, record)
-            db.execute(
-                "INSERT OR REPLACE INTO evacuations VALUES (?, ?, ?, ?, ?, ?)",
-                (
-                    merged.zone_id,
-                    merged.resource,
-                    merged.kind,
-                    json.dumps(list(merged.removed)),
-                    merged.at,
-                    merged.operator,
-                ),
-            )
+            merged = merge_records(self._find(db, record.zone_id, record.resource), record)
+            self._write(db, merged)
         return merged
+
+    def put(self, record: Record) -> None:
+        """Store ``record`` as it is."""
+        with self._transaction() as db:
+            self._write(db, record)
+
+    def get(self, zone_id: str, resource: str) -> Record | None:
+        """The row of ``zone_id`` and ``resource``, if any."""
+        if not self.path.exists():
+            return None
+        with self._transaction(write=False) as db:
+            return self._find(db, zone_id, resource)
 
     def records(self, *, kind: str | None = None, zone_id: str | None = None) -> list[Record]:
         """The rows, by zone and resource; only those of ``kind`` / ``zone_id`` if given."""
@@ -131,9 +171,11 @@ class SqliteLedger:
         if zone_id is not None:
             where.append("zone_id = ?")
             args.append(zone_id)
-        query = f"SELECT {self._COLUMNS} FROM evacuations"
+        query = "SELECT * FROM evacuations"
         if where:
             query += " WHERE " + " AND ".join(where)
+        if not self.path.exists():
+            return []
         with self._transaction(write=False) as db:
             rows = db.execute(query + " ORDER BY zone_id, resource", args).fetchall()
         return [self._row(r) for r in rows]
@@ -145,28 +187,48 @@ class SqliteLedger:
                 "DELETE FROM evacuations WHERE zone_id = ? AND resource = ?", (zone_id, resource)
             )
 
-    def lock(self, zone_id: str, owner: str, ttl: float) -> bool:
-        """Take (or renew) ``zone_id``'s lock for ``ttl`` seconds: false if another owner
-        holds an unexpired one."""
+    def _claim(self, table: str, key: str, value: str, owner: str, ttl: float) -> bool:
+        """Take or renew the row ``value`` of ``table`` (a lock or a lease) for
+        ``owner``: false if another owner holds an unexpired one."""
+        _validate.text(key, value)
         _validate.text("owner", owner)
         ttl = _validate.seconds("ttl", ttl)
         now = self._clock()
         with self._transaction() as db:
             cursor = db.execute(
-                "INSERT INTO locks VALUES (?, ?, ?) ON CONFLICT (zone_id) DO UPDATE SET"
+                f"INSERT INTO {table} VALUES (?, ?, ?) ON CONFLICT ({key}) DO UPDATE SET"
                 " owner = excluded.owner, expires = excluded.expires"
-                " WHERE locks.owner = excluded.owner OR locks.expires <= ?",
-                (zone_id, owner, now + ttl, now),
+                f" WHERE {table}.owner = excluded.owner OR {table}.expires <= ?",
+                (value, owner, now + ttl, now),
             )
             return cursor.rowcount == 1
 
+    def _free(self, table: str, key: str, value: str, owner: str) -> None:
+        with self._transaction() as db:
+            db.execute(f"DELETE FROM {table} WHERE {key} = ? AND owner = ?", (value, owner))
+
+    def lock(self, zone_id: str, owner: str, ttl: float) -> bool:
+        """Take (or renew) ``zone_id``'s lock for ``ttl`` seconds: false if another owner
+        holds an unexpired one."""
+        return self._claim("locks", "zone_id", zone_id, owner, ttl)
+
     def unlock(self, zone_id: str, owner: str) -> None:
         """Release ``zone_id``'s lock if ``owner`` holds it."""
-        with self._transaction() as db:
-            db.execute("DELETE FROM locks WHERE zone_id = ? AND owner = ?", (zone_id, owner))
+        self._free("locks", "zone_id", zone_id, owner)
+
+    def lease(self, resource: str, owner: str, ttl: float) -> bool:
+        """Take (or renew) ``resource``'s lease for ``ttl`` seconds: false if another
+        owner holds an unexpired one."""
+        return self._claim("leases", "resource", resource, owner, ttl)
+
+    def release(self, resource: str, owner: str) -> None:
+        """Release ``resource``'s lease if ``owner`` holds it."""
+        self._free("leases", "resource", resource, owner)
 
     def lock_owner(self, zone_id: str) -> tuple[str, float] | None:
         """Who holds ``zone_id``'s unexpired lock, and until when."""
+        if not self.path.exists():
+            return None
         with self._transaction(write=False) as db:
             row = db.execute(
                 "SELECT owner, expires FROM locks WHERE zone_id = ? AND expires > ?",

@@ -25,7 +25,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.errors import CredentialError
 from rideout.config import Config
 from rideout.evacuate.errors import ProviderError
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, Subnets, require_unchanged
 
 __all__ = ["KIND", "HttpZoneSwitch", "LocalProvider", "ZoneInfo", "ZoneSwitch", "local_provider"]
 
@@ -115,6 +115,9 @@ class LocalProvider:
     def kinds(self) -> tuple[str, ...]:
         return (KIND,)
 
+    def zone_ids(self) -> frozenset[str]:
+        return frozenset(z.zone for z in self.switch.zones())
+
     def _check(self, kind: str) -> None:
         if kind != KIND:
             raise ProviderError(f"the local provider has resources of kind {KIND!r} only")
@@ -140,9 +143,12 @@ class LocalProvider:
     def describe(self, kind: str, resource: str) -> Placement | None:
         return next((p for p in self.placements(kind) if p.resource == resource), None)
 
-    def update(self, kind: str, resource: str, subnets: tuple[str, ...]) -> None:
-        """Make exactly ``subnets`` of region ``resource`` serve: recover those that
-        are evacuated first, then evacuate the rest (the region never has none)."""
+    def update(
+        self, kind: str, resource: str, subnets: Subnets, *, expected: Subnets | None = None
+    ) -> Placement | None:
+        """Make exactly ``subnets`` of region ``resource`` serve, if ``expected`` serve
+        when read right before: recover those that are evacuated first, then evacuate
+        the rest (the region never has none); the region as read after."""
         self._check(kind)
         zones = [z for z in self.switch.zones() if z.region == resource]
         if not zones:
@@ -150,12 +156,15 @@ class LocalProvider:
         unknown = set(subnets) - {z.zone for z in zones}
         if unknown:
             raise ProviderError(f"{', '.join(sorted(unknown))} not zone(s) of {resource}")
+        serving = tuple(z.zone for z in zones if not z.evacuated)
+        require_unchanged(KIND, resource, serving, expected)
         for z in zones:
             if z.evacuated and z.zone in subnets:
                 self.switch.set_evacuated(z.zone, False)
         for z in zones:
             if not z.evacuated and z.zone not in subnets:
                 self.switch.set_evacuated(z.zone, True)
+        return self.describe(kind, resource)
 
 
 def local_provider(

@@ -8,21 +8,28 @@ The shape (seed 003, the whitepaper's control-plane-controlled evacuation):
   by subnet, such as the local deployment or EKS node groups, the zone ids themselves).
   ``subnets_in_zone(zone_id)`` maps an AZ *id* (``use1-az2``, stable across accounts) to
   the provider's subnets in that zone; ``zones_of(subnets)`` maps subnets back to zone
-  ids (for the min-healthy-zones check). ``update`` replaces a resource's subnets and
-  keeps everything else of its network configuration (security groups, public IP).
-  Providers raise :class:`~rideout.evacuate.errors.ProviderError` for anything their
-  dependency refuses; the engine counts that resource as failed and goes on.
+  ids (for the min-healthy-zones check); ``zone_ids()`` lists the zones it knows.
+  ``update(kind, resource, subnets, expected=...)`` reads the resource right before
+  writing, raises :class:`~rideout.evacuate.errors.ResourceChanged` (writing nothing) if
+  its subnets are not ``expected`` (conditionally, where the service allows it),
+  replaces the subnets keeping everything else of its network configuration (security
+  groups, public IP), and returns the resource as read after the write. Providers raise
+  :class:`~rideout.evacuate.errors.ProviderError` for anything their dependency refuses;
+  the engine counts that resource as failed and goes on.
 - A :class:`Ledger` stores one :class:`Record` per (zone id, resource): partition key
   zone id, sort key resource ARN or name, the removed subnets as a list, the kind (a
-  secondary index), time and operator. ``merge`` unions the removed subnets with an
-  existing row's (never overwrites them, never empties a row); ``lock`` is a conditional
-  write (true if ``owner`` now holds the zone's lock, which expires after ``ttl``
-  seconds; the same owner may renew it).
+  secondary index), the subnets seen before the change, time, operator and outcome.
+  ``merge`` unions the removed subnets with an existing row's (never overwrites them,
+  never empties a row); ``put`` writes a row as given (the engine restores a row with it
+  when an intent did not happen); ``lock`` is a conditional write (true if ``owner`` now
+  holds the zone's lock, which expires after ``ttl`` seconds; the same owner may renew
+  it); ``lease`` is the same for one resource: one writer per resource at a time.
 - :func:`plan_evacuation` and :func:`plan_recovery` decide, per resource, what to remove
   or merge back, or why to skip it. The engine (:mod:`rideout.evacuate.engine`) carries a
-  plan out: intent recorded in the ledger *before* an evacuation's update, the record
-  deleted only *after* a recovery's update succeeded, so a crash anywhere leaves a ledger
-  that a re-run of the same command reconciles (both operations are idempotent).
+  plan out, each resource under its lease and re-planned from a fresh read: intent
+  recorded in the ledger *before* an evacuation's update, the records deleted only
+  *after* a recovery's update was confirmed, so a crash anywhere leaves a ledger that a
+  re-run of the same command reconciles (both operations are idempotent).
 """
 
 from __future__ import annotations
@@ -33,8 +40,11 @@ from typing import Literal, Protocol
 
 from rideout import _validate
 from rideout.errors import InvalidArgument, InvalidArgumentType
+from rideout.evacuate.errors import ResourceChanged
 
 __all__ = [
+    "OUTCOME_PENDING",
+    "OUTCOME_REMOVED",
     "SKIP_ALREADY_EVACUATED",
     "SKIP_ALREADY_RECOVERED",
     "SKIP_GONE",
@@ -46,18 +56,27 @@ __all__ = [
     "Provider",
     "Record",
     "Step",
+    "Subnets",
     "merge_records",
     "plan_evacuation",
     "plan_recovery",
+    "recovery_step",
+    "recovery_target",
+    "require_unchanged",
+    "same_subnets",
     "too_few_zones",
 ]
 
 Action = Literal["remove", "restore", "skip"]
+Subnets = tuple[str, ...]  # a resource's subnets (or zone ids, for kinds placed by zone)
 
 SKIP_NO_SUBNET_LEFT = "would leave no subnet"
 SKIP_ALREADY_EVACUATED = "already evacuated"
 SKIP_ALREADY_RECOVERED = "already recovered"
 SKIP_GONE = "resource not found (record kept)"
+
+OUTCOME_PENDING = "pending"  # intent recorded; the update not (yet) confirmed
+OUTCOME_REMOVED = "removed"  # the update was confirmed by reading the resource again
 
 
 def too_few_zones(minimum: int, left: int) -> str:
@@ -71,9 +90,27 @@ def _names(name: str, value: object) -> tuple[str, ...]:
     return tuple(_validate.text(name, v) for v in value)
 
 
-def _union(first: Iterable[str], second: Iterable[str]) -> tuple[str, ...]:
-    """Both, in order, each once: ``first``'s order, then ``second``'s new ones."""
-    return tuple(dict.fromkeys([*first, *second]))
+def _union(*groups: Iterable[str]) -> tuple[str, ...]:
+    """All of them, in order, each once: the first group's order, then the next's new ones."""
+    return tuple(dict.fromkeys(s for group in groups for s in group))
+
+
+def same_subnets(first: Iterable[str], second: Iterable[str]) -> bool:
+    """True if both name the same subnets (services may report them in any order)."""
+    return frozenset(first) == frozenset(second)
+
+
+def require_unchanged(
+    kind: str, resource: str, now: tuple[str, ...], expected: tuple[str, ...] | None
+) -> None:
+    """What a provider calls with the subnets it read right before writing: raises
+    :class:`ResourceChanged` unless they are ``expected`` (None: no condition)."""
+    if expected is not None and not same_subnets(now, expected):
+        raise ResourceChanged(
+            f"{kind} {resource} changed since it was read: it has {', '.join(now) or 'none'},"
+            f" not {', '.join(expected) or 'none'}",
+            now=now,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +137,8 @@ class Record:
     removed: tuple[str, ...]  # the subnets removed, to merge back on recovery
     at: float  # when (seconds since the epoch) the row was last written
     operator: str  # who: a user name, or "autoshift"
+    before: tuple[str, ...] = ()  # the subnets seen right before the first change
+    outcome: str = ""  # OUTCOME_PENDING until the update is confirmed, then OUTCOME_REMOVED
 
     def __post_init__(self) -> None:
         _validate.text("zone_id", self.zone_id)
@@ -110,12 +149,15 @@ class Record:
             raise InvalidArgument("removed must name at least one subnet")
         object.__setattr__(self, "at", _validate.number("at", self.at))
         _validate.text("operator", self.operator)
+        object.__setattr__(self, "before", _names("before", self.before))
+        if not isinstance(self.outcome, str):
+            raise InvalidArgumentType(f"outcome must be a string, not {self.outcome!r}")
 
 
 def merge_records(existing: Record | None, new: Record) -> Record:
-    """The row ``Ledger.merge`` stores: ``new``'s time and operator, the union of both
-    rows' removed subnets (existing first). A re-run never loses what an earlier run
-    removed."""
+    """The row ``Ledger.merge`` stores: ``new``'s time, operator and outcome, the union
+    of both rows' removed subnets (existing first), the configuration seen before the
+    *first* change. A re-run never loses what an earlier run removed or saw."""
     if existing is None:
         return new
     if (existing.zone_id, existing.resource) != (new.zone_id, new.resource):
@@ -127,6 +169,8 @@ def merge_records(existing: Record | None, new: Record) -> Record:
         removed=_union(existing.removed, new.removed),
         at=max(existing.at, new.at),
         operator=new.operator,
+        before=existing.before or new.before,
+        outcome=new.outcome,
     )
 
 
@@ -136,6 +180,10 @@ class Provider(Protocol):
     name: str
 
     def kinds(self) -> tuple[str, ...]: ...
+
+    def zone_ids(self) -> frozenset[str]:
+        """Every zone id the provider knows (to name them when refusing an unknown one)."""
+        ...
 
     def subnets_in_zone(self, zone_id: str) -> frozenset[str]: ...
 
@@ -149,13 +197,27 @@ class Provider(Protocol):
         """The resource now, or None if it no longer exists."""
         ...
 
-    def update(self, kind: str, resource: str, subnets: tuple[str, ...]) -> None: ...
+    def update(
+        self, kind: str, resource: str, subnets: Subnets, *, expected: Subnets | None = None
+    ) -> Placement | None:
+        """Give ``resource`` exactly ``subnets``, if it has ``expected`` right before the
+        write (else :class:`~rideout.evacuate.errors.ResourceChanged`, nothing written;
+        None: unconditionally); the resource as read after the write."""
+        ...
 
 
 class Ledger(Protocol):
     """Where evacuations are recorded (see the module doc)."""
 
     def merge(self, record: Record) -> Record: ...
+
+    def get(self, zone_id: str, resource: str) -> Record | None:
+        """One row, read consistently."""
+        ...
+
+    def put(self, record: Record) -> None:
+        """Write ``record`` as it is (replacing the row of its zone and resource)."""
+        ...
 
     def records(self, *, kind: str | None = None, zone_id: str | None = None) -> list[Record]: ...
 
@@ -164,6 +226,12 @@ class Ledger(Protocol):
     def lock(self, zone_id: str, owner: str, ttl: float) -> bool: ...
 
     def unlock(self, zone_id: str, owner: str) -> None: ...
+
+    def lease(self, resource: str, owner: str, ttl: float) -> bool:
+        """Take (or renew) ``resource``'s lease: false if another owner holds it."""
+        ...
+
+    def release(self, resource: str, owner: str) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,9 +251,15 @@ class Step:
     reason: str = ""
 
     @property
+    def zone_ids(self) -> tuple[str, ...]:
+        """The zones the step is about (a recovery merges every zone's rows of a
+        resource into one step: their ids joined by commas in ``zone_id``)."""
+        return tuple(self.zone_id.split(","))
+
+    @property
     def updates(self) -> bool:
         """True if the resource's configuration changes."""
-        return self.action != "skip" and self.before != self.after
+        return self.action != "skip" and not same_subnets(self.before, self.after)
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,31 +335,77 @@ def plan_evacuation(
     return Plan("evacuate", zone_id, tuple(steps))
 
 
+def recovery_target(
+    now: tuple[str, ...],
+    rows: Sequence[Record],
+    remaining: Iterable[Record] = (),
+    *,
+    to_recorded: bool = False,
+) -> tuple[tuple[str, ...], str]:
+    """The subnets a recovery gives a resource that has ``now``, and a note.
+
+    By default: ``now`` merged with every row's removed subnets (an operator's change
+    made since the evacuation is kept). ``to_recorded``: exactly what the earliest of
+    ``rows`` saw before its change, less what the resource's ``remaining`` rows (zones
+    not being recovered) removed; a row that saw nothing (written before rows recorded
+    it) falls back to the merge, and the note says so."""
+    if to_recorded:
+        first = min(rows, key=lambda r: (r.at, r.zone_id))
+        if first.before:
+            out = {s for r in remaining for s in r.removed}
+            return tuple(s for s in first.before if s not in out), ""
+        return _union(now, *(r.removed for r in rows)), "no configuration recorded: merged back"
+    return _union(now, *(r.removed for r in rows)), ""
+
+
+def recovery_step(
+    kind: str,
+    resource: str,
+    rows: Sequence[Record],
+    now: Placement | None,
+    remaining: Iterable[Record] = (),
+    *,
+    to_recorded: bool = False,
+) -> Step:
+    """The one step that recovers ``resource`` (currently ``now``; None: gone) from all
+    of ``rows`` (its rows being recovered; ``remaining``: its other rows)."""
+    zones = ",".join(sorted({r.zone_id for r in rows}))
+    if now is None:
+        removed = _union(*(r.removed for r in rows))
+        return Step(zones, kind, resource, "skip", (), (), removed, SKIP_GONE)
+    after, note = recovery_target(now.subnets, rows, remaining, to_recorded=to_recorded)
+    back = tuple(s for s in after if s not in now.subnets)
+    if same_subnets(after, now.subnets):
+        note = SKIP_ALREADY_RECOVERED + " (record deleted)"
+    return Step(zones, kind, resource, "restore", now.subnets, after, back, note)
+
+
 def plan_recovery(
     records: Iterable[Record],
     current: Mapping[tuple[str, str], Placement | None],
     *,
     zone_id: str | None = None,
     kind_order: Sequence[str] = (),
+    to_recorded: bool = False,
 ) -> Plan:
-    """What to merge back into each recorded resource: its subnets now (``current``,
-    keyed by (kind, resource); None or missing = the resource is gone) plus the record's
-    removed ones not already there. Idempotent: a resource whose subnets are all back is
-    a "restore" step that changes nothing (the engine then only deletes the record).
-    Kinds come in the reverse of ``kind_order``: capacity back before traffic returns."""
-    steps = []
+    """What to give back to each recorded resource, **one step per resource**: every row
+    of it (for ``zone_id``, or every zone) merged into one update
+    (:func:`recovery_target`), from its subnets now (``current``, keyed by (kind,
+    resource); None or missing = the resource is gone). The step's ``zone_id`` names the
+    zones of the rows it merges, joined by commas (``Step.zone_ids``). Idempotent: a
+    resource whose subnets are all back is a "restore" step that changes nothing (the
+    engine then only deletes the records). Kinds come in the reverse of ``kind_order``:
+    capacity back before traffic returns."""
+    mine: dict[tuple[str, str], list[Record]] = {}
+    others: dict[tuple[str, str], list[Record]] = {}
+    for r in records:
+        (mine if zone_id is None or r.zone_id == zone_id else others).setdefault(
+            (r.kind, r.resource), []
+        ).append(r)
     rank = _ranks(tuple(reversed(kind_order)))
-    for r in sorted(records, key=lambda r: (r.zone_id, rank(r.kind), r.kind, r.resource)):
-        if zone_id is not None and r.zone_id != zone_id:
-            continue
-        now = current.get((r.kind, r.resource))
-        if now is None:
-            steps.append(Step(r.zone_id, r.kind, r.resource, "skip", (), (), r.removed, SKIP_GONE))
-            continue
-        back = tuple(s for s in r.removed if s not in now.subnets)
-        after = _union(now.subnets, back)
-        reason = "" if back else SKIP_ALREADY_RECOVERED + " (record deleted)"
-        steps.append(
-            Step(r.zone_id, r.kind, r.resource, "restore", now.subnets, after, back, reason)
-        )
+    steps = [
+        recovery_step(kind, resource, rows, current.get((kind, resource)),
+                      others.get((kind, resource), ()), to_recorded=to_recorded)
+        for (kind, resource), rows in sorted(mine.items(), key=lambda i: (rank(i[0][0]), *i[0]))
+    ]  # fmt: skip
     return Plan("recover", zone_id, tuple(steps))

@@ -87,3 +87,39 @@ def test_an_unknown_zone_and_a_missing_region_fail_clearly(
     )
     assert result.exit_code == 2, result.output
     assert "no AWS region" in result.output
+
+
+def test_a_dry_run_writes_nothing_anywhere(aws: AwsSettings, world: World, tmp_path: Path) -> None:
+    base = ["--provider", "aws", "-c", config(tmp_path, world)]
+    dry = runner.invoke(app, ["evacuate", "--zone-id", world.zones[0], "--dry-run", *base])
+    assert dry.exit_code == 0, dry.output
+    listed = runner.invoke(app, ["evacuate", "list", *base])
+    assert listed.exit_code == 0, listed.output
+    assert "empty" in listed.output
+    recover = runner.invoke(app, ["recover", "--dry-run", *base])
+    assert recover.exit_code == 0, recover.output
+    assert "evac-cli" not in SESSION.client("dynamodb").list_tables()["TableNames"]
+
+
+def test_unknown_and_unused_zones_are_refused(
+    aws: AwsSettings, world: World, tmp_path: Path
+) -> None:
+    base = ["--provider", "aws", "-c", config(tmp_path, world)]
+    unknown = runner.invoke(app, ["recover", "--zone-id", "use1-az99", *base])
+    assert unknown.exit_code == 2, unknown.output
+    assert "use1-az99" in unknown.output
+    assert all(zone in unknown.output for zone in world.zones)  # the zones that exist
+    zones = SESSION.client("ec2").describe_availability_zones()["AvailabilityZones"]
+    unused = next(z["ZoneId"] for z in zones if z["ZoneId"] not in world.zones)
+    nothing = runner.invoke(app, ["evacuate", "--zone-id", unused, *base])
+    assert nothing.exit_code == 2, nothing.output
+    assert "nothing uses zone" in nothing.output
+
+
+def test_tables_are_whole_without_a_terminal(
+    aws: AwsSettings, world: World, tmp_path: Path
+) -> None:
+    base = ["--provider", "aws", "-c", config(tmp_path, world)]
+    dry = runner.invoke(app, ["evacuate", "--zone-id", world.zones[0], "--dry-run", *base])
+    assert dry.exit_code == 0, dry.output
+    assert all(arn in dry.stdout for arn in [*world.asg.values(), *world.ecs.values()])

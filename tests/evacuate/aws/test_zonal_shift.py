@@ -66,6 +66,16 @@ def shift(
     }
 
 
+def read_back(stub: Stubber, zones: list[str], *active: dict[str, Any]) -> None:
+    """What the provider reads after a write, to return the resource as it is then."""
+    stub.add_response("list_managed_resources", managed(zones, ALB), {})
+    stub.add_response(
+        "list_zonal_shifts",
+        {"items": list(active)},
+        {"status": "ACTIVE", "resourceIdentifier": ALB},
+    )
+
+
 def test_placements_leave_out_the_zones_shifted_away_from(
     shifted: tuple[AwsProvider, Stubber], zone_ids: list[str]
 ) -> None:
@@ -95,7 +105,8 @@ def test_evacuating_starts_a_shift_and_recovering_cancels_it(
         shift(ALB, away),
         {"resourceIdentifier": ALB, "awayFrom": away, "expiresIn": "3h", "comment": COMMENT},
     )
-    p.update("arc-zonal-shift", ALB, kept)
+    read_back(stub, zone_ids, shift(ALB, away))
+    assert p.update("arc-zonal-shift", ALB, kept) == Placement("arc-zonal-shift", ALB, kept)
 
     # Re-running finds the shift already there: nothing is started twice.
     stub.add_response("list_managed_resources", managed(zone_ids, ALB), {})
@@ -104,6 +115,7 @@ def test_evacuating_starts_a_shift_and_recovering_cancels_it(
         {"items": [shift(ALB, away)]},
         {"status": "ACTIVE", "resourceIdentifier": ALB},
     )
+    read_back(stub, zone_ids, shift(ALB, away))
     p.update("arc-zonal-shift", ALB, kept)
 
     # Recovery cancels rideout's shift, and leaves an operator's alone.
@@ -121,6 +133,7 @@ def test_evacuating_starts_a_shift_and_recovering_cancels_it(
         {**shift(ALB, away), "status": "CANCELED"},
         {"zonalShiftId": "9ac9ec1e-1df9-4e2c-b6a8-1c2a3d4e5f60"},
     )
+    read_back(stub, zone_ids, theirs)
     p.update("arc-zonal-shift", ALB, tuple(zone_ids))
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from rideout.evacuate.aws._boundary import calling
 from rideout.evacuate.aws.errors import AwsNotFound
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, require_unchanged
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
@@ -64,9 +64,13 @@ class AutoScalingGroups:
                 return _placement(group) or Placement(KIND, resource, ())
         return None
 
-    def update(self, resource: str, subnets: tuple[str, ...]) -> None:
-        if self.describe(resource) is None:
+    def update(
+        self, resource: str, subnets: tuple[str, ...], *, expected: tuple[str, ...] | None = None
+    ) -> None:
+        now = self.describe(resource)
+        if now is None:
             raise AwsNotFound(f"autoscaling: no Auto Scaling group {resource}")
+        require_unchanged(KIND, resource, now.subnets, expected)  # no conditional write
         with calling("autoscaling", "UpdateAutoScalingGroup"):
             self._client.update_auto_scaling_group(
                 AutoScalingGroupName=group_name(resource), VPCZoneIdentifier=",".join(subnets)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import boto3
 
@@ -13,7 +14,11 @@ from rideout.evacuate.aws._boundary import AwsSettings, calling
 from rideout.evacuate.aws.eks import EksCluster
 from rideout.evacuate.aws.provider import AwsProvider
 from rideout.evacuate.aws.zonal_shift import ZonalShiftOptions
-from rideout.evacuate.dynamo import DynamoLedger
+
+if TYPE_CHECKING:
+    # Imported when called: rideout.evacuate.dynamo imports this package's boundary, so
+    # importing it here made ``import rideout.evacuate.dynamo`` (first) circular.
+    from rideout.evacuate.dynamo import DynamoLedger
 
 __all__ = ["open_aws", "settings_from"]
 
@@ -52,9 +57,12 @@ def _eks(aws: EvacuateAwsConfig, settings: AwsSettings) -> list[EksCluster]:
     return [EksCluster(aws.eks_cluster, aws.eks_server, token, ca_file=ca_file)]
 
 
-def open_aws(config: Config, *, operator: str = "") -> tuple[AwsProvider, DynamoLedger]:
+def open_aws(
+    config: Config, *, operator: str = "", create: bool = True
+) -> tuple[AwsProvider, DynamoLedger]:
     """The provider of ``config``'s ``[evacuate_aws]`` and its ledger (the table is
-    created if missing). ``operator`` is recorded by the engine, not here."""
+    created if missing, unless ``create`` is false: a dry run or a listing writes
+    nothing). ``operator`` is recorded by the engine, not here."""
     aws = config.evacuate_aws
     settings = settings_from(aws)
     zonal = (
@@ -65,4 +73,6 @@ def open_aws(config: Config, *, operator: str = "") -> tuple[AwsProvider, Dynamo
     provider = AwsProvider(
         settings, vpc_ids=aws.vpc_ids, eks=_eks(aws, settings), zonal_shift=zonal
     )
-    return provider, DynamoLedger(settings, table=aws.table)
+    from rideout.evacuate.dynamo import DynamoLedger
+
+    return provider, DynamoLedger(settings, table=aws.table, create=create)

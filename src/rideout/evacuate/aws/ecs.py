@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from rideout.evacuate.aws._boundary import calling
 from rideout.evacuate.aws.errors import AwsNotFound
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, require_unchanged
 
 if TYPE_CHECKING:
     from mypy_boto3_ecs import ECSClient
@@ -100,7 +100,9 @@ class EcsServices:
             return None
         return _placement(found[1]) or Placement(KIND, resource, ())
 
-    def update(self, resource: str, subnets: tuple[str, ...]) -> None:
+    def update(
+        self, resource: str, subnets: tuple[str, ...], *, expected: tuple[str, ...] | None = None
+    ) -> None:
         found = self._find(resource)
         if found is None:
             raise AwsNotFound(f"ecs: no service {resource}")
@@ -108,6 +110,7 @@ class EcsServices:
         current = service.get("networkConfiguration", {}).get("awsvpcConfiguration")
         if current is None:
             raise AwsNotFound(f"ecs: service {resource} does not use awsvpc networking")
+        require_unchanged(KIND, resource, tuple(current.get("subnets", [])), expected)
         vpc: AwsVpcConfigurationTypeDef = {"subnets": list(subnets)}
         if "securityGroups" in current:
             vpc["securityGroups"] = list(current["securityGroups"])

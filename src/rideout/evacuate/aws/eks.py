@@ -37,7 +37,7 @@ from rideout import _validate
 from rideout.evacuate.aws._boundary import AwsSettings, calling
 from rideout.evacuate.aws.errors import KubernetesError
 from rideout.evacuate.aws.zones import ZoneDirectory
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, require_unchanged
 
 __all__ = [
     "CORDONED_ANNOTATION",
@@ -321,7 +321,9 @@ class EksNodes:
             node = api.node(name)  # 409: changed since read; recompute from a fresh read
         raise KubernetesError(f"{api.cluster.resource}: node {name} kept changing; try again")
 
-    def update(self, resource: str, subnets: tuple[str, ...]) -> None:
+    def update(
+        self, resource: str, subnets: tuple[str, ...], *, expected: tuple[str, ...] | None = None
+    ) -> None:
         """Taint and cordon the nodes of every zone not in ``subnets`` (zone ids); lift
         rideout's taint from the nodes of the zones in it. All or nothing, as far as the
         API allows: if one node fails, the nodes already changed are put back, so the
@@ -329,6 +331,7 @@ class EksNodes:
         api = self._apis.get(resource)
         if api is None:
             raise KubernetesError(f"eks: no cluster {resource} configured")
+        require_unchanged(KIND, resource, self._placement(api).subnets, expected)
         keep = frozenset(subnets)
         zone_names = {
             z: self._zones.name_of(z)

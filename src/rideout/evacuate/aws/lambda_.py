@@ -2,7 +2,9 @@
 
 An update keeps the function's security groups (and its dual-stack setting), waits
 until a previous update has finished (a function mid-update refuses another) and until
-this one has (``LastUpdateStatus``), with botocore's ``function_updated_v2`` waiter.
+this one has (``LastUpdateStatus``), with botocore's ``function_updated_v2`` waiter. It
+is conditional on the ``RevisionId`` read with the subnets it checked: AWS refuses it
+(``PreconditionFailedException``) if the function changed in between (moto ignores it).
 """
 
 from __future__ import annotations
@@ -13,8 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from rideout import _validate
 from rideout.evacuate.aws._boundary import calling
-from rideout.evacuate.aws.errors import AwsNotFound
-from rideout.evacuate.model import Placement
+from rideout.evacuate.aws.errors import AwsNotFound, AwsProviderError
+from rideout.evacuate.errors import ResourceChanged
+from rideout.evacuate.model import Placement, require_unchanged
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
@@ -23,6 +26,7 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_WAIT", "KIND", "LambdaFunctions", "WaitPolicy"]
 
 KIND = "lambda"
+_REVISION_CHANGED = "PreconditionFailedException"
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,19 +90,34 @@ class LambdaFunctions:
                 WaiterConfig={"Delay": self._wait.delay, "MaxAttempts": self._wait.attempts},
             )
 
-    def update(self, resource: str, subnets: tuple[str, ...]) -> None:
+    def update(
+        self, resource: str, subnets: tuple[str, ...], *, expected: tuple[str, ...] | None = None
+    ) -> None:
         config = self._configuration(resource)
+        if config is not None and config.get("LastUpdateStatus") == "InProgress":
+            self._settle(resource)
+            config = self._configuration(resource)
         if config is None:
             raise AwsNotFound(f"lambda: no function {resource}")
-        if config.get("LastUpdateStatus") == "InProgress":
-            self._settle(resource)
         current = config.get("VpcConfig", {})
+        require_unchanged(KIND, resource, tuple(current.get("SubnetIds", [])), expected)
         vpc: VpcConfigTypeDef = {
             "SubnetIds": list(subnets),
             "SecurityGroupIds": list(current.get("SecurityGroupIds", [])),
         }
         if "Ipv6AllowedForDualStack" in current:
             vpc["Ipv6AllowedForDualStack"] = current["Ipv6AllowedForDualStack"]
-        with calling("lambda", "UpdateFunctionConfiguration"):
-            self._client.update_function_configuration(FunctionName=resource, VpcConfig=vpc)
+        revision = config.get("RevisionId")
+        try:
+            with calling("lambda", "UpdateFunctionConfiguration"):
+                if revision:  # AWS always returns one; the write is conditional on it
+                    self._client.update_function_configuration(
+                        FunctionName=resource, VpcConfig=vpc, RevisionId=revision
+                    )
+                else:
+                    self._client.update_function_configuration(FunctionName=resource, VpcConfig=vpc)
+        except AwsProviderError as exc:
+            if exc.code != _REVISION_CHANGED:
+                raise
+            raise ResourceChanged(f"lambda {resource} changed since it was read: {exc}") from exc
         self._settle(resource)

@@ -21,7 +21,7 @@ from rideout.evacuate.aws.errors import AwsNotFound, AwsRefused
 from rideout.evacuate.aws.lambda_ import DEFAULT_WAIT, LambdaFunctions, WaitPolicy
 from rideout.evacuate.aws.zonal_shift import ZonalShiftOptions, ZonalShifts
 from rideout.evacuate.aws.zones import ZONE_NOT_FOUND, ZoneDirectory
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, Subnets
 
 __all__ = ["DEFAULT_KINDS", "AwsProvider", "Kind"]
 
@@ -37,7 +37,12 @@ class Kind(Protocol):
 
     def describe(self, resource: str) -> Placement | None: ...
 
-    def update(self, resource: str, subnets: tuple[str, ...]) -> None: ...
+    def update(
+        self, resource: str, subnets: tuple[str, ...], *, expected: tuple[str, ...] | None = None
+    ) -> None:
+        """Write ``subnets`` if the resource, read right before, has ``expected``
+        (:func:`~rideout.evacuate.model.require_unchanged`)."""
+        ...
 
 
 class AwsProvider:
@@ -97,6 +102,10 @@ class AwsProvider:
         """The kinds this provider handles, in the order they should be evacuated."""
         return tuple(self._kinds)
 
+    def zone_ids(self) -> frozenset[str]:
+        """Every zone id of the region."""
+        return self.zones.zone_ids()
+
     def _kind(self, kind: str) -> Kind:
         return self._kinds[_validate.choice("kind", kind, self._kinds)]
 
@@ -123,9 +132,18 @@ class AwsProvider:
         """``resource`` now, or None if it no longer exists."""
         return self._kind(kind).describe(_validate.text("resource", resource))
 
-    def update(self, kind: str, resource: str, subnets: tuple[str, ...]) -> None:
-        """Give ``resource`` exactly ``subnets``, keeping the rest of its configuration.
-        An empty ``subnets`` is refused here (:class:`AwsRefused`), whatever was planned."""
+    def update(
+        self, kind: str, resource: str, subnets: Subnets, *, expected: Subnets | None = None
+    ) -> Placement | None:
+        """Give ``resource`` exactly ``subnets``, keeping the rest of its configuration,
+        if it has ``expected`` when read right before the write (else
+        :class:`~rideout.evacuate.errors.ResourceChanged`; Lambda's write is conditional
+        on the revision read, the other services have no conditional write); return it
+        as read after the write. An empty ``subnets`` is refused here
+        (:class:`AwsRefused`), whatever was planned."""
         if not subnets:  # a ProviderError: the engine counts the resource as failed
             raise AwsRefused(f"{kind} {resource}: refusing to leave it no subnet or zone")
-        self._kind(kind).update(_validate.text("resource", resource), tuple(subnets))
+        found = self._kind(kind)
+        resource = _validate.text("resource", resource)
+        found.update(resource, tuple(subnets), expected=expected)
+        return found.describe(resource)

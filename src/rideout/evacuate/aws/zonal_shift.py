@@ -27,7 +27,7 @@ from rideout.errors import InvalidArgument
 from rideout.evacuate.aws._boundary import calling
 from rideout.evacuate.aws.errors import AwsRefused
 from rideout.evacuate.aws.zones import ZoneDirectory
-from rideout.evacuate.model import Placement
+from rideout.evacuate.model import Placement, require_unchanged
 
 if TYPE_CHECKING:
     from mypy_boto3_arc_zonal_shift import ARCZonalShiftClient
@@ -130,7 +130,9 @@ class ZonalShifts:
         zones = self._zones_of(resource)
         return None if zones is None else self._placement(resource, zones, self._active(resource))
 
-    def update(self, resource: str, subnets: tuple[str, ...]) -> None:
+    def update(
+        self, resource: str, subnets: tuple[str, ...], *, expected: tuple[str, ...] | None = None
+    ) -> None:
         zones = self._zones_of(resource)
         if zones is None:
             raise AwsRefused(f"arc-zonal-shift: {resource} is not a managed resource")
@@ -141,6 +143,8 @@ class ZonalShifts:
                 f" a time, not {len(away)} ({', '.join(away)})"
             )
         active = self._active(resource)
+        now = self._placement(resource, zones, active).subnets
+        require_unchanged(KIND, resource, now, expected)
         for shift in active:
             ours = shift.get("comment", "").startswith(COMMENT)  # an operator's stays
             if ours and shift["awayFrom"] not in away:
