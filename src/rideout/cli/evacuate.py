@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import typer
 from rich.console import Console
@@ -47,7 +47,8 @@ ZoneIdOption = Annotated[
     typer.Option("--zone-id", help="The AZ id (use1-az2, not a zone name such as us-east-1b)."),
 ]
 ProviderOption = Annotated[
-    str, typer.Option("--provider", help="local (this deployment's zones) or aws (boto3).")
+    Literal["local", "aws"],
+    typer.Option("--provider", help="local: this deployment's zones; aws: through boto3."),
 ]
 TypeOption = Annotated[
     str | None,
