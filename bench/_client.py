@@ -272,7 +272,7 @@ class Client:
 
         from rideout.store import keys, scripts
         from rideout.store.acl import RedisRole, load_credentials
-        from rideout.store.auction import AuctionSettings, AuctionStore
+        from rideout.store.auction import AuctionSettings, AuctionStore, bid_call
         from rideout.store.client import state_client
 
         counted = [0]
@@ -289,16 +289,16 @@ class Client:
             store = AuctionStore(client, AuctionSettings(), "bench")
             # "noage": the same script with the age-based trim disabled (a history_ttl
             # longer than the epoch makes the cut-off negative, so XREVRANGE is skipped).
-            history_ttl_ms = "10000000000000" if mode == "noage" else "3600000"
+            settings = AuctionSettings(
+                min_bid=1, max_bid=1_000_000_000, min_increment=1, history_size=1000,
+                history_ttl=1e10 if mode == "noage" else 3600.0, ack_ttl=86400.0,
+            )  # fmt: skip
 
             def bid_args(room: str, sub: str, amount: int) -> list[str]:
-                return [
-                    keys.EPOCH, keys.room_state(room), keys.room_stream(room),
-                    keys.user_session(sub), keys.bid_ack(sub, room, f"b{amount}"),
-                    keys.legacy_bid_ack(sub, f"b{amount}"),
-                    str(epoch), str(amount), room, sub, f"b{amount}",
-                    "1", "1000000000", "1", "1000", history_ttl_ms, "86400000",
-                ]  # fmt: skip
+                script_keys, script_args = bid_call(
+                    room, sub, amount, f"b{amount}", epoch, settings
+                )
+                return [*script_keys, *script_args]
 
             async def pipelined(task: int) -> None:
                 mine = [f"{prefix}-{os.getpid()}-{task}-{k}" for k in range(max(1, rooms // tasks))]
@@ -312,7 +312,7 @@ class Client:
                         else:
                             k = turn = (turn + 1) % len(mine)
                             amounts[k] += 1
-                            pipe.evalsha(sha, 6, *bid_args(mine[k], f"u{mine[k]}", amounts[k]))
+                            pipe.evalsha(sha, 5, *bid_args(mine[k], f"u{mine[k]}", amounts[k]))
                     replies = await pipe.execute()
                     if start <= monotonic() <= end:
                         if mode == "incr":

@@ -30,6 +30,7 @@ from rich.table import Table
 
 from bench._harness import Child, free_port, locked_redis
 from rideout.store import keys, scripts
+from rideout.store.auction import AuctionSettings, bid_call
 from rideout.store.embedded import RedisSpec, find_redis_server
 from rideout.store.replication import ensure_epoch
 
@@ -46,20 +47,21 @@ async def measure(
     room, sub = f"script-{tag}", f"script-sub-{tag}"
     amount = 0
 
+    settings = AuctionSettings(
+        min_bid=1, max_bid=1_000_000_000, min_increment=1, history_size=length,
+        history_ttl=int(ttl_ms) / 1000, ack_ttl=86400.0,
+    )  # fmt: skip
+
     def args(n: int) -> list[str]:
-        return [
-            keys.EPOCH, keys.room_state(room), keys.room_stream(room), keys.user_session(sub),
-            keys.bid_ack(sub, room, f"b{n}"), keys.legacy_bid_ack(sub, f"b{n}"), epoch, str(n),
-            room, sub, f"b{n}", "1", "1000000000", "1",
-            str(length), ttl_ms, "86400000",
-        ]  # fmt: skip
+        script_keys, script_args = bid_call(room, sub, n, f"b{n}", int(epoch), settings)
+        return [*script_keys, *script_args]
 
     async def batch() -> None:
         nonlocal amount
         pipe = client.pipeline(transaction=False)
         for _ in range(16):
             amount += 1
-            pipe.evalsha(sha, 6, *args(amount))
+            pipe.evalsha(sha, 5, *args(amount))
         replies = await pipe.execute()
         if not all('"accepted":true' in r[1] for r in replies):
             raise RuntimeError(f"a bid was not accepted: {replies[0]}")

@@ -109,6 +109,7 @@ __all__ = [
     "StoreCorrupt",
     "StoreError",
     "StoreUnavailable",
+    "bid_call",
     "decode_stream_entry",
     "describe_server",
     "empty_state",
@@ -272,6 +273,29 @@ def _check_seconds(name: str, value: object) -> None:
 
 def _millis(seconds: float) -> int:
     return max(1, math.ceil(seconds * 1000))
+
+
+def bid_call(
+    room: str, sub: str, amount: int, request_id: str, epoch: int, settings: AuctionSettings
+) -> tuple[list[str], list[str]]:
+    """The bid script's ``KEYS`` and ``ARGV`` (:data:`rideout.store.scripts.BID`): the one
+    place that lays them out, for :meth:`AuctionStore.bid` and the benchmarks that run
+    the script on its own."""
+    s = settings
+    return (
+        [
+            keys.room_state(room),
+            keys.room_stream(room),
+            keys.user_session(sub),
+            keys.bid_ack(sub, room, request_id),
+            keys.legacy_bid_ack(sub, request_id),
+        ],
+        [
+            str(epoch), str(amount), room, sub, request_id,
+            str(s.min_bid), str(s.max_bid), str(s.min_increment), str(s.history_size),
+            str(_millis(s.history_ttl)), str(_millis(s.ack_ttl)),
+        ],
+    )  # fmt: skip
 
 
 def _check_text(name: str, value: object) -> str:
@@ -548,29 +572,7 @@ class AuctionStore:
         if isinstance(amount, bool) or not isinstance(amount, int):
             raise ValueError(f"amount must be an integer, not {amount!r}")
         _check_epoch(epoch)
-        s = self.settings
-        script_keys, script_args = (
-            [
-                keys.room_state(room),
-                keys.room_stream(room),
-                keys.user_session(sub),
-                keys.bid_ack(sub, room, request_id),
-                keys.legacy_bid_ack(sub, request_id),
-            ],
-            [
-                str(epoch),
-                str(amount),
-                room,
-                sub,
-                request_id,
-                str(s.min_bid),
-                str(s.max_bid),
-                str(s.min_increment),
-                str(s.history_size),
-                str(_millis(s.history_ttl)),
-                str(_millis(s.ack_ttl)),
-            ],
-        )
+        script_keys, script_args = bid_call(room, sub, amount, request_id, epoch, self.settings)
         wait: tuple[int, int] | tuple[int, int, bool] | None = None
         if wait_replicas:
             wait = (wait_replicas, _millis(wait_timeout))
