@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry
 
 from rideout import routes
 from rideout._files import replace_atomically
@@ -50,6 +50,7 @@ from rideout.controlplane.lease import (
     describe_holder,
     state_redis_client,
 )
+from rideout.controlplane.metrics import PlaneMetrics
 from rideout.controlplane.zones import ZoneState
 from rideout.dns.feed import DnsView, ViewPublisher
 from rideout.dns.records import (
@@ -77,7 +78,6 @@ STATE_FILE = "state.json"
 # Seconds after which an unchanged DNS view is published again, so that the DNS
 # process's view age (rideout_dns_view_age_seconds) tells a stale view from a quiet one.
 VIEW_REPUBLISH = 5.0
-_ALARM_STATES = ("OK", "ALARM", "INSUFFICIENT_DATA")
 
 
 def evaluation_offset(timing: Timing) -> float:
@@ -169,7 +169,9 @@ class ControlPlane:
         self._task: asyncio.Task[None] | None = None
         self._renewing: asyncio.Task[None] | None = None
         self.rounds = 0  # evaluation rounds the loop has run
-        self._metrics()
+        self.metrics = PlaneMetrics(self.registry)
+        self.metrics.update_zones(self.zones)
+        self.ingested = self.metrics.ingested
 
     # ------------------------------------------------------------------ state
 
@@ -322,8 +324,8 @@ class ControlPlane:
                 if isinstance(region, str) and region in self.alarms:
                     self._first_seen.setdefault(region, float(timestamp))
                     zone = str(dimensions.get(ZONE_DIMENSION, ""))
-                    self._canary.labels(region, zone).set(float(datum["Value"]))
-                    self._canary_seen.labels(region, zone).set(float(timestamp))
+                    self.metrics.canary.labels(region, zone).set(float(datum["Value"]))
+                    self.metrics.canary_seen.labels(region, zone).set(float(timestamp))
         return stored
 
     # ------------------------------------------------------------------ evaluation
@@ -362,7 +364,7 @@ class ControlPlane:
             if view.error is None:  # an unreachable store is said once, by the lease
                 await self.reload()
             self._refresh_answer()
-            self._update_metrics()
+            self.metrics.update(self)
         return view.mine
 
     async def evaluate(self) -> None:
@@ -410,7 +412,7 @@ class ControlPlane:
         if changed:
             self.save()
         await self.flush()
-        self._update_metrics()
+        self.metrics.update(self)
 
     def _controller_changed(self, _state: object) -> None:
         """Each step the controller records: keep it, and let DNS follow a moved writer at
@@ -521,7 +523,7 @@ class ControlPlane:
         )
         self.save()
         self._refresh_answer()
-        self._update_zone_metrics()
+        self.metrics.update_zones(self.zones)
         if new:
             log.info(
                 "zone %s of %s evacuated by %s (%s)", zone, evacuation.region, operator, reason
@@ -548,7 +550,7 @@ class ControlPlane:
                 drain.cancel()
             self.save()
             self._refresh_answer()
-            self._update_zone_metrics()
+            self.metrics.update_zones(self.zones)
             log.info("zone %s of %s recovered", zone, ended.region)
         return self._zone_view(zone)
 
@@ -614,13 +616,13 @@ class ControlPlane:
         next_round = self._clock()
         while True:
             check_cancelled()
-            self._round_delay.set(max(0.0, self._clock() - next_round))
+            self.metrics.round_delay.set(max(0.0, self._clock() - next_round))
             try:
                 await self.evaluate()
             except Exception:  # one bad round must not stop failover for good
                 log.exception("control plane evaluation failed")
             self.rounds += 1
-            self._rounds.inc()
+            self.metrics.rounds.inc()
             now = self._clock()
             next_round = (math.floor((now - offset) / self.period) + 1) * self.period + offset
             await asyncio.sleep(max(0.0, next_round - now))
@@ -670,150 +672,6 @@ class ControlPlane:
             )
             for name in self.alarms
         }
-
-    def _metrics(self) -> None:
-        r = self.registry
-        self._alarm_state = Gauge(
-            "rideout_alarm_state",
-            "1 for each alarm's current state.",
-            ["alarm", "state"],
-            registry=r,
-        )
-        self._alarm_recovering = Gauge(
-            "rideout_alarm_recovering",
-            "1 while an alarm is in ALARM only by its recovery threshold (failback "
-            "datapoints), its newest datapoint good.",
-            ["alarm"],
-            registry=r,
-        )
-        self._healthy = Gauge(
-            "rideout_region_healthy",
-            "1 while a region's health check is healthy.",
-            ["region"],
-            registry=r,
-        )
-        self._writer = Gauge(
-            "rideout_writer", "1 for the region whose Redis is the writer.", ["region"], registry=r
-        )
-        self._epoch = Gauge("rideout_writer_epoch", "The writer's epoch.", registry=r)
-        self._lost = Gauge(
-            "rideout_lost_writes",
-            "Writes discarded when stale writers, or restarted Redis servers, were made to follow.",
-            registry=r,
-        )
-        self._datasets_lost = Gauge(
-            "rideout_redis_datasets_lost",
-            "Redis restarts that came back without all their data (not trusted).",
-            registry=r,
-        )
-        self._moves = Gauge(
-            "rideout_writer_moves",
-            "Writer moves since the state began, by kind.",
-            ["kind"],
-            registry=r,
-        )
-        self._lag_bytes = Gauge(
-            "rideout_replication_lag_bytes", "Writer offset minus its replica's.", registry=r
-        )
-        self._lag_seconds = Gauge(
-            "rideout_replication_lag_seconds",
-            "Seconds since the replica last acknowledged.",
-            registry=r,
-        )
-        self.ingested = Counter(
-            "rideout_datapoints", "Datapoints received from canaries.", registry=r
-        )
-        self._rounds = Counter(
-            "rideout_evaluation_rounds", "Evaluation rounds run by the control loop.", registry=r
-        )
-        self._round_delay = Gauge(
-            "rideout_evaluation_delay_seconds",
-            "How late the latest evaluation round started against its schedule.",
-            registry=r,
-        )
-        self._canary = Gauge(
-            "rideout_canary_health", "The latest App/WebSocketHealth datapoint (1 healthy, 0 not).",
-            ["region", "zone"], registry=r,
-        )  # fmt: skip
-        self._canary_seen = Gauge(
-            "rideout_canary_timestamp_seconds", "Time of the latest canary datapoint.",
-            ["region", "zone"], registry=r,
-        )  # fmt: skip
-        self._zone_evacuated = Gauge(
-            "rideout_zone_evacuated", "1 while a zone is evacuated (out of DNS, drained).",
-            ["region", "zone"], registry=r,
-        )  # fmt: skip
-        self._update_zone_metrics()
-        self._damping_metrics()
-
-    def _update_zone_metrics(self) -> None:
-        evacuated = self.zones.evacuated
-        for zone, region in self.zones.regions.items():
-            self._zone_evacuated.labels(region, zone).set(1 if zone in evacuated else 0)
-
-    def _damping_metrics(self) -> None:
-        r = self.registry
-        self._damping_penalty = Gauge(
-            "rideout_failover_damping_penalty",
-            "Failback damping's figure of merit: recent writer moves, decayed.",
-            registry=r,
-        )
-        self._failback_hold = Gauge(
-            "rideout_failback_hold_seconds",
-            "Seconds a failback is still held by flap damping (0: not held).",
-            registry=r,
-        )
-        self._move_grace = Gauge(
-            "rideout_move_grace_seconds",
-            "Seconds left in which a failing writer region whose Redis answers keeps the "
-            "writer after the latest move, failover or failback (the clients sent to it "
-            "are arriving).",
-            registry=r,
-        )
-        self._drain_active = Gauge(
-            "rideout_failback_drain_active",
-            "1 while the control plane drains the zones of the region the writer left "
-            "(after a failback, or a failover from a region that still serves).",
-            registry=r,
-        )
-        self._lease_held = Gauge(
-            "rideout_control_plane_lease_held",
-            "1 while this instance holds the lease and acts (always 1 without a lease).",
-            registry=r,
-        )
-        self._lease_fence = Gauge(
-            "rideout_control_plane_lease_fence",
-            "The fencing number of the lease as last seen (0: no lease, or unknown).",
-            registry=r,
-        )
-
-    def _update_metrics(self) -> None:
-        for name, alarm in self.alarms.items():
-            for state in _ALARM_STATES:
-                self._alarm_state.labels(alarm.config.name, state).set(
-                    1 if alarm.state == state else 0
-                )
-            self._alarm_recovering.labels(alarm.config.name).set(1 if alarm.recovering else 0)
-            self._healthy.labels(name).set(1 if self.checks[name].healthy else 0)
-            self._writer.labels(name).set(1 if self.controller.writer == name else 0)
-        status = self.controller.status()
-        if status["epoch"] is not None:
-            self._epoch.set(status["epoch"])
-        self._lost.set(status["lost_writes"])
-        self._datasets_lost.set(status["datasets_lost"])
-        self._moves.labels("fail-over").set(status["failovers"])
-        self._moves.labels("fail-back").set(status["failbacks"])
-        if status["lag_bytes"] is not None:
-            self._lag_bytes.set(status["lag_bytes"])
-        if status["lag_seconds"] is not None:
-            self._lag_seconds.set(status["lag_seconds"])
-        damping = status["damping"] or {}
-        self._damping_penalty.set(damping.get("penalty", 0.0))
-        self._failback_hold.set(damping.get("hold_seconds", 0.0))
-        self._move_grace.set(status["move_grace_seconds"])
-        self._drain_active.set(1 if self.drain.running else 0)
-        self._lease_held.set(1 if self.active else 0)
-        self._lease_fence.set(self.lease.view.fence or 0 if self.lease is not None else 0)
 
 
 def _check_region(data: list[Any], region: str) -> None:
