@@ -30,12 +30,11 @@ from rideout.cli._options import DrainOption, ListenOption, LogFormatOption
 from rideout.cluster.errors import ClusterError
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.config import Config, ConfigError, config_to_dict, dump_toml, load_config
-from rideout.errors import RideoutError
 from rideout.store.client import cancel_and_wait
 from rideout.store.embedded import EmbeddedRedisError
 
 if TYPE_CHECKING:
-    from rideout.auth.revocation import Revocation
+    pass
 
 __all__ = ["ConfigOption", "app", "console", "err", "fail", "load"]
 
@@ -614,9 +613,18 @@ def token_revoke(
         )
     except (typer.BadParameter, ValueError) as exc:
         fail(f"cannot revoke: {exc}", 2)
+    from rideout.store.revocations import NoWriter, record_on_writer
+
+    record = revocation.record()
     try:
-        region, epoch, replicas = asyncio.run(_record_revocation(config, revocation))
-    except _NoWriter as exc:
+        region, epoch, replicas = asyncio.run(
+            record_on_writer(
+                config, revocation.field, until_ms=record["until"],
+                expires_ms=record["expires"], at_ms=record["at"],
+                now_ms=math.floor(revocation.at * 1000),
+            )
+        )  # fmt: skip
+    except NoWriter as exc:
         fail(str(exc))
     what = (
         f"tokens of {revocation.value!r} issued before {_utc(revocation.until)}"
@@ -636,58 +644,6 @@ def token_revoke(
                 style="yellow",
             )
         )
-
-
-class _NoWriter(RideoutError):
-    """No region's Redis could take the revocation."""
-
-
-async def _record_revocation(config: Config, revocation: Revocation) -> tuple[str, int, int]:
-    """Record `revocation` on the writer: of the regions' Redis that answer as a master,
-    the one with the highest epoch. (region, epoch, replicas that have it)."""
-    from rideout.store.acl import RedisRole, credentials_for
-    from rideout.store.auction import StoreError
-    from rideout.store.client import state_client
-    from rideout.store.replication import read_epoch, replication_status
-    from rideout.store.revocations import RevocationStore
-
-    try:  # an operator's change: the controller's Redis user records it
-        controller = credentials_for(config, RedisRole.CONTROLLER)
-    except StoreError as exc:
-        raise _NoWriter(f"cannot record the revocation: {exc}") from exc
-    clients = {
-        r.name: state_client(r.redis.address, r.redis.port, credentials=controller, tls=r.redis.tls)
-        for r in config.regions
-    }
-    try:
-        candidates = []
-        for name, client in clients.items():
-            status = await replication_status(client)
-            if status.reachable and status.role == "master":
-                candidates.append((await read_epoch(client) or 0, name))
-        if not candidates:
-            raise _NoWriter(
-                "no region's Redis answers as the writer: is the deployment running? "
-                f"(tried {', '.join(f'{r.name} {r.redis.address}:{r.redis.port}' for r in config.regions)})"
-            )
-        epoch, region = max(candidates)
-        client = clients[region]
-        record = revocation.record()
-        try:
-            await RevocationStore(client, region).record(
-                revocation.field,
-                until_ms=record["until"],
-                expires_ms=record["expires"],
-                at_ms=record["at"],
-                now_ms=math.floor(revocation.at * 1000),
-            )
-            replicas = int(await client.wait(1, 2000))
-        except StoreError as exc:
-            raise _NoWriter(f"cannot record the revocation: {exc}") from exc
-        return region, epoch, replicas
-    finally:
-        for client in clients.values():
-            await client.aclose()
 
 
 # --------------------------------------------------------------------------- servers

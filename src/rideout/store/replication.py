@@ -27,6 +27,7 @@ __all__ = [
     "compare",
     "count_unreplicated",
     "ensure_epoch",
+    "find_writer",
     "follow",
     "is_fenced",
     "promote",
@@ -166,6 +167,21 @@ async def ensure_epoch(client: aioredis.Redis) -> int | None:
     if epoch is None:
         raise ValueError(f"{keys.EPOCH} holds something that is not an integer")
     return epoch
+
+
+async def find_writer(clients: Mapping[str, aioredis.Redis]) -> tuple[str, int] | None:
+    """Of the servers (by name) that answer as a master, the one with the highest epoch,
+    and its epoch (an unset epoch counts as 0); None when none answers as a master. A
+    stale writer that came back as a master holds an older epoch than the current one."""
+    candidates = []
+    for name, client in clients.items():
+        status = await replication_status(client)
+        if status.reachable and status.role == "master":
+            candidates.append((await read_epoch(client) or 0, name))
+    if not candidates:
+        return None
+    epoch, name = max(candidates)
+    return name, epoch
 
 
 def _name(client: aioredis.Redis) -> str:

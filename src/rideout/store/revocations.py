@@ -26,10 +26,15 @@ from typing import Any, NamedTuple
 
 import redis.asyncio as aioredis
 
+from rideout.config import Config
 from rideout.store import functions, keys, scripts
+from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import StoreCorrupt, _describe, _pairs, _store_errors, _text
+from rideout.store.client import state_client
+from rideout.store.errors import StoreError
+from rideout.store.replication import find_writer
 
-__all__ = ["RevocationRecords", "RevocationStore"]
+__all__ = ["NoWriter", "RevocationRecords", "RevocationStore", "record_on_writer"]
 
 
 class RevocationRecords(NamedTuple):
@@ -84,3 +89,45 @@ class RevocationStore:
             None if version is None else _text(version, keys.REVOCATIONS_VERSION),
             _pairs(flat, keys.REVOCATIONS),
         )
+
+
+class NoWriter(StoreError):
+    """No region's Redis could take a revocation (none answers as the writer, or the
+    writer refused it)."""
+
+
+async def record_on_writer(
+    config: Config, field: str, *, until_ms: int, expires_ms: int, at_ms: int, now_ms: int
+) -> tuple[str, int, int]:
+    """Record a revocation on the deployment's writer, as the controller's Redis user (an
+    operator's change): (region, epoch, replicas that have it). The writer is found by
+    :func:`~rideout.store.replication.find_writer`; :class:`NoWriter` says why not."""
+    try:
+        controller = credentials_for(config, RedisRole.CONTROLLER)
+    except StoreError as exc:
+        raise NoWriter(f"cannot record the revocation: {exc}") from exc
+    clients = {
+        r.name: state_client(r.redis.address, r.redis.port, credentials=controller, tls=r.redis.tls)
+        for r in config.regions
+    }
+    try:
+        found = await find_writer(clients)
+        if found is None:
+            tried = ", ".join(f"{r.name} {r.redis.address}:{r.redis.port}" for r in config.regions)
+            raise NoWriter(
+                "no region's Redis answers as the writer: is the deployment running? "
+                f"(tried {tried})"
+            )
+        region, epoch = found
+        client = clients[region]
+        try:
+            await RevocationStore(client, region).record(
+                field, until_ms=until_ms, expires_ms=expires_ms, at_ms=at_ms, now_ms=now_ms
+            )
+            replicas = int(await client.wait(1, 2000))
+        except StoreError as exc:
+            raise NoWriter(f"cannot record the revocation: {exc}") from exc
+        return region, epoch, replicas
+    finally:
+        for client in clients.values():
+            await client.aclose()
