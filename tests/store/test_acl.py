@@ -24,6 +24,7 @@ from redis.exceptions import AuthenticationError, NoPermissionError, RedisError,
 
 from rideout import idempotency
 from rideout.config import Config, parse_config
+from rideout.realtime import demo
 from rideout.store import keys, scripts
 from rideout.store.acl import (
     ACL_FILENAME,
@@ -520,6 +521,8 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         keys.idempotency("rest", "k", "bob"),
         keys.idempotency("rest", "k"),
         keys.demo_name_claim("carol"),
+        keys.demo_identities(),
+        keys.demo_identities_from("127.0.0.1"),
         keys.canary_probe("us-east-1", "use1-az1"),
         keys.REVOCATIONS,
         keys.REVOCATIONS_VERSION,
@@ -534,7 +537,8 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     # Every key function of store.keys is listed above (a new family needs a pattern).
     functions = {n for n in keys.__all__ if n.islower()}
     assert functions == {
-        "bid_ack", "canary_probe", "demo_name_claim", "idempotency", "legacy_bid_ack",
+        "bid_ack", "canary_probe", "demo_identities", "demo_identities_from", "demo_name_claim",
+        "idempotency", "legacy_bid_ack",
         "room_state", "room_stream", "user_session", "waitingroom_event_keys",
         "waitingroom_oidc", "waitingroom_refresh", "waitingroom_stamp", "waitingroom_tick",
     }  # fmt: skip
@@ -549,6 +553,7 @@ def test_every_command_the_scripts_call_is_granted_to_the_app_user() -> None:
         scripts.PROBE,
         idempotency.CLAIM_SCRIPT,
         idempotency.FINISH_SCRIPT,
+        demo.CLAIM_SCRIPT,
         *(getattr(room_scripts, name) for name in room_scripts.__all__),
     ):
         called |= {c.lower() for c in re.findall(r"redis\.p?call\('([A-Za-z]+)'", source)}

@@ -217,7 +217,9 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
             keys.REVOCATION_KEYS,
             keys.WAITINGROOM_KEYS,
             keys.CANARY_KEYS,
-        ),  # revocations: read by each app server's follower; canary: the store probe
+            keys.DEMO_KEYS,
+        ),  # revocations: read by each app server's follower; canary: the store probe;
+        # demo: the demo sign-in's quotas (realtime/demo.py)
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
     RedisRole.CONTROLLER: UserRules(
