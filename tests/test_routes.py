@@ -55,6 +55,7 @@ PATHS = {
     "OIDC_JWKS": "/oidc/{event_id}/.well-known/jwks.json",
     "OIDC_AUTHORIZE": "/oidc/{event_id}/authorize",
     "OIDC_ENTER": "/oidc/{event_id}/enter",
+    "OIDC_WAIT": "/oidc/{event_id}/wait",
     "OIDC_RESUME": "/oidc/{event_id}/resume",
     "OIDC_TOKEN": "/oidc/{event_id}/token",
     "OIDC_USERINFO": "/oidc/{event_id}/userinfo",

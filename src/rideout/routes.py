@@ -28,6 +28,7 @@ __all__ = [
     "OIDC_RESUME",
     "OIDC_TOKEN",
     "OIDC_USERINFO",
+    "OIDC_WAIT",
     "READY",
     "RESOLVE",
     "ROOM_ASSIGN_QUEUE_NUM",
@@ -133,6 +134,10 @@ OIDC_PREFIX: Final = "/oidc/{event_id}"
 OIDC_DISCOVERY: Final = OIDC_PREFIX + "/.well-known/openid-configuration"
 OIDC_JWKS: Final = OIDC_PREFIX + "/.well-known/jwks.json"
 OIDC_AUTHORIZE: Final = OIDC_PREFIX + "/authorize"
+OIDC_WAIT: Final = OIDC_PREFIX + "/wait"
+"""GET ``?authz=``: the waiting page of an authorize request (where ``/authorize`` sends
+the browser): takes its position on the first visit, and moves on to ``/resume`` by
+itself without a script (``<meta http-equiv=refresh>``), or by room.js with one."""
 OIDC_ENTER: Final = OIDC_PREFIX + "/enter"
 """POST ``{authz}``: the page's arrival for a waiting authorize request (one position
 per request)."""

@@ -361,7 +361,7 @@ async def test_a_half_sent_message_is_cut_off_after_the_idle_timeout(zone: StubZ
         assert (await ask(server, APP, transport="tcp")).rcode() == dns.rcode.NOERROR
 
 
-async def test_connections_over_the_limit_are_closed_at_once(zone: StubZone) -> None:
+async def test_connections_over_the_limit_push_out_the_longest_waiting(zone: StubZone) -> None:
     metrics = DnsMetrics()
     async with DnsServer(zone, "127.0.0.1", 0, metrics=metrics, max_tcp_connections=5) as server:
         conns = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(12)]
@@ -379,7 +379,7 @@ async def test_connections_over_the_limit_are_closed_at_once(zone: StubZone) -> 
             assert metrics.registry.get_sample_value("rideout_dns_tcp_connections") == 5
             assert (
                 metrics.registry.get_sample_value(
-                    "rideout_dns_dropped_total", {"reason": "tcp_limit"}
+                    "rideout_dns_dropped_total", {"reason": "tcp_evicted"}
                 )
                 == 7
             )
@@ -395,6 +395,36 @@ async def test_connections_over_the_limit_are_closed_at_once(zone: StubZone) -> 
             interval=0.01,
         )
         assert (await ask(server, APP, transport="tcp")).rcode() == dns.rcode.NOERROR
+
+
+async def test_silent_tcp_connections_cannot_keep_queries_out(zone: StubZone) -> None:
+    """Issue #28: 2 x 11,000 silent TCP connections kept every TCP query out (EOF) for
+    ~40 s while UDP answered. At the cap, the connection that has waited longest for a
+    query is closed for the new one (the app servers' rule, rideout._guard): among four
+    times the cap of silent sockets, real TCP queries are answered."""
+    metrics = DnsMetrics()
+    async with DnsServer(zone, "127.0.0.1", 0, metrics=metrics, max_tcp_connections=8,
+                         tcp_idle_timeout=30) as server:  # fmt: skip
+        silent: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+        try:
+            for _ in range(4):
+                for _ in range(8):
+                    silent.append(await asyncio.open_connection("127.0.0.1", server.port))
+                answer = await ask(server, APP, transport="tcp")
+                assert (answer.rcode(), bool(answer.answer)) == (dns.rcode.NOERROR, True)
+            # The oldest silent ones made room: closed by the server, long before 30 s.
+            async with asyncio.timeout(3):
+                for reader, _ in silent[:8]:
+                    assert await reader.read() == b""
+            evicted = metrics.registry.get_sample_value(
+                "rideout_dns_dropped_total", {"reason": "tcp_evicted"}
+            )
+            assert evicted is not None
+            assert evicted >= 24
+            assert (await ask(server, APP)).rcode() == dns.rcode.NOERROR
+        finally:
+            for _, writer in silent:
+                writer.close()
 
 
 async def test_stop_closes_every_socket_including_open_connections(zone: StubZone) -> None:

@@ -10,9 +10,10 @@ import httpx
 
 from rideout.config import Config
 from rideout.realtime.app import create_app
+from rideout.realtime.demo import DEMO_CLAIM
 from rideout.store.keys import demo_name_claim
 from tests.conftest import serving
-from tests.realtime.conftest import Deployment
+from tests.realtime.conftest import Deployment, rejected, running_deployment
 
 
 def http_url(deployment: Deployment, name: str) -> str:
@@ -124,3 +125,56 @@ async def test_the_setting_turns_demo_tokens_off(make_config: Callable[..., Conf
     assert make_config().auth.demo_tokens is True
     assert make_config(mode="external").auth.demo_tokens is False
     assert make_config(auth={"demo_tokens": True}).auth.demo_tokens is True
+
+
+def from_address(source: str) -> httpx.AsyncClient:
+    """A client whose connections leave from `source` (a loopback address of its own)."""
+    return httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(local_address=source), trust_env=False
+    )
+
+
+async def test_demo_identities_are_capped_per_address_and_in_all(
+    make_config: Callable[..., Config],
+) -> None:
+    """Issue #28, finding 2: a script that sets Origin made 1,033 demo users. New names
+    are capped per source address and in all, refused with 429 and Retry-After; a name
+    already held is renewed whatever the caps."""
+    config = make_config(auth={"max_demo_identities": 5, "max_demo_identities_per_address": 3})
+    async with running_deployment(config) as d:
+        base = http_url(d, "a1")
+        async with from_address("127.0.0.1") as one, from_address("127.0.0.3") as other:
+            for i in range(3):
+                assert (await ask(one, base, f"bot-{i}")).status_code == 200
+            refused = await ask(one, base, "bot-3")
+            assert refused.status_code == 429, refused.text
+            assert refused.json()["error"] == "too_many_demo_identities_from_address"
+            assert "token" not in refused.json()
+            ttl = config.auth.token_ttl
+            assert ttl - 5 <= int(refused.headers["retry-after"]) <= ttl + 1
+            # A name this browser holds is renewed.
+            assert (await ask(one, base, "bot-0")).status_code == 200
+            # Another address has its own quota, until the region's is reached.
+            for i in range(2):
+                assert (await ask(other, base, f"other-{i}")).status_code == 200
+            full = await ask(other, base, "other-2")
+            assert (full.status_code, full.json()["error"]) == (429, "too_many_demo_identities")
+            assert int(full.headers["retry-after"]) >= 1
+        async with from_address("127.0.0.4") as third:
+            assert (await ask(third, base, "third")).status_code == 429
+        # A refused name was not claimed: nobody holds it.
+        assert await d.servers["a1"].redis.get(demo_name_claim("bot-3")) is None
+
+
+async def test_a_demo_token_is_refused_where_demo_sign_in_is_off(
+    make_config: Callable[..., Config],
+) -> None:
+    """A demo token carries its kind: where demo sign-in is off, /ws refuses it."""
+    async with running_deployment(make_config()) as d, httpx.AsyncClient(trust_env=False) as http:
+        token = (await ask(http, http_url(d, "a1"), "demo-user")).json()["token"]
+    claims = d.servers["a1"].verifier.verify(token)
+    assert claims.raw.get(DEMO_CLAIM) is True
+    config = make_config(auth={"demo_tokens": False})
+    async with running_deployment(config) as off:
+        status, body = await rejected(off.urls["a1"] + "/ws?token=" + token)
+        assert (status, body["error"]) == (403, "demo_tokens_off")

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
+from websockets.asyncio.client import connect
 
 from rideout.config import Config
 from rideout.health.canary import Canary, probe
@@ -282,6 +283,45 @@ async def test_the_canary_and_health_get_through_a_zone_at_its_cap(
         # The silent sockets made room for the probes: the oldest were pushed out.
         pushed_out = await asyncio.gather(*(closed_by_server(r, 0.5) for r, _ in sockets[:8]))
         assert all(pushed_out)
+
+
+async def demo_token(d: Deployment, name: str) -> str:
+    """A token from the demo sign-in (POST /auth/demo-token), as the auction page gets it."""
+    base = http_url(d)
+    async with httpx.AsyncClient(trust_env=False) as browser:
+        answer = await browser.post(
+            f"{base}/auth/demo-token", json={"name": name}, headers={"Origin": base}
+        )
+    assert answer.status_code == 200, answer.text
+    return str(answer.json()["token"])
+
+
+async def test_demo_identities_cannot_take_the_ordinary_users_connections(
+    make_config: Callable[..., Config],
+) -> None:
+    """Issue #28, finding 2: demo users (1,033 of them x 16 connections) filled a zone's
+    ordinary slots. Demo connections have a share of their own: at its end they get 503
+    ``demo_full``, and ordinary users still have every slot of theirs."""
+    config = make_config(
+        realtime={"max_connections": 40, "reserved_connections": 8, "max_demo_connections": 6,
+                  "max_connections_per_address": 0, "max_connections_per_user": 4},
+    )  # fmt: skip
+    async with running_deployment(config) as d, contextlib.AsyncExitStack() as stack:
+        url = d.urls["a1"] + "/ws?token="
+        tokens = [await demo_token(d, f"demo-{i}") for i in range(4)]
+        for i in range(6):
+            await stack.enter_async_context(connect(url + tokens[i // 3], open_timeout=5))
+        status, body = await rejected(url + tokens[3])
+        assert (status, body["error"]) == (503, "demo_full")
+        assert body["retry_after"] > 0
+        # Ordinary users: every slot but the canary's reserve and the demo share.
+        ordinary = [
+            await stack.enter_async_context(d.connect(sub=f"user-{i}")) for i in range(40 - 8 - 6)
+        ]
+        status, body = await rejected(url + d.token("one-more"))
+        assert (status, body["error"]) == (503, "zone_full")
+        assert await heartbeat(ordinary[-1]) == PONG
+        assert await health_ok(d)
 
 
 def patient_canary(config: Config) -> Canary:

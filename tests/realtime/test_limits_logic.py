@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rideout.config import RealtimeConfig
 from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder, TokenBucket
 
 
@@ -159,3 +160,37 @@ def test_the_shedder_reports_what_it_refused_at_most_every_five_seconds() -> Non
         "up to 0.40 s late (realtime.shed_load)"
     )
     assert shedder.report(20.0) is None  # none since
+
+
+def test_demo_connections_have_a_share_of_their_own() -> None:
+    """Demo identities' connections stop at their share; ordinary ones keep everything
+    else (the total less the reserve and that share) and may use the share's free places."""
+    caps = ConnectionCaps(total=10, reserved=2, per_user=5, per_address=0, demo=3)
+    for _ in range(3):
+        assert caps.admit("demo-1", "10.0.0.1", demo=True) is None
+    refusal = caps.admit("demo-2", "10.0.0.1", demo=True)
+    assert refusal is not None
+    assert (refusal.status, refusal.reason) == (503, "demo_full")
+    for i in range(5):  # 10 - 2 - 3
+        assert caps.admit(f"user-{i}", "10.0.0.2") is None
+    refusal = caps.admit("user-5", "10.0.0.2")
+    assert refusal is not None
+    assert refusal.reason == "zone_full"
+    caps.release("demo-1", "10.0.0.1", demo=True)
+    assert caps.admit("user-5", "10.0.0.2") is None  # a free place of the share
+    refusal = caps.admit("demo-2", "10.0.0.1", demo=True)
+    assert refusal is not None
+    assert refusal.reason == "zone_full"
+    caps.release("user-5", "10.0.0.2")
+    assert caps.admit("demo-2", "10.0.0.1", demo=True) is None
+    assert caps.admit("canary", "10.0.0.1", probe=True) is None
+    assert (caps.demos, caps.of_user("demo-2")) == (3, 1)
+
+
+def test_the_demo_share_fits_what_the_process_may_open() -> None:
+    realtime = RealtimeConfig(max_demo_connections=256)
+    assert ConnectionCaps.for_config(realtime, demo_tokens=True).demo == 256
+    assert ConnectionCaps.for_config(realtime, demo_tokens=False).demo == 0
+    # A process allowed few connections keeps most of them for ordinary users.
+    small = ConnectionCaps.for_config(realtime, 164, demo_tokens=True)
+    assert (small.demo, small.total - small.reserved - small.demo) == (50, 50)

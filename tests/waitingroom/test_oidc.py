@@ -81,7 +81,7 @@ class Site:
         if int(r.json()["serving_counter"]) < queue_number:  # not served: back to the page
             r = await self.http.get(self.issuer + "/resume", params={"authz": authz})
             assert r.status_code == 302
-            assert r.headers["location"].startswith("/room.html?")
+            assert r.headers["location"].startswith(f"/oidc/{self.event_id}/wait?authz=")
         r = await self.http.post(
             self.base + "/private/increment_serving_counter",
             json={"event_id": self.event_id, "increment_by": 1_000},
@@ -92,6 +92,17 @@ class Site:
         assert r.status_code == 302, r.text
         assert request_id
         return r.headers["location"]  # type: ignore[no-any-return]
+
+    async def sign_in(self, rp: AsyncOAuth2Client) -> tuple[str, str, dict[str, Any]]:
+        """`rp` signed in: the callback URL with its code, the PKCE verifier, the tokens
+        the code gave (/userinfo answers for them)."""
+        verifier, nonce = pkce()
+        callback = await self.code_for(rp, verifier, nonce)
+        token = await rp.fetch_token(
+            self.issuer + "/token", authorization_response=callback, code_verifier=verifier
+        )
+        assert (await rp.get(self.issuer + "/userinfo")).status_code == 200
+        return callback, verifier, dict(token)
 
     async def code_for(self, rp: AsyncOAuth2Client, verifier: str, nonce: str,
                        **extra: str) -> str:  # fmt: skip
@@ -105,8 +116,8 @@ class Site:
 
 
 @contextlib.asynccontextmanager
-async def site(redis: Redis, *, public: bool = False,
-               clock: Callable[[], float] = time.time) -> AsyncIterator[Site]:  # fmt: skip
+async def site(redis: Redis, *, public: bool = False, clock: Callable[[], float] = time.time,
+               **options: Any) -> AsyncIterator[Site]:  # fmt: skip
     event_id = fresh_event("oidc")
     store = redis.store(clock=time.time)  # type: ignore[arg-type]
     await store.create_event(EventSettings(event_id))
@@ -120,7 +131,7 @@ async def site(redis: Redis, *, public: bool = False,
     )
     provider = OidcProvider(
         client, store, keys=ring, id_keys=RoomKeyRing.generate("RS256"), signer=signer, base_url=base, room_issuer=ROOM_ISSUER,
-        clock=clock,
+        clock=clock, **options,
     )  # fmt: skip
     app = Starlette(routes=[*provider.routes(), *api.routes()])
     async with serving(app, ADDRESS, port), httpx2.AsyncClient(trust_env=False) as http:
@@ -157,7 +168,7 @@ async def test_a_real_relying_party_signs_in_through_the_room(redis_server: Redi
                 )
                 r = await s.http.get(url)
                 assert r.status_code == 302
-                assert r.headers["location"].startswith("/room.html?event_id=")
+                assert r.headers["location"].startswith(f"/oidc/{s.event_id}/wait?authz=")
                 callback = await s.wait_and_serve(r.headers["location"])
                 assert callback.startswith(CALLBACK + "?")
                 assert query(callback)["state"] == state
@@ -342,24 +353,18 @@ async def test_an_expired_code_is_refused(redis_server: Redis) -> None:
 async def test_userinfo_refuses_a_completed_or_abandoned_session(
     redis_server: Redis, status: int
 ) -> None:
-    async with site(redis_server) as s:
-        verifier, nonce = pkce()
-        async with s.rp() as rp:
-            callback = await s.code_for(rp, verifier, nonce)
-            token = await rp.fetch_token(
-                s.issuer + "/token", authorization_response=callback, code_verifier=verifier
-            )
-            assert (await rp.get(s.issuer + "/userinfo")).status_code == 200
-            sub = jwt.decode(token["id_token"], s.provider.jose_key()).claims["sub"]
-            r = await s.http.post(
-                s.base + "/private/update_session",
-                json={"event_id": s.event_id, "request_id": sub, "status": status},
-                headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
-            )
-            assert r.status_code == 200, r.text
-            r = await rp.get(s.issuer + "/userinfo")
-            assert r.status_code == 401
-            assert 'error="invalid_token"' in r.headers["www-authenticate"]
+    async with site(redis_server) as s, s.rp() as rp:
+        _, _, token = await s.sign_in(rp)
+        sub = jwt.decode(token["id_token"], s.provider.jose_key()).claims["sub"]
+        r = await s.http.post(
+            s.base + "/private/update_session",
+            json={"event_id": s.event_id, "request_id": sub, "status": status},
+            headers={"Authorization": f"Bearer {ADMIN_TOKEN}"},
+        )
+        assert r.status_code == 200, r.text
+        r = await rp.get(s.issuer + "/userinfo")
+        assert r.status_code == 401
+        assert 'error="invalid_token"' in r.headers["www-authenticate"]
 
 
 async def test_userinfo_refuses_forged_foreign_and_missing_tokens(redis_server: Redis) -> None:
@@ -434,7 +439,9 @@ async def test_any_authorize_query_is_refused_cleanly_or_sent_into_the_room(
             assert r.status_code in (302, 400), (changes, r.status_code)
             location = r.headers.get("location", "")
             if r.status_code == 302:  # into the room, or an error to the one callback
-                ok = location.startswith("/room.html?") or location.startswith(CALLBACK + "?")
+                ok = location.startswith(f"/oidc/{s.event_id}/wait?") or location.startswith(
+                    CALLBACK + "?"
+                )
                 assert ok, (changes, location)
             else:
                 assert r.headers["content-type"].startswith("text/html")

@@ -221,7 +221,7 @@ async def test_openid_mode_returns_to_the_relying_party_with_a_code(
 
 async def _sign_in(page: Any, config: Config, zone: str, path: str, params: dict[str, str]) -> None:
     await page.goto(f"http://{zone}:{config.app_port}{path}/authorize?{urlencode(params)}")
-    assert "/room.html?" in page.url
+    assert f"{path}/wait?authz=" in page.url
     position, serving_now = await serving_and_position(page)
     await admit(config, zone, position - serving_now)
     await page.wait_for_url(CALLBACK + "?**", timeout=60000)

@@ -128,6 +128,11 @@ class AuthConfig:
     # browser's choosing, for the demo page. When not set: on in local mode (the default
     # mode, hence True here), off in external mode.
     demo_tokens: bool = True
+    # Demo identities (names claimed through the demo sign-in) at once, per region: in all,
+    # and per client address (0: no per-address cap, behind a proxy). A new name past
+    # either gets 429 with Retry-After; names already held are renewed.
+    max_demo_identities: int = 1000
+    max_demo_identities_per_address: int = field(default=16, metadata={"zero_ok": True})
     # The waiting-room events whose access tokens /ws accepts besides its own (empty:
     # none; rideout.waitingroom.authorizer, docs/waiting-room.md).
     room_events: tuple[str, ...] = ("auction",)
@@ -152,6 +157,10 @@ class RealtimeConfig:
     reserved_connections: int = field(default=64, metadata={"zero_ok": True})
     max_connections_per_user: int = 16
     max_connections_per_address: int = field(default=4096, metadata={"zero_ok": True})
+    # WebSockets of demo identities (tokens of the demo sign-in), per process: their
+    # share, which ordinary users always keep apart from theirs (503 demo_full past it);
+    # at most half of max_connections - reserved_connections.
+    max_demo_connections: int = 256
     # Cost budget per user (`sub`), shared by that user's connections in the worker: a
     # getState costs 1 plus the updates it replays.
     replay_rate: float = 200.0  # per second, sustained

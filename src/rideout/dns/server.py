@@ -28,9 +28,12 @@ Conduct on the wire (RFC 1035, 2181, 6891, 7766):
   ``max_udp_payload``) is sent with its records removed and TC=1, and the client retries
   over TCP, where a message can be 65,535 octets.
 - TCP: 2-octet length prefix, any number of queries per connection, answered in order.
-  A connection is closed when it sends nothing whole for ``tcp_idle_timeout`` seconds
-  (a half-sent message counts as nothing), when its framing is broken, or at once when
-  ``max_tcp_connections`` are already open.
+  The app servers' rule holds (:mod:`rideout._guard`'s :class:`~rideout._guard.Guard`):
+  a connection is closed when it sends nothing whole for ``tcp_idle_timeout`` seconds (a
+  new connection's first query included; a half-sent message counts as nothing), or when
+  its framing is broken; at ``max_tcp_connections`` a new connection pushes out the one
+  that has waited longest for its next query, so silent sockets cannot keep queries
+  out, and only with none waiting (all being answered) is the new one closed at once.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ import os
 import re
 import socket
 import struct
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Final, Literal, Protocol, Self
@@ -64,10 +67,9 @@ from dnslib import (
     DNSQuestion,
     DNSRecord,
 )
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import CounterMetricFamily, Metric
-from prometheus_client.registry import Collector
 
+from rideout._guard import Guard, ServerLimits
+from rideout.dns.metrics import DnsMetrics
 from rideout.dns.wire import MIN_UDP_PAYLOAD, Template, TemplateCache, read_query
 
 __all__ = [
@@ -88,8 +90,6 @@ logger = logging.getLogger(__name__)
 
 RRTuple = tuple[str, str, int, str]
 """One resource record as the resolver gives it: ``(name, type, ttl, value)``."""
-
-Transport = Literal["udp", "tcp", "doh"]
 
 
 class ResolutionLike(Protocol):
@@ -241,107 +241,6 @@ def answer_query(resolver: Resolver, qname: str, qtype: int) -> QueryResult:
         return QueryResult("SERVFAIL")
 
 
-# --------------------------------------------------------------------------- metrics
-
-_QTYPE_LABELS: Final = frozenset(
-    {"A", "AAAA", "ANY", "CAA", "CNAME", "HTTPS", "MX", "NS", "PTR", "SOA", "SRV", "SVCB", "TXT"}
-)
-
-
-class DnsMetrics:
-    """Counters for the DNS server and the DoH endpoint, in `registry` (its own by default).
-
-    ``rideout_dns_queries_total{qtype,rcode,transport}``: every query answered (qtype
-    ``other`` for rarely seen types, ``none`` when the question could not be read);
-    ``rideout_dns_answers_total{transport,path}``: the same answers by how they were made,
-    ``cache`` (a precomputed reply, only the id and question copied in) or ``full``
-    (parsed and encoded); ``rideout_dns_truncated_total{transport}``: answers too large
-    for the client's UDP size, sent with TC=1; ``rideout_dns_dropped_total{reason}``:
-    datagrams and connections given no answer; ``rideout_dns_tcp_connections``: open TCP
-    connections; ``rideout_dns_udp_receive_buffer_bytes``: the socket buffer the kernel
-    granted; ``rideout_dns_cached_answers`` and ``rideout_dns_cache_rebuilds_total``:
-    the precomputed replies of the view in force, and how often a new view emptied them.
-    """
-
-    def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        r = self.registry = registry if registry is not None else CollectorRegistry()
-        # Counted in a plain dict (a labelled Counter's lock and checks cost more than the
-        # cached answer itself) and exported by `_QueryCounts` when scraped.
-        self.counts: dict[tuple[str, str, str, str], int] = {}
-        r.register(_QueryCounts(self.counts))
-        self.truncated = Counter(
-            "rideout_dns_truncated",
-            "DNS answers too large for the client's UDP payload size, sent with TC=1.",
-            ["transport"],
-            registry=r,
-        )
-        self.dropped = Counter(
-            "rideout_dns_dropped",
-            "DNS messages or connections dropped without an answer, by reason.",
-            ["reason"],
-            registry=r,
-        )
-        self.tcp_connections = Gauge(
-            "rideout_dns_tcp_connections", "Open DNS-over-TCP connections.", registry=r
-        )
-        self.udp_receive_buffer = Gauge(
-            "rideout_dns_udp_receive_buffer_bytes",
-            "SO_RCVBUF of the DNS server's UDP socket, as the kernel granted it.",
-            registry=r,
-        )
-        self.cached_answers = Gauge(
-            "rideout_dns_cached_answers",
-            "Precomputed DNS replies held for the view in force.",
-            registry=r,
-        )
-        self.cache_rebuilds = Counter(
-            "rideout_dns_cache_rebuilds",
-            "Times a new DNS view emptied the precomputed replies.",
-            registry=r,
-        )
-
-    def query(
-        self, qtype: str | None, rcode: str, transport: Transport, path: str = "full"
-    ) -> None:
-        label = "none" if qtype is None else qtype if qtype in _QTYPE_LABELS else "other"
-        key = (label, rcode, transport, path)
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + 1
-
-    def drop(self, reason: str) -> None:
-        self.dropped.labels(reason).inc()
-
-
-class _QueryCounts(Collector):
-    """``rideout_dns_queries_total`` and ``rideout_dns_answers_total`` from the counts."""
-
-    def __init__(self, counts: dict[tuple[str, str, str, str], int]) -> None:
-        self.counts = counts
-
-    def collect(self) -> Iterable[Metric]:
-        queries = CounterMetricFamily(
-            "rideout_dns_queries",
-            "DNS queries answered, by type, response code and transport.",
-            labels=["qtype", "rcode", "transport"],
-        )
-        answers = CounterMetricFamily(
-            "rideout_dns_answers",
-            "DNS answers by transport and path: cache (precomputed reply) or full.",
-            labels=["transport", "path"],
-        )
-        by_query: dict[tuple[str, str, str], int] = {}
-        by_path: dict[tuple[str, str], int] = {}
-        for (qtype, rcode, transport, path), n in list(self.counts.items()):
-            by_query[(qtype, rcode, transport)] = by_query.get((qtype, rcode, transport), 0) + n
-            by_path[(transport, path)] = by_path.get((transport, path), 0) + n
-        for labels, n in sorted(by_query.items()):
-            queries.add_metric(labels, n)
-        for path_labels, n in sorted(by_path.items()):
-            answers.add_metric(path_labels, n)
-        yield queries
-        yield answers
-
-
 # --------------------------------------------------------------------------- packets
 
 _HEADER: Final = struct.Struct("!HHHHHH")
@@ -438,6 +337,9 @@ class DnsServer:
         self.max_udp_payload = max_udp_payload
         self.max_tcp_connections = max_tcp_connections
         self.tcp_idle_timeout = tcp_idle_timeout
+        self._guard = Guard(
+            ServerLimits(handshake_timeout=tcp_idle_timeout, max_connections=max_tcp_connections)
+        )
         self.udp_receive_buffer = udp_receive_buffer
         self.udp_batch = udp_batch
         self.udp_receive_buffer_granted: int | None = None
@@ -694,41 +596,62 @@ class DnsServer:
     async def _serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        if len(self._connections) >= self.max_tcp_connections:
-            logger.debug("DNS: refused a TCP connection (%d open)", len(self._connections))
+        table, evicted = self._guard.table, self._guard.table.evicted
+        if not table.opened():  # at the cap with every connection being answered
+            logger.debug("DNS: refused a TCP connection (%d open)", table.count)
             if self.metrics is not None:
                 self.metrics.drop("tcp_limit")
             writer.transport.abort()
             writer.close()
             return
-        self._connections.add(task)
         if self.metrics is not None:
+            if table.evicted > evicted:
+                self.metrics.drop("tcp_evicted")
             self.metrics.tcp_connections.inc()
+        self._connections.add(task)
+        waiting, loop = _TcpConnection(writer.transport), asyncio.get_running_loop()
         try:
+            self._guard.wait(waiting, loop)  # the first query's deadline
             while True:
-                async with asyncio.timeout(self.tcp_idle_timeout):
-                    prefix = await reader.readexactly(2)
-                    (length,) = struct.unpack("!H", prefix)
-                    message = await reader.readexactly(length)
+                prefix = await reader.readexactly(2)
+                (length,) = struct.unpack("!H", prefix)
+                message = await reader.readexactly(length)
+                table.done(waiting)
                 reply = self.handle(message, "tcp")
-                if reply is None:
-                    if len(message) < _HEADER.size:
-                        break  # no header: the framing cannot be trusted either
-                    continue
-                writer.write(struct.pack("!H", len(reply)) + reply)
-                async with asyncio.timeout(self.tcp_idle_timeout):
-                    await writer.drain()
+                if reply is None and len(message) < _HEADER.size:
+                    break  # no header: the framing cannot be trusted either
+                if reply is not None:
+                    writer.write(struct.pack("!H", len(reply)) + reply)
+                    async with asyncio.timeout(self.tcp_idle_timeout):
+                        await writer.drain()
+                self._guard.wait(waiting, loop, idle=True)
         except (TimeoutError, asyncio.IncompleteReadError, ConnectionError) as e:
             logger.debug("DNS: TCP connection ends: %r", e)
         except Exception:
             logger.exception("DNS: TCP connection failed")
         finally:
+            table.closed(waiting)
             self._connections.discard(task)
             if self.metrics is not None:
                 self.metrics.tcp_connections.dec()
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+
+class _TcpConnection:
+    """A DNS-over-TCP connection as the guard's table sees it while it waits for a
+    query: closed when its deadline passes or a new connection needs its place (its
+    reader then sees EOF and the connection's task ends)."""
+
+    __slots__ = ("transport",)
+
+    def __init__(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport
+
+    def give_up(self) -> None:
+        if not self.transport.is_closing():
+            self.transport.close()
 
 
 class _Owners:

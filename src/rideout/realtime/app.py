@@ -322,7 +322,8 @@ async def _open_zone(
         admin_token=load_or_create_admin_token(config.keys_dir), metrics=app_metrics,
         started_at=time.monotonic(), origins=frozenset(config.origins()),
         caps=ConnectionCaps.for_config(
-            config.realtime, connection_cap(config.realtime.max_connections)
+            config.realtime, connection_cap(config.realtime.max_connections),
+            demo_tokens=auth.demo_tokens,
         ),
         budget=CostBudget.for_config(config.realtime),
         shedder=(

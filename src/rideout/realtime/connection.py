@@ -46,6 +46,7 @@ from rideout.protocol import (
     parse_client_message,
 )
 from rideout.realtime.backend import probe_store, record_failure, record_ok
+from rideout.realtime.demo import DEMO_CLAIM
 from rideout.realtime.limits import Refusal, Shed, TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
 from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
@@ -85,7 +86,10 @@ class WebSocketEndpoint:
             try:
                 await connection.serve(receive)
             finally:
-                server.caps.release(connection.sub, connection.address, probe=connection.probe)
+                server.caps.release(
+                    connection.sub, connection.address, probe=connection.probe,
+                    demo=connection.demo,
+                )  # fmt: skip
 
 
 async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connection | None:
@@ -115,11 +119,17 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         )  # fmt: skip
         return None
     probe = claims.raw.get(PROBE_CLAIM) == CANARY_PROBE
+    demo = claims.raw.get(DEMO_CLAIM) is True
+    if demo and not server.config.auth.demo_tokens:
+        await _deny(scope, send, server, 403, "demo_tokens_off",
+                    "demo sign-in is off here ([auth] demo_tokens): use a token of the "
+                    "deployment's own")  # fmt: skip
+        return None
     client = scope.get("client")
     address = str(client[0]) if client else ""
     refusal = None if probe else _shed(server)
     if refusal is None:
-        refusal = server.caps.admit(claims.sub, address, probe=probe)
+        refusal = server.caps.admit(claims.sub, address, probe=probe, demo=demo)
     if refusal is not None:
         await _deny(
             scope, send, server, refusal.status, refusal.reason, refusal.message,
@@ -129,12 +139,12 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
     try:
         await send({"type": "websocket.accept", "subprotocol": bearer.subprotocol})
     except BaseException:
-        server.caps.release(claims.sub, address, probe=probe)
+        server.caps.release(claims.sub, address, probe=probe, demo=demo)
         raise
     server.metrics.handshakes.labels("accepted").inc()
     return Connection(
         send, claims.sub, claims.exp, server,
-        address=address, probe=probe, jti=claims.jti, issued=claims.iat,
+        address=address, probe=probe, demo=demo, jti=claims.jti, issued=claims.iat,
     )  # fmt: skip
 
 
@@ -222,12 +232,13 @@ class Connection:
 
     __slots__ = (
         "_asgi_send", "_bucket", "_close", "_flusher", "_limit", "_pending", "_queue",
-        "_seen", "address", "expires", "issued", "jti", "probe", "server", "sub",
+        "_seen", "address", "demo", "expires", "issued", "jti", "probe", "server", "sub",
     )  # fmt: skip
 
     def __init__(
         self, send: Send, sub: str, expires: float, server: ZoneServer,
-        *, address: str = "", probe: bool = False, jti: str = "", issued: float = 0.0,
+        *, address: str = "", probe: bool = False, demo: bool = False, jti: str = "",
+        issued: float = 0.0,
     ) -> None:  # fmt: skip
         self._asgi_send = send
         self.sub = sub
@@ -237,6 +248,7 @@ class Connection:
         self.server = server
         self.address = address  # the client's, as the caps count it
         self.probe = probe  # the canary's: counted in the reserve
+        self.demo = demo  # a demo identity's: counted in the demo share
         realtime = server.config.realtime
         self._limit = realtime.send_queue
         self._bucket = TokenBucket(realtime.rate_limit, realtime.rate_burst)

@@ -7,6 +7,15 @@ long as its tokens live. The claim is the hash of a random secret kept in an Htt
 SameSite=Strict cookie on that browser, stored in the region's Redis
 (:func:`rideout.store.keys.demo_name_claim`); another requester gets 409.
 
+``Origin`` stops other web pages, not a script, which sets any: demo identities are
+free credentials. So new names are counted, per region, in all and per client address
+(``[auth] max_demo_identities``, ``max_demo_identities_per_address``; past either 429
+with ``Retry-After``, when the oldest counted claim expires), and a demo token carries
+:data:`DEMO_CLAIM`, by which ``/ws`` counts its connections in a share of their own
+(``[realtime] max_demo_connections``, :class:`~rideout.realtime.limits.ConnectionCaps`)
+and refuses them where demo sign-in is off. A name already held is renewed whatever
+the counts.
+
 A zone whose Redis is a read-only replica (the standby region) can check a claim but not
 record one: it issues tokens for names its browser already holds, and answers 503 for a
 new name until its region takes over.
@@ -19,6 +28,7 @@ import hmac
 import math
 import re
 import secrets
+from dataclasses import dataclass
 from typing import Final
 
 import redis.asyncio as aioredis
@@ -28,17 +38,39 @@ from starlette.responses import JSONResponse, Response
 
 from rideout import _body
 from rideout.auth import TokenIssuer
-from rideout.config import Config
-from rideout.store import keys
+from rideout.config import AuthConfig, Config
+from rideout.store import functions, keys
+from rideout.store.functions import StoreFunction
 
-__all__ = ["DEMO_COOKIE", "claim_name", "demo_token"]
+__all__ = ["DEMO_CLAIM", "DEMO_COOKIE", "QuotaReached", "claim_name", "demo_token"]
 
 DEMO_COOKIE: Final = "rideout_demo"
+DEMO_CLAIM: Final = "rideout_demo"
+"""The access-token claim (``true``) of a demo sign-in's tokens: only this route sets it."""
 MAX_BODY: Final = 1024
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,32}")
 _SECRET: Final = re.compile(r"[A-Za-z0-9_-]{43}")
 _RESERVED: Final = ("canary-",)  # the canaries' own subjects
 _NO_STORE: Final = {"Cache-Control": "no-store"}
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaReached:
+    """A new name refused at a cap: the JSON ``error`` and the seconds until a place frees."""
+
+    error: str
+    retry_after: int
+
+    @property
+    def message(self) -> str:
+        where = "from this address" if self.error.endswith("_from_address") else "in this region"
+        return (
+            f"too many demo names are held {where}; retry in {self.retry_after} s, or sign "
+            "in again with a name this browser already holds"
+        )
+
+
+_QUOTAS: Final = {2: "too_many_demo_identities", 3: "too_many_demo_identities_from_address"}
 
 
 def _error(status: int, error: str, message: str, **headers: str) -> JSONResponse:
@@ -47,30 +79,44 @@ def _error(status: int, error: str, message: str, **headers: str) -> JSONRespons
     )
 
 
-async def claim_name(redis: aioredis.Redis, name: str, holder: str, ttl: int) -> int | None:
+async def claim_name(
+    redis: aioredis.Redis, name: str, holder: str, ttl: int, *, address: str, auth: AuthConfig
+) -> int | QuotaReached | None:
     """Claim `name` for `holder` (a hash) for `ttl` seconds, or renew the holder's claim:
-    the seconds the claim now lasts, or None when someone else holds the name.
+    the seconds the claim now lasts, None when someone else holds the name, or the
+    quota a new name from `address` would exceed (``auth``'s caps).
 
     Raises :class:`~redis.exceptions.ReadOnlyError` on a replica for a name not yet
     claimed, and other RedisErrors when Redis fails.
     """
-    key = keys.demo_name_claim(name)
-    for _ in range(3):  # a claim that expires between two calls is claimed afresh
-        held = await redis.get(key)
-        if held is None:
-            if await redis.set(key, holder, nx=True, ex=ttl):
-                return ttl
-            continue
-        if not hmac.compare_digest(str(held).encode(), holder.encode()):
-            return None
-        try:
-            if await redis.expire(key, ttl):
-                return ttl
-        except ReadOnlyError:  # a replica: the claim lasts what it has left
-            left = int(await redis.ttl(key))
+    per_address = auth.max_demo_identities_per_address
+    names = [keys.demo_name_claim(name), keys.demo_identities()]
+    if per_address:
+        names.append(keys.demo_identities_from(address))
+    script = StoreFunction(redis, functions.DEMO_NAME_CLAIM)  # store/scripts.py has its Lua
+    args: list[str | int] = [
+        holder,
+        ttl * 1000,
+        name.casefold(),
+        auth.max_demo_identities,
+        per_address,
+    ]
+    try:
+        outcome, ms = (int(v) for v in await script(keys=names, args=args))
+    except ReadOnlyError:  # a replica: a name its holder has lasts what it has left
+        held = await redis.get(names[0])
+        if held is not None and hmac.compare_digest(str(held).encode(), holder.encode()):
+            left = int(await redis.ttl(names[0]))
             if left > 0:
                 return left
-    raise RedisError(f"the claim on {name!r} kept changing")
+        if held is not None:
+            return None
+        raise
+    if outcome == 1:
+        return math.ceil(ms / 1000)
+    if outcome == 0:
+        return None
+    return QuotaReached(_QUOTAS[outcome], max(1, math.ceil(ms / 1000)))
 
 
 def _origin_allowed(config: Config, origin: str | None) -> bool:
@@ -98,8 +144,12 @@ async def demo_token(
     if not _SECRET.fullmatch(secret):
         secret = secrets.token_urlsafe(32)
     holder = hashlib.sha256(secret.encode()).hexdigest()
+    client = request.client
     try:
-        lifetime = await claim_name(redis, name, holder, max(1, math.ceil(config.auth.token_ttl)))
+        lifetime = await claim_name(
+            redis, name, holder, max(1, math.ceil(config.auth.token_ttl)),
+            address=client.host if client else "", auth=config.auth,
+        )  # fmt: skip
     except ReadOnlyError:
         return _error(
             503, "standby",
@@ -111,7 +161,11 @@ async def demo_token(
                       **{"Retry-After": "1"})  # fmt: skip
     if lifetime is None:
         return _error(409, "name_taken", f"{name!r} is someone else's; choose another name")
-    response = JSONResponse({"token": issuer.issue(name, ttl=lifetime)}, headers=_NO_STORE)
+    if isinstance(lifetime, QuotaReached):
+        return _error(429, lifetime.error, lifetime.message,
+                      **{"Retry-After": str(lifetime.retry_after)})  # fmt: skip
+    token = issuer.issue(name, ttl=lifetime, extra_claims={DEMO_CLAIM: True})
+    response = JSONResponse({"token": token}, headers=_NO_STORE)
     response.set_cookie(
         DEMO_COOKIE, secret, max_age=lifetime, path=request.url.path, httponly=True,
         samesite="strict",

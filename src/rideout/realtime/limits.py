@@ -27,6 +27,7 @@ Clock = Callable[[], float]
 TOO_MANY_FOR_USER: Final = "too_many_connections"
 TOO_MANY_FROM_ADDRESS: Final = "too_many_connections_from_address"
 ZONE_FULL: Final = "zone_full"
+DEMO_FULL: Final = "demo_full"
 OVERLOADED: Final = "overloaded"
 
 
@@ -135,41 +136,61 @@ class ConnectionCaps:
 
     `total` is the process's whole budget; `reserved` of it only probes (the canary) may
     use (ordinary connections stop at ``total - reserved``), so a zone that attackers
-    have filled still answers its canary.
+    have filled still answers its canary. Connections of demo identities (tokens of the
+    demo sign-in, which anyone can get) stop at `demo`, their share: ordinary users
+    always keep ``total - reserved - demo`` (and may use the share's free places), so
+    demo names made by the thousand cannot keep them out. With `demo` 0, none open.
     Probes are exempt from the per-user and per-address caps. A cap of 0 is no cap.
     """
 
     __slots__ = (
-        "_by_address", "_by_user", "open", "per_address", "per_user", "probes", "reserved",
-        "total",
+        "_by_address", "_by_user", "demo", "demos", "open", "per_address", "per_user",
+        "probes", "reserved", "total",
     )  # fmt: skip
 
-    def __init__(self, total: int, reserved: int, per_user: int, per_address: int) -> None:
+    def __init__(
+        self, total: int, reserved: int, per_user: int, per_address: int, demo: int = 0
+    ) -> None:
         self.total = total
         self.reserved = reserved
         self.per_user = per_user
         self.per_address = per_address
-        self.open = 0  # connections, probes included
+        self.demo = demo
+        self.open = 0  # connections, probes and demos included
         self.probes = 0
+        self.demos = 0
         self._by_user: dict[str, int] = {}
         self._by_address: dict[str, int] = {}
 
     @classmethod
-    def for_config(cls, realtime: RealtimeConfig, total: int | None = None) -> ConnectionCaps:
+    def for_config(
+        cls, realtime: RealtimeConfig, total: int | None = None, *, demo_tokens: bool = False
+    ) -> ConnectionCaps:
         """The caps of ``[realtime]``; `total` in place of ``max_connections`` (the app
-        passes it lowered to fit the open-file limit)."""
+        passes it lowered to fit the open-file limit). The demo share is
+        ``max_demo_connections`` with `demo_tokens` on (``[auth] demo_tokens``), at most
+        half of what ordinary users may open; 0 with them off."""
+        total = realtime.max_connections if total is None else total
+        ordinary = total - realtime.reserved_connections
+        demo = min(realtime.max_demo_connections, max(0, ordinary // 2)) if demo_tokens else 0
         return cls(
-            realtime.max_connections if total is None else total,
-            realtime.reserved_connections,
-            realtime.max_connections_per_user,
-            realtime.max_connections_per_address,
-        )
+            total, realtime.reserved_connections, realtime.max_connections_per_user,
+            realtime.max_connections_per_address, demo,
+        )  # fmt: skip
 
-    def admit(self, user: str, address: str, *, probe: bool = False) -> Refusal | None:
+    def admit(
+        self, user: str, address: str, *, probe: bool = False, demo: bool = False
+    ) -> Refusal | None:
         """Count a new connection, or say why it may not open (and count nothing)."""
         ordinary = self.open - self.probes
         if self.open >= self.total or (not probe and ordinary >= self.total - self.reserved):
             return Refusal(503, ZONE_FULL, "this server is at its connection limit; retry later")
+        if demo and not probe and self.demos >= self.demo:
+            return Refusal(
+                503, DEMO_FULL,
+                f"this server's {self.demo} connections for demo sign-ins are taken; retry "
+                "later, or connect with a token of the deployment's own",
+            )  # fmt: skip
         if not probe:
             if self.per_user and self._by_user.get(user, 0) >= self.per_user:
                 return Refusal(
@@ -185,16 +206,18 @@ class ConnectionCaps:
         if probe:
             self.probes += 1
         else:
+            self.demos += demo
             self._by_user[user] = self._by_user.get(user, 0) + 1
             self._by_address[address] = self._by_address.get(address, 0) + 1
         return None
 
-    def release(self, user: str, address: str, *, probe: bool = False) -> None:
-        """Uncount a connection that :meth:`admit` let in."""
+    def release(self, user: str, address: str, *, probe: bool = False, demo: bool = False) -> None:
+        """Uncount a connection that :meth:`admit` let in (with the same `probe` and `demo`)."""
         self.open -= 1
         if probe:
             self.probes -= 1
         else:
+            self.demos -= demo
             _decrement(self._by_user, user)
             _decrement(self._by_address, address)
 

@@ -244,7 +244,9 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
             keys.REVOCATION_KEYS,
             keys.WAITINGROOM_KEYS,
             keys.CANARY_KEYS,
-        ),  # revocations: read by each app server's follower; canary: the store probe
+            keys.DEMO_KEYS,
+        ),  # revocations: read by each app server's follower; canary: the store probe;
+        # demo: the demo sign-in's quotas (realtime/demo.py)
         read_keys=(keys.EPOCH,),  # the scripts read it by name, never in KEYS
         eval_commands=_APP_EVAL,
         function_commands=_APP_FUNCTIONS,

@@ -37,6 +37,7 @@ from rideout.store.errors import StoreError
 
 __all__ = [
     "BID",
+    "DEMO_NAME_CLAIM",
     "FUNCTIONS_SINCE",
     "GET_STATE",
     "IDEMPOTENCY_CLAIM",
@@ -118,13 +119,15 @@ ROOM: Final[Mapping[str, Routine]] = {
 """The waiting room's scripts (:mod:`.room_scripts`), by their names there."""
 OIDC: Final[Mapping[str, Routine]] = {
     name: Routine(f"rideout_oidc_{name.lower()}", getattr(scripts, f"OIDC_{name}"))
-    for name in ("TAKE", "PUT", "READ", "BIND")
+    for name in ("TAKE", "TAKE_CODE", "PUT", "READ", "BIND")
 }
 """The waiting room's OpenID adapter's one-key scripts."""
 
+DEMO_NAME_CLAIM: Final = Routine("rideout_demo_name_claim", scripts.DEMO_NAME_CLAIM)
+
 ROUTINES: Final[tuple[Routine, ...]] = (
     BID, GET_STATE, LAST_OFFSET, PROBE, READ_REVOCATIONS, IDEMPOTENCY_CLAIM,
-    IDEMPOTENCY_FINISH, *ROOM.values(), *OIDC.values(),
+    IDEMPOTENCY_FINISH, DEMO_NAME_CLAIM, *ROOM.values(), *OIDC.values(),
 )  # fmt: skip
 """Every script the app user runs; the controller's own (REVOKE, the epoch's, the
 control plane's lease) stay ``EVAL``."""

@@ -19,6 +19,7 @@ __all__ = [
     "CONTROL_PLANE_KEYS",
     "CONTROL_PLANE_LEASE",
     "CONTROL_PLANE_STATE",
+    "DEMO_KEYS",
     "EPOCH",
     "IDEMPOTENCY_KEYS",
     "PREFIX",
@@ -32,6 +33,8 @@ __all__ = [
     "WAITINGROOM_KEYS",
     "bid_ack",
     "canary_probe",
+    "demo_identities",
+    "demo_identities_from",
     "demo_name_claim",
     "idempotency",
     "legacy_bid_ack",
@@ -60,6 +63,7 @@ USER_KEYS = PREFIX + "user:*"
 IDEMPOTENCY_KEYS = PREFIX + "idem:*"
 # The canary's probe keys (see canary_probe).
 CANARY_KEYS = PREFIX + "canary:*"
+DEMO_KEYS = PREFIX + "demo:*"
 # Revoked tokens (hash: "sub:NAME" or "jti:ID" -> {"until","expires","at"} in ms), and
 # a value that changes with every revocation, which app servers poll (one tag: a
 # revocation writes both at once).
@@ -133,6 +137,18 @@ def demo_name_claim(name: str) -> str:
     long as the tokens issued for it live. Keyed by the case-folded name, so "Alice"
     cannot pass for "alice"; under the user's hash tag."""
     return f"{PREFIX}user:{{{_safe(name.casefold())}}}:demo-claim"
+
+
+def demo_identities() -> str:
+    """Sorted set: every demo name claimed in the region (case-folded), scored by when its
+    claim expires (ms): what ``[auth] max_demo_identities`` counts."""
+    return f"{PREFIX}demo:{{identities}}:all"
+
+
+def demo_identities_from(address: str) -> str:
+    """Sorted set: the demo names claimed from one client address, scored as in
+    :func:`demo_identities`: what ``max_demo_identities_per_address`` counts."""
+    return f"{PREFIX}demo:{{identities}}:address:{_safe(address)}"
 
 
 def idempotency(scope: str, key: str, user: str | None = None) -> str:

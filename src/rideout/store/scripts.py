@@ -33,6 +33,7 @@ from rideout.store import keys
 
 __all__ = [
     "BID",
+    "DEMO_NAME_CLAIM",
     "EPOCH_KEY",
     "GET_STATE",
     "IDEMPOTENCY_CLAIM",
@@ -42,6 +43,7 @@ __all__ = [
     "OIDC_PUT",
     "OIDC_READ",
     "OIDC_TAKE",
+    "OIDC_TAKE_CODE",
     "PROBE",
     "READ_REVOCATIONS",
     "REVOKE",
@@ -420,3 +422,62 @@ OIDC_BIND: Final = (
     "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return ARGV[1] end "
     "return redis.call('GET', KEYS[1])"
 )
+# A code's record (KEYS[1]) is taken once: deleted and kept as spent (KEYS[2]) for as
+# long as the tokens it gives live (its tokens_until, in s), ARGV[1] ms at least. A spent
+# code presented again answers {'spent', record} once: its tokens are to be revoked.
+OIDC_TAKE_CODE: Final = """
+local v = redis.call('GET', KEYS[1])
+if v then
+  redis.call('DEL', KEYS[1])
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  local lives = math.floor(cjson.decode(v)['tokens_until'] * 1000) - now
+  redis.call('SET', KEYS[2], v, 'PX', math.max(lives, tonumber(ARGV[1])))
+  return {'new', v}
+end
+local spent = redis.call('GET', KEYS[2])
+if spent then
+  redis.call('DEL', KEYS[2])
+  return {'spent', spent}
+end
+return false
+"""
+
+# The demo sign-in (rideout.realtime.demo): claim or renew a name, counting new names
+# against the quotas, in one step (Redis's clock: every zone of the region counts
+# alike). KEYS: the name's claim, the region's names, and with a per-address cap the
+# address's names (sorted sets scored by expiry, ms). ARGV: holder, ttl ms, the
+# case-folded name, the cap in all, the cap per address. Answers {1, ms held}, {0, 0}
+# when another holds the name, or {2 | 3, ms until the oldest name counted expires} at
+# the cap in all | per address. A holder is the SHA-256 of a random secret, so comparing
+# it in Lua's time leaks nothing worth having.
+DEMO_NAME_CLAIM: Final = """
+local held = redis.call('GET', KEYS[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local ttl = tonumber(ARGV[2])
+local sets = {KEYS[2], KEYS[3]}
+if held then
+  if held ~= ARGV[1] then return {0, 0} end
+  redis.call('PEXPIRE', KEYS[1], ttl)
+  for _, set in ipairs(sets) do
+    redis.call('ZADD', set, 'XX', now + ttl, ARGV[3])
+    redis.call('PEXPIRE', set, ttl)
+  end
+  return {1, ttl}
+end
+local caps = {tonumber(ARGV[4]), tonumber(ARGV[5])}
+for i, set in ipairs(sets) do
+  redis.call('ZREMRANGEBYSCORE', set, '-inf', now)
+  if redis.call('ZCARD', set) >= caps[i] then
+    local oldest = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')
+    return {i + 1, tonumber(oldest[2]) - now}
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
+for _, set in ipairs(sets) do
+  redis.call('ZADD', set, now + ttl, ARGV[3])
+  redis.call('PEXPIRE', set, ttl)
+end
+return {1, ttl}
+"""

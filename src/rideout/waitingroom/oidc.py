@@ -28,40 +28,32 @@ grant's storage calls come back to the event loop (``anyio.from_thread``).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import hmac
-import html
 import json
+import logging
 import math
 import re
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar, Final
-from urllib.parse import parse_qsl, urlencode, urlsplit
+from typing import Any, Final
+from urllib.parse import parse_qsl, urlencode
 
 import anyio.from_thread
 import anyio.to_thread
-from authlib.oauth2 import AuthorizationServer, OAuth2Request
+from authlib.oauth2 import AuthorizationServer
 from authlib.oauth2.rfc6749 import (
     AccessDeniedError,
-    AuthorizationCodeMixin,
-    ClientMixin,
     InvalidGrantError,
-    InvalidRequestError,
     InvalidScopeError,
     OAuth2Error,
 )
-from authlib.oauth2.rfc6749.grants import AuthorizationCodeGrant, RefreshTokenGrant
-from authlib.oauth2.rfc6749.requests import BasicOAuth2Payload
-from authlib.oauth2.rfc7636 import CodeChallenge
-from authlib.oidc.core import OpenIDCode, OpenIDToken, UserInfo
 from authlib.oidc.discovery import OpenIDProviderMetadata
 from joserfc.jwk import RSAKey
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import JSONResponse, RedirectResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from rideout import _body, _validate, routes
@@ -76,6 +68,20 @@ from rideout.auth.room_tokens import (
 from rideout.errors import InvalidArgument
 from rideout.store import functions, keys
 from rideout.store.functions import StoreFunction
+from rideout.waitingroom._oidc_authlib import (
+    GRANT_TYPES,
+    AuthlibRequest,
+    Client,
+    Code,
+    CodeGrant,
+    OidcClient,
+    OpenID,
+    RefreshedIdToken,
+    RefreshGrant,
+    RefreshTokenRecord,
+    S256ForAll,
+    hash_secret,
+)
 from rideout.waitingroom.errors import (
     NotServedYet,
     PositionExpired,
@@ -85,7 +91,8 @@ from rideout.waitingroom.errors import (
     SessionEnded,
     UnknownRequest,
 )
-from rideout.waitingroom.model import Renewal, TokenGrant, check_event_id
+from rideout.waitingroom.model import Position, Renewal, TokenGrant
+from rideout.waitingroom.oidc_page import WaitingPage, error_page
 from rideout.waitingroom.store import RoomStore, new_request_id
 
 __all__ = [
@@ -95,266 +102,16 @@ __all__ = [
     "hash_secret",
 ]
 
+log = logging.getLogger("rideout.waitingroom")
+
 CODE_TTL: Final = 60.0
 """Seconds an authorization code can be exchanged (RFC 6749 recommends at most 10 min)."""
 AUTHORIZE_TTL: Final = 3600.0  # seconds an authorize request may wait in the room
 _MAX_BODY: Final = 8192
-_SECURITY_HEADERS: Final = {
-    "Cache-Control": "no-store",
-    "Pragma": "no-cache",
-    "Content-Security-Policy": "default-src 'none'; style-src 'self'; frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
-
-
-def hash_secret(secret: str) -> str:
-    """The SHA-256 (hex) a confidential client's secret is kept as. The secrets are
-    random and long (``secrets.token_urlsafe(32)``), so a plain hash suffices."""
-    return hashlib.sha256(_validate.text("secret", secret).encode()).hexdigest()
 
 
 def _digest(value: str) -> str:
     return hashlib.sha256(value.encode()).hexdigest()
-
-
-@dataclass(frozen=True, slots=True)
-class OidcClient:
-    """The relying party of one event: its id is the event id, its redirect URIs are
-    matched exactly; ``secret_sha256`` (:func:`hash_secret`) makes it confidential
-    (``client_secret_basic`` or ``client_secret_post``), None a public client (PKCE,
-    no secret)."""
-
-    client_id: str
-    redirect_uris: tuple[str, ...]
-    secret_sha256: str | None = None
-
-    def __post_init__(self) -> None:
-        check_event_id(self.client_id)
-        if not self.redirect_uris:
-            raise InvalidArgument("redirect_uris must name at least one URI")
-        for uri in self.redirect_uris:
-            parts = urlsplit(_validate.text("redirect_uri", uri))
-            if parts.scheme not in ("https", "http") or not parts.netloc or parts.fragment:
-                raise InvalidArgument(
-                    f"redirect URI {uri!r} must be an absolute http(s) URI without a fragment"
-                )
-        secret = self.secret_sha256
-        if secret is not None and (len(secret) != 64 or secret.strip("0123456789abcdef")):
-            raise InvalidArgument("secret_sha256 must be a hex SHA-256 (hash_secret)")
-
-    @property
-    def public(self) -> bool:
-        """Whether the client has no secret (it proves itself with PKCE alone)."""
-        return self.secret_sha256 is None
-
-    def check_secret(self, secret: object) -> bool:
-        """Whether `secret` is the client's (constant time)."""
-        if self.secret_sha256 is None or not isinstance(secret, str) or not secret:
-            return False
-        given = hashlib.sha256(secret.encode()).hexdigest()
-        return hmac.compare_digest(given, self.secret_sha256)
-
-
-# ----------------------------------------------------------------- Authlib's side
-
-
-class _Client(ClientMixin):  # type: ignore[misc]
-    def __init__(self, client: OidcClient) -> None:
-        self.client = client
-
-    def get_client_id(self) -> str:
-        return self.client.client_id
-
-    def get_default_redirect_uri(self) -> str | None:
-        return None  # redirect_uri is required: nothing is guessed
-
-    def get_allowed_scope(self, scope: str) -> str:
-        return "openid"  # what this provider can answer; other scopes are ignored
-
-    def check_redirect_uri(self, redirect_uri: str) -> bool:
-        return redirect_uri in self.client.redirect_uris
-
-    def check_client_secret(self, client_secret: str) -> bool:
-        return self.client.check_secret(client_secret)
-
-    def check_endpoint_auth_method(self, method: str, endpoint: str) -> bool:
-        if self.client.public:
-            return method == "none"
-        return method in ("client_secret_basic", "client_secret_post")
-
-    def check_response_type(self, response_type: str) -> bool:
-        return response_type == "code"
-
-    def check_grant_type(self, grant_type: str) -> bool:
-        return grant_type in _GRANT_TYPES
-
-
-@dataclass(frozen=True, slots=True)
-class _Code(AuthorizationCodeMixin):  # type: ignore[misc]
-    client_id: str
-    redirect_uri: str
-    scope: str
-    nonce: str
-    code_challenge: str
-    code_challenge_method: str
-    request_id: str
-    auth_time: int
-    expires_at: float
-
-    def get_redirect_uri(self) -> str:
-        return self.redirect_uri
-
-    def get_scope(self) -> str:
-        return self.scope
-
-    def get_nonce(self) -> str:
-        return self.nonce
-
-    def get_auth_time(self) -> int:
-        return self.auth_time
-
-    def get_acr(self) -> None:
-        return None
-
-    def get_amr(self) -> None:
-        return None
-
-
-class _Request(OAuth2Request):  # type: ignore[misc]
-    """An OAuth2Request of a Starlette request's query and (already read) form."""
-
-    def __init__(
-        self, method: str, uri: str, headers: Mapping[str, str], args: dict[str, str],
-        form: dict[str, str], *, local_http: bool = False,
-    ) -> None:  # fmt: skip
-        # Authlib refuses http:// but for loopback hosts; `rideout up`'s app domain is a
-        # name that resolves to loopback, served over http (local mode only).
-        super().__init__(method, _SECURE_PLACEHOLDER if local_http else uri, headers=headers)
-        self.uri = uri
-        self._args, self._form = args, form
-        self.payload = BasicOAuth2Payload({**args, **form})
-
-    @property
-    def args(self) -> dict[str, str]:
-        return self._args
-
-    @property
-    def form(self) -> dict[str, str]:
-        return self._form
-
-
-class _S256ForAll(CodeChallenge):  # type: ignore[misc]
-    """PKCE with S256, required of every client (Authlib's ``required=True`` lets a
-    confidential client skip it; and an absent method would mean ``plain``)."""
-
-    SUPPORTED_CODE_CHALLENGE_METHOD = ("S256",)
-
-    def validate_code_challenge(self, grant: Any, redirect_uri: str) -> None:
-        data = grant.request.payload.data
-        if not data.get("code_challenge"):
-            raise InvalidRequestError("Missing 'code_challenge': PKCE (S256) is required")
-        if data.get("code_challenge_method") != "S256":
-            raise InvalidRequestError("'code_challenge_method' must be S256")
-        super().validate_code_challenge(grant, redirect_uri)
-
-    def validate_code_verifier(self, grant: Any, result: Any) -> None:
-        if not grant.request.form.get("code_verifier"):
-            raise InvalidRequestError("Missing 'code_verifier'")
-        super().validate_code_verifier(grant, result)
-
-
-class _CodeGrant(AuthorizationCodeGrant):  # type: ignore[misc]
-    TOKEN_ENDPOINT_AUTH_METHODS: ClassVar = ["client_secret_basic", "client_secret_post", "none"]
-    AUTHORIZATION_CODE_LENGTH = 43
-    server: OidcProvider
-
-    def save_authorization_code(self, code: str, request: Any) -> None:
-        self.server.save_code(code, request)
-
-    def query_authorization_code(self, code: str, client: _Client) -> _Code | None:
-        return self.server.take_code(code, client.get_client_id())
-
-    def delete_authorization_code(self, authorization_code: _Code) -> None:
-        pass  # taken (read and deleted at once) when it was queried: single use
-
-    def authenticate_user(self, authorization_code: _Code) -> TokenGrant:
-        return self.server.claim(authorization_code.request_id)
-
-
-class _RefreshToken:
-    """A verified refresh token, as Authlib's refresh grant asks about it."""
-
-    def __init__(self, claims: RoomClaims) -> None:
-        self.claims = claims
-
-    def check_client(self, client: _Client) -> bool:
-        return client.get_client_id() == self.claims.event_id  # aud: the client it went to
-
-    def get_scope(self) -> str:
-        return "openid"
-
-
-class _RefreshGrant(RefreshTokenGrant):  # type: ignore[misc]
-    """``grant_type=refresh_token``: renews the session; the refresh token rotates (a
-    new one in every answer, the presented one refused from then on)."""
-
-    TOKEN_ENDPOINT_AUTH_METHODS: ClassVar = ["client_secret_basic", "client_secret_post", "none"]
-    INCLUDE_NEW_REFRESH_TOKEN = True
-    server: OidcProvider
-
-    def authenticate_refresh_token(self, refresh_token: str) -> _RefreshToken | None:
-        return self.server.refresh_claims(refresh_token)
-
-    def authenticate_user(self, refresh_token: _RefreshToken) -> Renewal:
-        return self.server.renew(refresh_token.claims)
-
-    def revoke_old_credential(self, refresh_token: _RefreshToken) -> None:
-        pass  # the renewal rotated it, atomically, before the new set was signed
-
-
-class _IdTokens:
-    """How both grants sign their id tokens (Authlib's OpenIDToken hooks)."""
-
-    provider: OidcProvider
-
-    def resolve_client_private_key(self, client: _Client) -> Any:
-        return self.provider.jose_key()
-
-    def get_client_algorithm(self, client: _Client) -> str:
-        return "RS256"  # OpenID Registration's default: what every RP can verify
-
-    def get_client_claims(self, client: _Client) -> dict[str, Any]:
-        return {"iss": self.provider.issuer, "aud": [client.get_client_id()]}
-
-    def get_encode_header(self, client: _Client) -> dict[str, str]:
-        return {"alg": "RS256", "kid": self.provider.id_keys.ring().current_kid, "typ": "JWT"}
-
-    def generate_user_info(self, user: TokenGrant, scope: str) -> UserInfo:
-        # The id token lives as long as the room's access token it comes with.
-        info = UserInfo(
-            sub=user.request_id, queue_position=user.queue_position, iat=user.issued_at,
-            exp=user.expires_at,
-        )  # fmt: skip
-        if isinstance(user, Renewal):
-            info["auth_time"] = user.started_at  # OpenID Core 12.2: the original one
-        return info
-
-
-class _OpenID(_IdTokens, OpenIDCode):  # type: ignore[misc]
-    def __init__(self, provider: OidcProvider) -> None:
-        super().__init__(require_nonce=True)
-        self.provider = provider
-
-    def exists_nonce(self, nonce: str, request: Any) -> bool:
-        return self.provider.nonce_used(nonce)
-
-
-class _RefreshedIdToken(_IdTokens, OpenIDToken):  # type: ignore[misc]
-    """The refresh grant's id token: no nonce (there is no authorization code)."""
-
-    def __init__(self, provider: OidcProvider) -> None:
-        self.provider = provider
 
 
 # ----------------------------------------------------------------- the provider
@@ -384,6 +141,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         origins: Sequence[str] = (),
         local_http: bool = False,
         code_ttl: float = CODE_TTL,
+        page_refresh: int = 5,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(scopes_supported=["openid"])
@@ -402,23 +160,25 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         self.origins = frozenset(origins)
         self.local_http = local_http
         self.code_ttl = _validate.seconds("code_ttl", code_ttl)
+        self.page = WaitingPage(page_refresh)
         self.clock = clock
         redis = store.redis
-        self._take, self._put, self._read, self._bind = (
-            StoreFunction(redis, functions.OIDC[name]) for name in ("TAKE", "PUT", "READ", "BIND")
+        self._take, self._take_code, self._put, self._read, self._bind = (
+            StoreFunction(redis, functions.OIDC[name])
+            for name in ("TAKE", "TAKE_CODE", "PUT", "READ", "BIND")
         )
         self._jose: dict[str, Any] = {}
         self.register_token_generator("default", self._generate_token)
-        self.register_grant(_CodeGrant, [_S256ForAll(required=True), _OpenID(self)])
-        self.register_grant(_RefreshGrant, [_RefreshedIdToken(self)])
+        self.register_grant(CodeGrant, [S256ForAll(required=True), OpenID(self)])
+        self.register_grant(RefreshGrant, [RefreshedIdToken(self)])
 
     # ------------------------------------------------------- Authlib's hooks
 
-    def query_client(self, client_id: str) -> _Client | None:
-        return _Client(self.client) if client_id == self.client.client_id else None
+    def query_client(self, client_id: str) -> Client | None:
+        return Client(self.client) if client_id == self.client.client_id else None
 
     def create_oauth2_request(self, request: Any) -> Any:
-        return request  # already a _Request (built from the Starlette request)
+        return request  # already a AuthlibRequest (built from the Starlette request)
 
     def create_json_request(self, request: Any) -> Any:
         return request
@@ -479,6 +239,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             "request_id": grant.request_id,
             "auth_time": grant.issued_at,
             "expires_at": self.clock() + self.code_ttl,
+            "tokens_until": grant.expires_at,
         }
         ttl_ms = math.ceil(self.code_ttl * 1000)
         nonce_ms = max(ttl_ms, math.ceil((grant.expires_at - self.clock()) * 1000))
@@ -487,13 +248,13 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         anyio.from_thread.run(self._run, self._put, self._key("nonce", data["nonce"]), "1",
                               nonce_ms)  # fmt: skip
 
-    def take_code(self, code: str, client_id: str) -> _Code | None:
+    def take_code(self, code: str, client_id: str) -> Code | None:
         """The code's record, deleted as it is read; None if unknown, used, expired
-        or another client's."""
-        raw = anyio.from_thread.run(self._run, self._take, self._key("code", code))
+        or another client's. A code used already ends the session it gave tokens for."""
+        raw = anyio.from_thread.run(self._take_spent, code)
         if raw is None:
             return None
-        record = _Code(**json.loads(raw))
+        record = Code(**json.loads(raw))
         if record.client_id != client_id or record.expires_at < self.clock():
             return None
         return record
@@ -511,14 +272,14 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         except (PositionExpired, SessionEnded) as exc:
             raise InvalidGrantError(f"The waiting-room session has ended: {exc}") from exc
 
-    def refresh_claims(self, token: str) -> _RefreshToken | None:
+    def refresh_claims(self, token: str) -> RefreshTokenRecord | None:
         """The claims of a refresh token of this event's (None: Authlib answers
         ``invalid_grant``)."""
         try:
             claims = self.verifier.verify(token, token_use="refresh", audience=self.event_id)
         except AuthError:
             return None
-        return _RefreshToken(claims)
+        return RefreshTokenRecord(claims)
 
     def renew(self, claims: RoomClaims) -> Renewal:
         """Renew the session of a verified refresh token, or an OAuth error."""
@@ -536,6 +297,25 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             raise InvalidGrantError(f"The refresh token cannot be used: {exc}") from exc
         except RoomError as exc:  # ended, expired, capped; the event reset or deleted
             raise InvalidGrantError(f"The waiting-room session has ended: {exc}") from exc
+
+    async def _take_spent(self, code: str) -> str | None:
+        """The code's record the first time; a code presented again is stolen or replayed
+        (RFC 6749 4.1.2): the session its tokens belong to ends, so that /userinfo, a
+        refresh and the auction's /ws refuse them, and None."""
+        names = [self._key("code", code), self._key("spent", code)]
+        with self.store.errors(f"oidc {self.event_id}"):
+            reply = await self._take_code(keys=names, args=[math.ceil(self.code_ttl * 1000)])
+        if not reply:
+            return None
+        kind, record = (v.decode() if isinstance(v, bytes) else str(v) for v in reply)
+        if kind == "new":
+            return record
+        request_id = json.loads(record)["request_id"]
+        log.warning("an authorization code of %s was presented again: its session %s ends "
+                    "(RFC 6749 4.1.2)", self.event_id, request_id)  # fmt: skip
+        with contextlib.suppress(UnknownRequest):  # ended already
+            await self.store.update_session(self.event_id, request_id, -1)
+        return None
 
     async def _run(self, script: Any, key: str, *args: str | int) -> str | None:
         with self.store.errors(f"oidc {self.event_id}"):
@@ -557,6 +337,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             (routes.OIDC_DISCOVERY, self.discovery, ["GET"]),
             (routes.OIDC_JWKS, self.jwks, ["GET"]),
             (routes.OIDC_AUTHORIZE, self.authorize, ["GET"]),
+            (routes.OIDC_WAIT, self.wait, ["GET"]),
             (routes.OIDC_ENTER, self.enter, ["POST"]),
             (routes.OIDC_RESUME, self.resume, ["GET"]),
             (routes.OIDC_TOKEN, self.token, ["POST"]),
@@ -578,7 +359,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             jwks_uri=base + "/.well-known/jwks.json",
             response_types_supported=["code"],
             response_modes_supported=["query"],
-            grant_types_supported=list(_GRANT_TYPES),
+            grant_types_supported=list(GRANT_TYPES),
             scopes_supported=["openid"],
             subject_types_supported=["public"],
             id_token_signing_alg_values_supported=["RS256"],
@@ -628,9 +409,9 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             headers={"Cache-Control": "public, max-age=300", "Access-Control-Allow-Origin": "*"},
         )
 
-    def _oauth_request(self, request: Request, form: dict[str, str]) -> _Request:
+    def _oauth_request(self, request: Request, form: dict[str, str]) -> AuthlibRequest:
         args = dict(request.query_params)
-        return _Request(request.method, str(request.url), request.headers, args, form,
+        return AuthlibRequest(request.method, str(request.url), request.headers, args, form,
                         local_http=self.local_http)  # fmt: skip
 
     async def authorize(self, request: Request) -> Response:
@@ -638,27 +419,26 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         validated redirect URI only, else on a page)."""
         query = _multi(request.query_params.multi_items())
         if any(len(v) > 1 for v in query.values()):
-            return _error_page(400, "invalid_request", "A parameter is given more than once")
+            return error_page(400, "invalid_request", "A parameter is given more than once")
         if not _plain(query):
-            return _error_page(400, "invalid_request", _PLAIN_RULE)
+            return error_page(400, "invalid_request", _PLAIN_RULE)
         req = self._oauth_request(request, {})
         try:
             await anyio.to_thread.run_sync(lambda: self.get_consent_grant(req))
         except OAuth2Error as error:
             return self._authorize_error(req, error)
         except ValueError:  # Authlib: a description it cannot quote (a '"' in a URI)
-            return _error_page(400, "invalid_request", "The request cannot be read")
+            return error_page(400, "invalid_request", "The request cannot be read")
         authz = secrets.token_urlsafe(24)
         await self._run(self._put, self._key("authz", authz), json.dumps(req.args),
                         math.ceil(AUTHORIZE_TTL * 1000))  # fmt: skip
-        page = routes.ROOM_PAGE + "?" + urlencode({"event_id": self.event_id, "authz": authz})
-        return RedirectResponse(page, status_code=302, headers={"Cache-Control": "no-store"})
+        return RedirectResponse(self._url(routes.OIDC_WAIT, authz), 302, headers=_NO_STORE)
 
-    def _authorize_error(self, req: _Request, error: OAuth2Error) -> Response:
+    def _authorize_error(self, req: AuthlibRequest, error: OAuth2Error) -> Response:
         if error.redirect_uri:
             response: Response = self.handle_error_response(req, error)
             return response
-        return _error_page(400, error.error, error.get_error_description() or "")
+        return error_page(400, error.error, error.get_error_description() or "")
 
     async def _authz(self, authz: object) -> dict[str, str] | None:
         if not isinstance(authz, str) or not 16 <= len(authz) <= 64:
@@ -682,23 +462,50 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
             authz = (await _body.read_json(request, _MAX_BODY)).get("authz")
         except _body.BodyRefused as exc:
             return JSONResponse({"error": f"{exc}: send {{authz}}"}, exc.status, headers=_NO_STORE)
-        if await self._authz(authz) is None:
-            return JSONResponse({"error": "Unknown or expired authorize request"}, 404,
-                                headers=_NO_STORE)  # fmt: skip
-        assert isinstance(authz, str)
-        candidate = new_request_id()
-        request_id = await self._run(self._bind, self._key("bound", authz), candidate,
-                                     math.ceil(AUTHORIZE_TTL * 1000))  # fmt: skip
-        assert request_id is not None
         try:
-            position = await self.store.assign(self.event_id, request_id)
+            taken = await self._position(authz)
         except RoomError as exc:
             return JSONResponse({"error": str(exc)}, exc.status, headers=_NO_STORE)
+        if taken is None:
+            return JSONResponse({"error": "Unknown or expired authorize request"}, 404,
+                                headers=_NO_STORE)  # fmt: skip
+        request_id, position = taken
         out: dict[str, Any] = {"api_request_id": request_id, "event_id": self.event_id}
         if position.queue_number:
             out["queue_number"] = position.queue_number
             out["entry_time"] = math.floor(position.entry_time)
         return JSONResponse(out, headers=_NO_STORE)
+
+    async def _position(self, authz: object) -> tuple[str, Position] | None:
+        """The request id and position of authorize request `authz`, taken on its first
+        call (None: no such request). Raises RoomError when the room refuses it."""
+        if await self._authz(authz) is None:
+            return None
+        assert isinstance(authz, str)
+        request_id = await self._run(self._bind, self._key("bound", authz), new_request_id(),
+                                     math.ceil(AUTHORIZE_TTL * 1000))  # fmt: skip
+        assert request_id is not None
+        return request_id, await self.store.assign(self.event_id, request_id)
+
+    async def wait(self, request: Request) -> Response:
+        """The waiting page of an authorize request: its position is taken here, on the
+        first visit, so that a client without a script waits too; the page moves on to
+        ``/resume`` by itself (room.js, or the refresh for a client without a script)."""
+        authz = request.query_params.get("authz")
+        try:
+            taken = await self._position(authz)
+        except RoomUnavailable:
+            raise  # 503 temporarily_unavailable: retry shortly
+        except RoomError as exc:
+            return error_page(exc.status, "access_denied", str(exc))
+        if taken is None:
+            return error_page(400, "invalid_request", "Unknown, used or expired authorize request")
+        assert isinstance(authz, str)
+        return self.page.render(self._url(routes.OIDC_RESUME, authz))
+
+    def _url(self, route: str, authz: str) -> str:
+        """The path of one of this event's routes for authorize request `authz`."""
+        return route.format(event_id=self.event_id) + "?" + urlencode({"authz": authz})
 
     async def resume(self, request: Request) -> Response:
         """Back from the room: the code goes to the relying party once the position is
@@ -706,13 +513,13 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         authz = request.query_params.get("authz")
         args = await self._authz(authz)
         if args is None:
-            return _error_page(400, "invalid_request",
+            return error_page(400, "invalid_request",
                                "Unknown, used or expired authorize request")  # fmt: skip
         assert isinstance(authz, str)
-        req = _Request("GET", self.issuer + "/authorize", request.headers, args, {},
+        req = AuthlibRequest("GET", self.issuer + "/authorize", request.headers, args, {},
                        local_http=self.local_http)  # fmt: skip
         request_id = await self._run(self._read, self._key("bound", authz))
-        room = routes.ROOM_PAGE + "?" + urlencode({"event_id": self.event_id, "authz": authz})
+        room = self._url(routes.OIDC_WAIT, authz)
         if request_id is None:
             return RedirectResponse(room, status_code=302, headers=_NO_STORE)
         try:
@@ -725,7 +532,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
                                        state=args.get("state")),
             )  # fmt: skip
         if await self._run(self._take, self._key("authz", authz)) is None:
-            return _error_page(400, "invalid_request", "This authorize request was used")
+            return error_page(400, "invalid_request", "This authorize request was used")
 
         def respond() -> Response:
             grant = self.get_consent_grant(req)
@@ -779,9 +586,7 @@ class OidcProvider(AuthorizationServer):  # type: ignore[misc]
         )
 
 
-_GRANT_TYPES: Final = ("authorization_code", "refresh_token")
 _NO_STORE: Final = {"Cache-Control": "no-store", "Pragma": "no-cache"}
-_SECURE_PLACEHOLDER: Final = "https://local.invalid/"
 
 
 _PLAIN: Final = re.compile(r"[\x20-\x7e]{0,2048}")
@@ -836,14 +641,3 @@ def _bearer_error(status: int, error: str, description: str) -> Response:
         headers={**_NO_STORE,
                  "WWW-Authenticate": f'Bearer error="{error}", error_description="{quoted}"'},
     )  # fmt: skip
-
-
-def _error_page(status: int, error: str, description: str) -> Response:
-    """The error shown to the user when it cannot go back to a validated redirect URI."""
-    body = (
-        "<!doctype html><html lang=en><head><meta charset=utf-8>"
-        "<title>Sign-in error</title><link rel=stylesheet href=/style.css></head>"
-        f"<body><main class=card><h1>Sign-in error</h1><p><code>{html.escape(error)}</code></p>"
-        f"<p>{html.escape(description)}</p></main></body></html>"
-    )
-    return HTMLResponse(body, status, headers=_SECURITY_HEADERS)

@@ -3,9 +3,10 @@
 // - Direct mode (`?event_id=E[&next=/path]`): once served, the room's token is kept in
 //   the URL fragment of the auction page (`next`, a path on this site only), which keeps
 //   it in sessionStorage ("rideout-room-token") and connects with it.
-// - OpenID mode (`?event_id=E&authz=A`, from the adapter's /authorize): the position is
-//   the authorize request's (POST /oidc/E/enter); once served the page returns to the
-//   adapter (/oidc/E/resume), which sends the code to the relying party.
+// - OpenID mode (served by the adapter as /oidc/E/wait?authz=A, where its /authorize
+//   sends the browser; or `?event_id=E&authz=A`): the position is the authorize
+//   request's (POST /oidc/E/enter); once served the page returns to the adapter
+//   (/oidc/E/resume), which sends the code to the relying party.
 // - The request id is kept in sessionStorage: a reload keeps the place in the queue.
 // - Polls go through the app domain resolved by DNS-over-HTTPS (as the auction's
 //   client), rotating addresses on failure, so a region failover is followed without a
@@ -15,7 +16,8 @@ import { FullJitter, resolveDoH } from "/client.js";
 
 const $ = (id) => document.getElementById(id);
 const params = new URLSearchParams(location.search);
-const eventId = params.get("event_id") || "auction";
+const adapter = location.pathname.match(/^\/oidc\/([^/]+)\/wait$/);
+const eventId = (adapter && decodeURIComponent(adapter[1])) || params.get("event_id") || "auction";
 const authz = params.get("authz");
 const nextPath = /^\/(?!\/)[^\s\\]*$/.test(params.get("next") || "") ? params.get("next") : "/";
 const slot = `rideout-room:${eventId}:${authz || "direct"}`;
