@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import boto3
@@ -125,3 +127,28 @@ def test_the_control_plane_provider_is_checked(tmp_path: Path) -> None:
     aws = runner.invoke(app, ["control-plane", "--provider", "aws", "-c", str(path)])
     assert aws.exit_code == EXIT_CONFIG
     assert "needs aws.global_datastore" in aws.stderr
+
+
+def test_a_service_moto_lacks_is_one_error_line(tmp_path: Path, moto_endpoint: str) -> None:
+    """moto answers the Global Datastore's API with HTTP 500 "not implemented", which
+    botocore cannot parse (its ResponseParserError is no BotoCoreError): `aws plan` says
+    so in one `error:` line with the operation, exit 4, no traceback (it printed 100)."""
+    data = config_data(tmp_path / ".rideout")
+    data["aws"] = {
+        "deployment": "auction-test",
+        "global_datastore": "auction",
+        "regions": {
+            "us-east-1": {"replication_group": "auction-use1"},
+            "us-west-2": {"replication_group": "auction-usw2"},
+        },
+    }
+    path = tmp_path / "rideout.toml"
+    path.write_text(dump_toml(parse_config(data)))
+    result = subprocess.run(
+        [sys.executable, "-m", "rideout", "aws", "plan", "-c", str(path)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert result.returncode == EXIT_AWS_ERROR, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import boto3
 import botocore.config
 import botocore.exceptions
+import botocore.parsers
 
 from rideout.aws.errors import (
     AwsCredentialsMissing,
@@ -62,6 +63,11 @@ def boundary(operation: str) -> Iterator[None]:
         raise AwsRequestFailed(operation, "ParamValidation", str(exc)) from None
     except botocore.exceptions.BotoCoreError as exc:
         raise AwsRequestFailed(operation, type(exc).__name__, str(exc)) from None
+    except botocore.parsers.ResponseParserError as exc:
+        # An answer that is not the service's (an emulator's "not implemented" page, a
+        # proxy's error page): not a BotoCoreError, so named here. Its first line only.
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise AwsRequestFailed(operation, "UnparsableResponse", first) from None
 
 
 class AwsSession:

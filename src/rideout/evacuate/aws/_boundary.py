@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 import boto3
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
+from botocore.parsers import ResponseParserError
 
 from rideout import _validate
 from rideout.evacuate.aws.errors import AwsNotFound, AwsProviderError, AwsRefused
@@ -152,3 +153,6 @@ def calling(service: str, operation: str) -> Iterator[None]:
         raise AwsRefused(f"{service} {operation}: invalid request: {exc}", code="") from exc
     except BotoCoreError as exc:
         raise AwsProviderError(f"{service} {operation}: {exc}", code="") from exc
+    except ResponseParserError as exc:  # not a BotoCoreError: an answer not the service's
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise AwsProviderError(f"{service} {operation}: {first}", code="") from exc
