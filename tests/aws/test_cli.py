@@ -150,5 +150,6 @@ def test_a_service_moto_lacks_is_one_error_line(tmp_path: Path, moto_endpoint: s
     )  # fmt: skip
     assert result.returncode == EXIT_AWS_ERROR, result.stdout + result.stderr
     lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: "), result.stderr
     assert "Traceback" not in result.stdout + result.stderr
