@@ -12,6 +12,7 @@ from rideout.waitingroom.model import (
     EventSettings,
     InletKind,
     InletSettings,
+    abandon_slack,
     check_event_id,
     check_request_id,
     estimated_wait,
@@ -19,6 +20,7 @@ from rideout.waitingroom.model import (
     is_abandoned,
     max_size_increment,
     periodic_increment,
+    queue_cap,
     queue_time,
     serving_rate,
     tick_of,
@@ -121,18 +123,41 @@ def test_expiry_counts_from_the_later_of_entry_and_servable(
 
 @pytest.mark.parametrize(
     ("now", "seen", "hold", "abandoned"),
-    [(100, 0, 0, False), (100, 0, 100, False), (100.5, 0, 100, True), (50, 0, 100, False)],
+    [
+        (100_000, 0, 0, False),  # off
+        (100_000, 0, 100_000, False),
+        (110_000, 0, 100_000, False),  # within the slack: a tenth of the hold
+        (110_001, 0, 100_000, True),
+        (50_000, 0, 100_000, False),
+        (330_000, 0, 300_000, False),  # the slack is at most 30 s
+        (330_001, 0, 300_000, True),
+        (1_030_001, 0, 1_000_000, True),
+        (2, 0, 1, False),  # a tenth of a millisecond is a whole one
+        (3, 0, 1, True),
+    ],
 )
-def test_abandonment_after_the_hold(now: float, seen: float, hold: float, abandoned: bool) -> None:
+def test_abandonment_after_the_hold_and_its_slack(
+    now: int, seen: int, hold: int, abandoned: bool
+) -> None:
     assert is_abandoned(now, seen, hold) is abandoned
+    assert abandon_slack(hold) <= 30_000
 
 
 @pytest.mark.parametrize(
-    ("max_size", "active", "admit"),
-    [(10, 0, 10), (10, 4, 6), (10, 10, 0), (10, 15, 0), (10, -3, 10)],
+    ("max_size", "held", "queue", "serving", "admit"),
+    [
+        (10, 0, 100, 0, 10),
+        (10, 4, 100, 0, 6),
+        (10, 10, 100, 0, 0),
+        (10, 15, 100, 0, 0),  # never negative (AWS's decrements the counter)
+        (10, 0, 5, 2, 3),  # never past the queue
+        (10, 0, 5, 9, 0),
+    ],
 )
-def test_max_size_admits_never_negative(max_size: int, active: int, admit: int) -> None:
-    assert max_size_increment(max_size, active) == admit
+def test_max_size_admits_never_negative_nor_past_the_queue(
+    max_size: int, held: int, queue: int, serving: int, admit: int
+) -> None:
+    assert max_size_increment(max_size, held, queue, serving) == admit
 
 
 @pytest.mark.parametrize(
@@ -150,19 +175,17 @@ def test_periodic_admits_inside_the_window_unless_in_alarm(
     now: float, alarm_state: str | None, admit: int
 ) -> None:
     inlet = InletSettings("periodic", increment_by=10, start=100, end=200, alarm="site-latency")
-    crowd = Counters(queue=100, serving=20)
-    assert periodic_increment(inlet, now, alarm_state, crowd) == admit
+    assert periodic_increment(inlet, now, alarm_state) == admit
     no_alarm = InletSettings("periodic", increment_by=10)
-    assert periodic_increment(no_alarm, now, ALARM, crowd) == 10
+    assert periodic_increment(no_alarm, now, ALARM) == 10
 
 
 @pytest.mark.parametrize(
     ("queue", "serving", "admit"),
     [(50, 220, 0), (50, 50, 0), (50, 45, 5), (50, 0, 10), (0, 0, 0)],
 )
-def test_periodic_never_admits_past_the_queue(queue: int, serving: int, admit: int) -> None:
-    inlet = InletSettings("periodic", increment_by=10)
-    assert periodic_increment(inlet, 0.0, None, Counters(queue=queue, serving=serving)) == admit
+def test_inlets_never_admit_past_the_queue(queue: int, serving: int, admit: int) -> None:
+    assert queue_cap(10, queue, serving) == admit
 
 
 def test_ticks_number_periods() -> None:

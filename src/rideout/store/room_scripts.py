@@ -84,7 +84,13 @@ local function set_serving(new)
   local old = counter('serving')
   if new == old then return end
   if new < old then
+    -- The positions still under the counter keep when they became servable: the
+    -- lowest move above `new` reached them, so its time stays, as a move to `new`.
+    local above = redis.call('ZRANGEBYSCORE', K.servable, '(' .. d(new), '+inf', 'LIMIT', 0, 1)
     redis.call('ZREMRANGEBYSCORE', K.servable, '(' .. d(new), '+inf')
+    if #above > 0 and new > 0 and redis.call('ZCOUNT', K.servable, new, new) == 0 then
+      redis.call('ZADD', K.servable, new, d(new) .. ':' .. string.match(above[1], ':(%d+)$'))
+    end
   else
     redis.call('ZADD', K.servable, new, d(new) .. ':' .. d(NOW))
   end
@@ -370,18 +376,20 @@ rotated."""
 INCREMENT: Final = (
     _COMMON
     + r"""
--- ARGV[3] 'by' or 'max_size', ARGV[4] n, ARGV[5] optional tick key's TTL (ms):
--- KEYS[12] then is the tick's claim, taken with SET NX (-1 when another process
+-- ARGV[3] 'by', 'admit' or 'max_size', ARGV[4] n, ARGV[5] optional tick key's TTL
+-- (ms): KEYS[12] then is the tick's claim, taken with SET NX (-1 when another process
 -- holds it: nothing moves). Returns {old, new} of the serving counter, or {'unknown'}.
 if redis.call('EXISTS', K.event) == 0 then return {'unknown'} end
 if KEYS[12] then
   if not redis.call('SET', KEYS[12], '1', 'NX', 'PX', ARGV[5]) then return {'claimed'} end
 end
 local by = tonumber(ARGV[4])
-if ARGV[3] == 'max_size' then
-  -- Capacity for positions that exist: an idle room's counter must not run ahead of
-  -- its queue, or the next burst would find itself admitted all at once.
-  by = math.min(by - holding(), counter('queue') - counter('serving'))
+if ARGV[3] == 'max_size' then by = by - holding() end
+if ARGV[3] ~= 'by' then
+  -- An inlet (model.queue_cap): never negative, never past the queue (an idle room's
+  -- counter must not run ahead of its arrivals, or the next burst would find itself
+  -- admitted all at once).
+  by = math.min(by, counter('queue') - counter('serving'))
   if by < 0 then by = 0 end
 end
 local old, new = increment(by)
@@ -432,8 +440,8 @@ if period > 0 then
 end
 local hold = setting('abandon_ms')
 -- A process restarts a polling position's clock at most once per touch interval
--- (poll_cache.touch_interval: a tenth of the hold, at most 30 s): the same slack here,
--- so that a client polling at least every `hold` is never abandoned.
+-- (poll_cache.touch_interval), so a slack past the hold: model.abandon_slack, a tenth
+-- of the hold, at most 30 s; a client polling at least every `hold` is never abandoned.
 local slack = math.min(math.ceil(hold / 10), 30000)
 if hold > 0 and NOW - counter('resumed_at') > hold + slack then
   local rids = redis.call('ZRANGEBYSCORE', K.seen, '-inf', '(' .. d(NOW - hold - slack),

@@ -84,6 +84,16 @@ class SessionEnded(RoomError):
 
     status = 410
 
+    @classmethod
+    def for_status(cls, status: int) -> SessionEnded:
+        """What a token request for a session ``update_session`` ended (1 completed,
+        -1 abandoned) is told."""
+        what = "completed" if status == 1 else "abandoned"
+        return cls(
+            f"The session of this request id was {what} (update_session): it takes no new "
+            "token; join the queue again for a new position"
+        )
+
 
 class RoomUnavailable(RoomError):
     """The room's store cannot be reached or is a read-only replica for now (503)."""

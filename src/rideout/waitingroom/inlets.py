@@ -144,19 +144,17 @@ class RoomScheduler:
         if self._last_inlet_tick.get(event.event_id) == tick:
             return
         claim = ("inlet", tick, inlet.period * 2)
-        counters = await self.store.counters(event.event_id)
-        before = counters.serving
+        before = await self.store.serving(event.event_id)
+        # The cap at the queue and MaxSize's capacity held are applied inside the
+        # script, against the counters of that moment (so two ticks never count one
+        # slot twice): model.queue_cap, model.max_size_increment.
         if inlet.kind is InletKind.PERIODIC:
             alarm = None
             if inlet.alarm and self.alarm_state is not None:
                 alarm = await self.alarm_state(inlet.alarm)
-            by = periodic_increment(inlet, now, alarm, counters)
-            after = (
-                await self.store.increment_serving(event.event_id, by, claim=claim) if by else -1
-            )
+            by = periodic_increment(inlet, now, alarm)
+            after = await self.store.admit(event.event_id, by, claim=claim) if by else -1
         else:
-            # max_size_increment's decision, taken inside the script against the
-            # capacity held at that moment (so two ticks never count one slot twice).
             after = await self.store.admit_up_to(event.event_id, inlet.max_size, claim=claim)
         self._last_inlet_tick[event.event_id] = tick
         if after >= 0:

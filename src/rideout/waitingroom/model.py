@@ -1,5 +1,10 @@
-"""The waiting room's pure core: event settings, positions, counters, and the decisions
-(expiry, abandonment, inlets, estimated wait). No I/O; every time is passed in.
+"""The waiting room's pure core: event settings, positions, counters, and every rule of
+the room (numbering, the serving counter's floor, capacity held, inlets, expiry,
+abandonment, estimated wait). No I/O; every time is passed in.
+
+With :mod:`.reference`, which builds one event's whole state from these rules, this is
+the room's specification; the Lua scripts (:mod:`.scripts`) implement it where it must
+be atomic, and tests/waitingroom/test_differential.py runs both side by side.
 
 Counters of one event (all integers, never negative):
 
@@ -35,10 +40,12 @@ from rideout import _validate
 from rideout.errors import InvalidArgument, InvalidArgumentType
 
 __all__ = [
+    "ABANDON_SLACK_CAP_MS",
     "ALARM",
     "DEFAULT_EXPIRY",
     "DEFAULT_VALIDITY",
     "EVENT_ID_RE",
+    "LATE_DRAW",
     "MAX_VALIDITY",
     "POW_WINDOW",
     "REQUEST_ID_RE",
@@ -51,21 +58,31 @@ __all__ = [
     "InletSettings",
     "Position",
     "PositionState",
+    "Record",
     "Renewal",
     "TokenGrant",
+    "abandon_slack",
+    "admits_at_once",
+    "capacity_held",
     "check_event_id",
     "check_request_id",
+    "clamp_serving",
     "estimated_wait",
     "expires_in",
+    "has_expired",
     "is_abandoned",
     "max_size_increment",
     "periodic_increment",
+    "position_expiry",
     "pow_digest",
     "pow_valid",
+    "queue_cap",
     "queue_time",
+    "resumes_clocks",
     "serving_rate",
     "solve_pow",
     "tick_of",
+    "to_ms",
     "waiting_count",
 ]
 
@@ -84,6 +101,10 @@ EVENT_ID_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 REQUEST_ID_RE: Final = re.compile(
     r"[0-9A-Za-z]{8}-[0-9A-Za-z]{4}-[0-9A-Za-z]{4}-[0-9A-Za-z]{4}-[0-9A-Za-z]{12}"
 )
+LATE_DRAW: Final = 2**52
+"""Pre-queue draws are below it; an arrival after the pre-queue closed, while it is
+still being numbered, draws ``LATE_DRAW + its entry ms``: behind every pre-queued one,
+in arrival order."""
 POW_WINDOW: Final = 300.0
 """Seconds a proof-of-work stamp's timestamp may be off from the server's clock."""
 _POW_RE: Final = re.compile(r"([0-9]{1,12}):([A-Za-z0-9]{1,64})")
@@ -120,7 +141,7 @@ class InletKind(StrEnum):
     NONE = "none"
     """Only ``increment_serving_counter`` moves it."""
     MAX_SIZE = "max_size"
-    """Each period: admit ``max(0, max_size - active sessions)``."""
+    """Each period: admit ``max(0, max_size - capacity held)``, never past the queue."""
     PERIODIC = "periodic"
     """Each period between ``start`` and ``end``: admit ``increment_by``, unless the
     named alarm is in ALARM."""
@@ -241,6 +262,28 @@ class EventSettings:
         if not isinstance(self.inlet, InletSettings):
             raise _validate_type("inlet", "InletSettings", self.inlet)
 
+    # The settings in the scripts' whole units (the event hash's fields).
+
+    @property
+    def validity_s(self) -> int:
+        return math.ceil(self.validity)
+
+    @property
+    def expiry_ms(self) -> int:
+        return round(self.expiry * 1000)
+
+    @property
+    def abandon_ms(self) -> int:
+        return round(self.abandon_after * 1000)
+
+    @property
+    def prequeue_ms(self) -> int:
+        return round(self.prequeue_until * 1000)
+
+    @property
+    def max_session_s(self) -> int:
+        return math.floor(self.max_session)
+
     def to_dict(self) -> dict[str, Any]:
         """As JSON-ready data; :meth:`from_dict` of it gives the same settings."""
         out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
@@ -297,6 +340,21 @@ class Position:
     queue_number: int
     entry_time: float
     status: PositionState
+
+
+@dataclass(slots=True)
+class Record:
+    """A request's record as the scripts keep it (``q,entry_ms,state,iat,exp,status``):
+    its queue number (0 while pre-queued), entry time in milliseconds, state, and once
+    served its token's ``iat``/``exp`` (seconds) and session status (0 active, 1
+    completed, -1 abandoned)."""
+
+    q: int
+    entry_ms: int
+    state: PositionState
+    iat: int | None = None
+    exp: int | None = None
+    status: int | None = None
 
 
 class ExpiryState(StrEnum):
@@ -383,6 +441,54 @@ def waiting_count(queue: int, tokens: int, expired: int, abandoned: int) -> int:
     return max(0, queue - tokens - expired - abandoned)
 
 
+def to_ms(now: float) -> int:
+    """A clock reading in the scripts' unit: whole milliseconds (floored)."""
+    return math.floor(now * 1000)
+
+
+def clamp_serving(value: int, floor: int) -> int:
+    """The serving counter moved to `value`: never below `floor` (the highest position
+    that took a token: a lowered counter must not un-serve a session), nor below 0."""
+    return max(value, floor, 0)
+
+
+def capacity_held(active: int, serving: int, queue: int, tokens: int, dead_reached: int) -> int:
+    """Sessions holding capacity: `active` sessions (token unexpired, status 0) plus
+    the admitted positions (up to the counter and the queue) that have neither taken
+    their token nor died (`dead_reached`: expired or abandoned up to the counter).
+    What a MaxSize inlet subtracts and ``auto_open_threshold`` compares."""
+    return active + max(0, min(serving, queue) - tokens - dead_reached)
+
+
+def admits_at_once(threshold: int, held: int) -> bool:
+    """Whether an arrival is served at once (``auto_open_threshold``, 0: never)."""
+    return threshold > 0 and held < threshold
+
+
+def queue_cap(by: int, queue: int, serving: int) -> int:
+    """An inlet's admission of `by`, never negative and never past the queue: an idle
+    room's counter must not run ahead of its arrivals, or the next crowd would find
+    itself admitted at once, unpaced."""
+    return max(0, min(by, queue - serving))
+
+
+def max_size_increment(max_size: int, held: int, queue: int, serving: int) -> int:
+    """A MaxSize inlet's admission: ``max_size - held``, never negative (AWS's can go
+    negative and decrement the counter), never past the queue (:func:`queue_cap`)."""
+    return queue_cap(max_size - held, queue, serving)
+
+
+def periodic_increment(inlet: InletSettings, now: float, alarm_state: str | None) -> int:
+    """A periodic inlet's step at `now`: ``increment_by`` inside [start, end) unless the
+    alarm is in ALARM (an unknown or INSUFFICIENT_DATA alarm counts as OK, as AWS's);
+    else 0. The script caps it at the queue (:func:`queue_cap`), as MaxSize's."""
+    if now < inlet.start or (inlet.end and now >= inlet.end):
+        return 0
+    if inlet.alarm and alarm_state == ALARM:
+        return 0
+    return inlet.increment_by
+
+
 def queue_time(entry_time: float, servable_at: float | None) -> float | None:
     """When a position's expiry clock started: the later of entry and becoming
     servable (None while not servable)."""
@@ -394,36 +500,80 @@ def queue_time(entry_time: float, servable_at: float | None) -> float | None:
 def expires_in(
     now: float, entry_time: float, servable_at: float | None, period: float
 ) -> float | None:
-    """Seconds until a servable position expires (<= 0: expired); None while not
-    servable or when expiry is off (``period`` 0)."""
+    """Time until a servable position expires (< 0: expired), in the unit of the
+    arguments; None while not servable or when expiry is off (``period`` 0)."""
     started = queue_time(entry_time, servable_at)
     if started is None or period <= 0:
         return None
     return started + period - now
 
 
-def is_abandoned(now: float, last_seen: float, hold: float) -> bool:
-    """Whether a waiting position's client has been silent longer than `hold` (0: off)."""
-    return hold > 0 and now - last_seen > hold
+def has_expired(
+    record: Record, servable_ms: int | None, max_expired: int, expiry_ms: int, now_ms: int
+) -> bool:
+    """Whether a waiting position up to the counter expired without its token: past
+    the expiry sweep's cursor `max_expired`, or more than ``expiry`` since the later
+    of its entry and becoming servable (one rule, ``>``: AWS's sweep said ``>=``)."""
+    if expiry_ms <= 0:
+        return False
+    since = record.entry_ms if servable_ms is None else servable_ms
+    left = expires_in(now_ms, record.entry_ms, since, expiry_ms)
+    return record.q <= max_expired or (left is not None and left < 0)
 
 
-def max_size_increment(max_size: int, active: int) -> int:
-    """A MaxSize inlet's admission: ``max(0, max_size - active)``, never negative."""
-    return max(0, max_size - max(0, active))
+def position_expiry(
+    record: Record,
+    serving: int,
+    servable_ms: int | None,
+    max_expired: int,
+    expiry_ms: int,
+    now_ms: int,
+) -> Expiry:
+    """What ``queue_pos_expiry`` answers for `record` (see :class:`ExpiryState`)."""
+    if record.state is PositionState.SERVED:
+        return Expiry(ExpiryState.SERVED, max(0, ((record.exp or 0) * 1000 - now_ms) // 1000))
+    if expiry_ms <= 0:
+        return Expiry(ExpiryState.DISABLED)
+    if record.state in (PositionState.EXPIRED, PositionState.ABANDONED):
+        return Expiry(ExpiryState.EXPIRED)
+    if record.state is PositionState.PREQUEUED or record.q > serving:
+        return Expiry(ExpiryState.NOT_SERVED)
+    if has_expired(record, servable_ms, max_expired, expiry_ms, now_ms):
+        return Expiry(ExpiryState.EXPIRED)
+    since = record.entry_ms if servable_ms is None else max(record.entry_ms, servable_ms)
+    return Expiry(ExpiryState.ACTIVE, (since + expiry_ms - now_ms) // 1000)
 
 
-def periodic_increment(
-    inlet: InletSettings, now: float, alarm_state: str | None, counters: Counters
-) -> int:
-    """A periodic inlet's admission at `now`: ``increment_by`` inside [start, end)
-    unless the alarm is in ALARM (an unknown or INSUFFICIENT_DATA alarm counts as OK,
-    as AWS's); else 0. Never past the queue (as MaxSize's): a counter raised while
-    nobody waits would admit a later crowd at once, unpaced."""
-    if now < inlet.start or (inlet.end and now >= inlet.end):
-        return 0
-    if inlet.alarm and alarm_state == ALARM:
-        return 0
-    return min(inlet.increment_by, max(0, counters.queue - counters.serving))
+ABANDON_SLACK_CAP_MS: Final = 30_000
+"""The longest abandonment slack, milliseconds (``abandon_after`` of 300 s or more)."""
+
+
+def abandon_slack(hold_ms: int) -> int:
+    """Milliseconds past the hold (``abandon_after``) the sweep waits before it
+    abandons a silent position: a tenth of the hold, at most 30 s. Polls restart the
+    clock at most once per touch interval per process (``poll_cache.touch_interval``,
+    this slack less the touches' way out), so a client polling at least every hold is
+    never abandoned."""
+    return min(-(-hold_ms // 10), ABANDON_SLACK_CAP_MS) if hold_ms > 0 else 0
+
+
+def is_abandoned(now_ms: int, last_seen_ms: int, hold_ms: int) -> bool:
+    """Whether a waiting position silent since `last_seen_ms` (its last poll, or the
+    room's last resumption, whichever is later) is abandoned: longer than the hold
+    plus :func:`abandon_slack` (``hold_ms`` 0: off)."""
+    return hold_ms > 0 and now_ms - last_seen_ms > hold_ms + abandon_slack(hold_ms)
+
+
+def resumes_clocks(
+    now_ms: int, swept_at_ms: int, swept_by: str | None, region: str, outage_ms: int
+) -> bool:
+    """Whether a sweep restarts every waiting position's abandonment clock: it finds
+    the previous sweep more than `outage_ms` ago (a store outage: no writer took a
+    sweep or a poll meanwhile), or made by another region (a failover: visitors find
+    the new region only through DNS and their backoff). Nobody is abandoned for the
+    time the room could not be reached."""
+    outage = swept_at_ms > 0 and now_ms - swept_at_ms > outage_ms
+    return outage or (swept_by is not None and swept_by != region)
 
 
 def tick_of(now: float, period: float) -> int:

@@ -6,7 +6,7 @@ request id) and most polls need no Redis. It also paces the abandonment clock: a
 poll restarts it (a write to the event's ``seen`` zset, with the poll's time) at most
 once per :func:`touch_interval` per request id per process, and that write may wait
 up to :data:`TOUCH_DELAY` to go out with others; the sweep allows
-:func:`touch_slack` (``scripts.SWEEP``), which covers both, so a visitor who keeps
+:func:`touch_slack` (``model.abandon_slack``, as ``scripts.SWEEP`` does), which covers both, so a visitor who keeps
 polling is never abandoned for it.
 
 Pure: no I/O, the caller passes the time. Entries are keyed by the event's
@@ -22,7 +22,7 @@ from collections import OrderedDict
 from typing import Final
 
 from rideout import _validate
-from rideout.waitingroom.model import Position, PositionState
+from rideout.waitingroom.model import ABANDON_SLACK_CAP_MS, Position, PositionState, abandon_slack
 
 __all__ = [
     "DEFAULT_SIZE",
@@ -36,7 +36,7 @@ __all__ = [
 DEFAULT_SIZE: Final = 100_000
 """Positions kept per process (about 400 bytes each, the request id included)."""
 
-TOUCH_CAP: Final = 30.0
+TOUCH_CAP: Final = ABANDON_SLACK_CAP_MS / 1000
 """The longest touch interval, seconds (``abandon_after`` of 300 s or more)."""
 
 TOUCH_DELAY: Final = 0.5
@@ -45,13 +45,9 @@ about every 50 ms, so a loaded process has room to be late)."""
 
 
 def touch_slack(abandon_after: float) -> float:
-    """Seconds past `abandon_after` the sweep waits before it abandons a position: a
-    tenth of it, at most :data:`TOUCH_CAP` (0: abandonment off). ``scripts.SWEEP``
-    computes the same number in milliseconds from the event hash's ``abandon_ms``."""
-    hold_ms = round(abandon_after * 1000)
-    if hold_ms <= 0:
-        return 0.0
-    return min(-(-hold_ms // 10), round(TOUCH_CAP * 1000)) / 1000
+    """Seconds past `abandon_after` the sweep waits before it abandons a position
+    (:func:`~rideout.waitingroom.model.abandon_slack`, in seconds; 0: abandonment off)."""
+    return abandon_slack(round(abandon_after * 1000)) / 1000
 
 
 def touch_interval(abandon_after: float) -> float | None:

@@ -57,19 +57,22 @@ from rideout.waitingroom.errors import (
     UnknownRequest,
 )
 from rideout.waitingroom.model import (
+    LATE_DRAW,
     MAX_VALIDITY,
     Counters,
     EventSettings,
     ExpiredPage,
     Expiry,
-    ExpiryState,
     Position,
     PositionState,
+    Record,
     Renewal,
     TokenGrant,
     check_event_id,
     check_request_id,
+    position_expiry,
     pow_digest,
+    to_ms,
 )
 
 __all__ = ["DEFAULT_STREAM_LENGTH", "OUTAGE_AFTER", "RoomStore", "SweepResult", "new_request_id"]
@@ -110,24 +113,35 @@ def _opt_int(value: object, what: str) -> int | None:
     return None if text == "" else _int(text, what)
 
 
+def _state(request_id: str, raw: object) -> PositionState:
+    try:
+        return PositionState(_text(raw))
+    except ValueError:
+        raise StoreCorrupt(f"request {request_id}: unknown state {_text(raw)[:20]!r}") from None
+
+
 def _position(event_id: str, request_id: str, reply: Sequence[Any]) -> Position:
     """A Position from a script's ``{kind, q, entry_ms, state, ...}`` reply."""
-    try:
-        state = PositionState(_text(reply[3]))
-    except ValueError:
-        raise StoreCorrupt(
-            f"request {request_id}: unknown state {_text(reply[3])[:20]!r}"
-        ) from None
     entry = _int(reply[2], "entry") / 1000
+    state = _state(request_id, reply[3])
     return Position(event_id, request_id, _int(reply[1], "queue number"), entry, state)
+
+
+def _parse(request_id: str, fields: Sequence[object]) -> Record:
+    """A record from its fields ``q, entry_ms, state, iat, exp, status``."""
+    if len(fields) != 6:
+        raise StoreCorrupt(f"request {request_id}: malformed record {fields!r:.60}")
+    q, entry, state, iat, exp, status = fields
+    return Record(
+        _int(q, "q"), _int(entry, "entry"), _state(request_id, state),
+        _opt_int(iat, "iat"), _opt_int(exp, "exp"), _opt_int(status, "status"),
+    )  # fmt: skip
 
 
 def _record(event_id: str, request_id: str, raw: object) -> Position:
     """A Position from its ``requests`` record, ``q,entry_ms,state,iat,exp,status``."""
-    fields = _text(raw).split(",")
-    if len(fields) != 6:
-        raise StoreCorrupt(f"request {request_id}: malformed record {_text(raw)[:60]!r}")
-    return _position(event_id, request_id, ["ok", *fields[:3]])
+    rec = _parse(request_id, _text(raw).split(","))
+    return Position(event_id, request_id, rec.q, rec.entry_ms / 1000, rec.state)
 
 
 def _settings_fields(event: EventSettings) -> list[str]:
@@ -136,13 +150,13 @@ def _settings_fields(event: EventSettings) -> list[str]:
         "id", event.event_id,
         "json", json.dumps(event.to_dict(), separators=(",", ":")),
         "open", "1" if event.open else "0",
-        "validity", str(math.ceil(event.validity)),
-        "expiry_ms", str(round(event.expiry * 1000)),
-        "abandon_ms", str(round(event.abandon_after * 1000)),
+        "validity", str(event.validity_s),
+        "expiry_ms", str(event.expiry_ms),
+        "abandon_ms", str(event.abandon_ms),
         "threshold", str(event.auto_open_threshold),
-        "prequeue_ms", str(round(event.prequeue_until * 1000)),
+        "prequeue_ms", str(event.prequeue_ms),
         "incr_on_expiry", "1" if event.incr_on_expiry else "0",
-        "max_session", str(math.floor(event.max_session)),
+        "max_session", str(event.max_session_s),
     ]  # fmt: skip
 
 
@@ -152,15 +166,6 @@ _RENEW_REFUSALS: Final = {
     "capped": "The session has reached its longest (the event's max_session)",
     "gone": "The room has no session for this token (the event was reset)",
 }
-
-
-def ended_message(status: int) -> str:
-    """What a token request for a session that ``update_session`` ended is told."""
-    what = "completed" if status == 1 else "abandoned"
-    return (
-        f"The session of this request id was {what} (update_session): it takes no new "
-        "token; join the queue again for a new position"
-    )
 
 
 class SweepResult(tuple[int, int, int]):
@@ -184,6 +189,7 @@ class RoomStore:
 
     ``redis`` should be the app user's client (:func:`rideout.store.client.state_client`).
     ``clock`` gives epoch seconds; every time the store records comes from it.
+    ``randbelow`` draws the pre-queue's random order (``secrets.randbelow``).
     """
 
     def __init__(
@@ -193,9 +199,11 @@ class RoomStore:
         clock: Callable[[], float] = time.time,
         region: str = "?",
         stream_length: int = DEFAULT_STREAM_LENGTH,
+        randbelow: Callable[[int], int] = secrets.randbelow,
     ) -> None:
         self.redis = redis
         self.clock = clock
+        self.randbelow = randbelow
         self.region = region
         self.stream_length = _validate.count("stream_length", stream_length, low=1)
         self._server = describe_server(redis, region)
@@ -223,7 +231,7 @@ class RoomStore:
                 raise reply
 
     def _now_ms(self) -> int:
-        return math.floor(self.clock() * 1000)
+        return to_ms(self.clock())
 
     async def _run(
         self, name: str, event_id: str, *args: str | int, extra: Sequence[str] = ()
@@ -323,7 +331,7 @@ class RoomStore:
         """
         self._check_event(event_id)
         rid = new_request_id() if request_id is None else self._check_request(request_id)
-        reply = await self._run("ASSIGN", event_id, rid, secrets.randbelow(2**52))
+        reply = await self._run("ASSIGN", event_id, rid, self.randbelow(LATE_DRAW))
         kind = _text(reply[0])
         self._unknown(kind, event_id, rid)
         if kind == "closed":
@@ -417,23 +425,11 @@ class RoomStore:
         counts as a poll, as :meth:`poll` does."""
         settings = await self.get_event(event_id)
         reply = await self._polled(event_id, request_id)
-        q, entry_ms, state = _int(reply[1], "q"), _int(reply[2], "entry"), _text(reply[3])
-        serving, since = _int(reply[4], "serving"), _opt_int(reply[5], "servable")
-        now = self.clock()
-        if state == PositionState.SERVED:
-            exp = _opt_int(reply[7], "exp") or 0
-            return Expiry(ExpiryState.SERVED, max(0, math.floor(exp - now)))
-        if settings.expiry <= 0:
-            return Expiry(ExpiryState.DISABLED)
-        if state in (PositionState.EXPIRED, PositionState.ABANDONED):
-            return Expiry(ExpiryState.EXPIRED)
-        if state == PositionState.PREQUEUED or q > serving:
-            return Expiry(ExpiryState.NOT_SERVED)
-        started = max(entry_ms, since if since is not None else entry_ms) / 1000
-        left = started + settings.expiry - now
-        if q <= _int(reply[9], "max_expired") or left < 0:
-            return Expiry(ExpiryState.EXPIRED)
-        return Expiry(ExpiryState.ACTIVE, math.floor(left))
+        record = _parse(request_id, [*reply[1:4], *reply[6:9]])
+        return position_expiry(
+            record, _int(reply[4], "serving"), _opt_int(reply[5], "servable"),
+            _int(reply[9], "max_expired"), settings.expiry_ms, self._now_ms(),
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ tokens
 
@@ -462,7 +458,7 @@ class RoomStore:
         if kind == "expired":
             raise PositionExpired("Queue position has expired")
         if kind == "ended":
-            raise SessionEnded(ended_message(_int(reply[1], "status")))
+            raise SessionEnded.for_status(_int(reply[1], "status"))
         return TokenGrant(
             event_id, rid, _int(reply[1], "q"), _int(reply[2], "iat"), _int(reply[3], "exp"),
             first=kind == "new",
@@ -535,7 +531,7 @@ class RoomStore:
     async def num_active_tokens(self, event_id: str) -> int:
         """Tokens not expired whose session is still active (status 0)."""
         self._check_event(event_id)
-        return (await self._status(event_id))[1]
+        return (await self.status(event_id))[1]
 
     async def expired_tokens(
         self, event_id: str, *, cursor: str | None = None, limit: int = 1000
@@ -561,7 +557,9 @@ class RoomStore:
 
     # ---------------------------------------------------------------- counters
 
-    async def _status(self, event_id: str) -> tuple[Counters, int, int]:
+    async def status(self, event_id: str) -> tuple[Counters, int, int]:
+        """The event's counters, active sessions (:meth:`num_active_tokens`) and
+        capacity held (:meth:`holding`), read at one moment."""
         reply = await self._run("STATUS", event_id)
         if _text(reply[0]) == "unknown":
             raise UnknownEvent(f"Invalid event ID: no event {event_id!r}")
@@ -574,13 +572,13 @@ class RoomStore:
     async def counters(self, event_id: str) -> Counters:
         """Every counter of the event, read at one moment."""
         self._check_event(event_id)
-        return (await self._status(event_id))[0]
+        return (await self.status(event_id))[0]
 
     async def holding(self, event_id: str) -> int:
         """Sessions holding capacity: active tokens plus admitted positions that have
         not taken theirs yet (what a MaxSize inlet subtracts)."""
         self._check_event(event_id)
-        return (await self._status(event_id))[2]
+        return (await self.status(event_id))[2]
 
     async def serving(self, event_id: str) -> int:
         """The serving counter."""
@@ -607,10 +605,20 @@ class RoomStore:
     async def admit_up_to(
         self, event_id: str, max_size: int, *, claim: tuple[str, int, float] | None = None
     ) -> int:
-        """A MaxSize inlet's step: admit ``max(0, max_size - holding)``, at once."""
+        """A MaxSize inlet's step: admit ``max_size - holding``, never negative nor past
+        the queue (:func:`~rideout.waitingroom.model.max_size_increment`), at once."""
         self._check_event(event_id)
         max_size = _validate.count("max_size", max_size, low=0, high=10**12)
         return await self._move(event_id, "max_size", max_size, claim)
+
+    async def admit(
+        self, event_id: str, by: int, *, claim: tuple[str, int, float] | None = None
+    ) -> int:
+        """A periodic inlet's step: admit `by`, never past the queue
+        (:func:`~rideout.waitingroom.model.queue_cap`), at once."""
+        self._check_event(event_id)
+        by = _validate.count("by", by, low=0, high=10**12)
+        return await self._move(event_id, "admit", by, claim)
 
     async def _move(
         self, event_id: str, how: str, n: int, claim: tuple[str, int, float] | None
