@@ -48,6 +48,7 @@ ENV_NOT_KEYS = frozenset(
         "RIDEOUT_TEST_WORKERS",
         "RIDEOUT_VENV",
         "RIDEOUT_TEST_REDIS",
+        "RIDEOUT_TEST_MATRIX",
     }
 )
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
