@@ -10,8 +10,9 @@ import redis.asyncio as aioredis
 
 from rideout.config import Config
 from rideout.store.embedded import EmbeddedRedis
+from rideout.store import keys
 from rideout.store.replication import ensure_epoch
-from tests.conftest import ADMIN, running_redis_pair
+from tests.conftest import ADMIN, running_redis_pair, until
 
 
 @dataclass
@@ -24,7 +25,8 @@ class Pair:
 
 @pytest_asyncio.fixture
 async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
-    """A running primary/replica and a client to each (decoded responses)."""
+    """A running primary/replica and a client to each (decoded responses); the replica
+    already holds the primary's epoch, so a test starts from a pair in sync."""
     config = make_config()
     async with running_redis_pair(config) as (primary, _):
         # The test's own moves (a detached replica, writes) need more than any rideout user.
@@ -42,6 +44,9 @@ async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
         )
         try:
             await ensure_epoch(p)
+            # Without this wait a test's first tick could see the replica still without
+            # the epoch: "came back without its data", and the writer moves (CI saw it).
+            await until(lambda: s.get(keys.EPOCH), message="the replica holds the epoch")
             yield Pair(config, primary, p, s)
         finally:
             await p.aclose()
