@@ -38,7 +38,24 @@ ZONE_ADDRESSES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
 # Property tests check behaviour, not time: Hypothesis's default 200 ms deadline per
 # example, and its too-slow health check, fail on a loaded 2-core machine (seen under a
 # full suite and other sessions' load). Timing is what bench/ measures.
-settings.register_profile("rideout", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#
+# RIDEOUT_TEST_EXAMPLES scales every property test's number of examples (``./dev test
+# --quick`` runs a fifth of them, for an answer in minutes; CI and ``./dev test`` run
+# them all). Every test that sets its own number does so through :func:`examples`.
+EXAMPLES_SCALE = float(os.environ.get("RIDEOUT_TEST_EXAMPLES", "1"))
+
+
+def examples(n: int) -> int:
+    """`n` Hypothesis examples, scaled by RIDEOUT_TEST_EXAMPLES: never fewer than 2."""
+    return max(2, round(n * EXAMPLES_SCALE)) if EXAMPLES_SCALE != 1 else n
+
+
+settings.register_profile(
+    "rideout",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    max_examples=examples(100),
+)
 settings.load_profile("rideout")
 
 

@@ -51,10 +51,12 @@ from rideout.protocol import (
     parse_retry_hint,
     parse_server_message,
 )
-from tests.conftest import json_containers_4_8
+from tests.conftest import examples, json_containers_4_8
 
 MAX = 4096
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def parse(data: str | bytes, max_size: int = MAX) -> ClientMessage:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,5 +46,18 @@ def test_no_cancellation_is_swallowed_with_suppress() -> None:
         for path in sorted((ROOT / "src").rglob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if "suppress(asyncio.CancelledError" in line or "suppress(CancelledError" in line
+    ]
+    assert not found, found
+
+
+def test_every_property_test_scales_its_examples() -> None:
+    """``./dev test --quick`` runs a fifth of every property test's examples
+    (RIDEOUT_TEST_EXAMPLES): a number written as a literal would not scale."""
+    pattern = re.compile(r"max_examples=(?!examples\()")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if pattern.search(line) and path.name not in ("conftest.py", "test_quality.py")
     ]
     assert not found, found

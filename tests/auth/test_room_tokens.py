@@ -29,7 +29,7 @@ from rideout.auth.room_tokens import (
 )
 from rideout.errors import InvalidArgument
 from tests.auth.conftest import at_once, b64, b64json
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, examples
 
 ISSUER = "https://room.rideout.test"
 EVENT = "launch-2026"
@@ -38,7 +38,7 @@ NOW = 1_800_000_000.0
 ALGORITHMS: list[Algorithm] = ["EdDSA", "ES256", "RS256"]
 HYPOTHESIS = settings(
     database=None,
-    max_examples=150,
+    max_examples=examples(150),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -24,11 +24,11 @@ from rideout.auth import (
     TokenVerifier,
 )
 from tests.auth.conftest import AUDIENCE, ISSUER, Forge, b64, b64json
-from tests.conftest import FakeClock, json_values
+from tests.conftest import FakeClock, examples, json_values
 
 HYPOTHESIS = settings(
     database=None,
-    max_examples=200,
+    max_examples=examples(200),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

@@ -14,10 +14,12 @@ from rideout.aws.desired import alarm_region, desired_state
 from rideout.aws.plan import APPLY_ORDER, Plan, Resource, diff
 from rideout.config import Config, parse_config
 from rideout.health.alarm import AlarmConfig, canary_alarm, evaluate
-from tests.conftest import config_data
+from tests.conftest import config_data, examples
 
 # A loaded machine (two cores, many test runs) makes generation slow, not wrong.
-PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+PROPERTY = settings(
+    max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 
 def _resources(rows: list[tuple[Any, str, str, int, bool]]) -> list[Resource]:

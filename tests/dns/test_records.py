@@ -20,6 +20,7 @@ from rideout.dns.records import (
     failover_answer,
     resolve,
 )
+from tests.conftest import examples
 
 APP = "auction.rideout.test"
 EAST = ("127.0.1.1", "127.0.1.2")
@@ -368,7 +369,7 @@ def zone_configs(draw: st.DrawFn) -> DnsZoneConfig:
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     zone_configs(),
     st.booleans(),

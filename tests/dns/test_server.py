@@ -31,7 +31,7 @@ from rideout.dns.server import (
     qtype_number,
     rcode_number,
 )
-from tests.conftest import free_port, until
+from tests.conftest import examples, free_port, until
 from tests.dns.conftest import (
     APP,
     LONG_TEXT,
@@ -559,7 +559,9 @@ async def fuzz_server() -> AsyncIterator[DnsServer]:
 
 @pytest.mark.asyncio(loop_scope="module")
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(200),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(packet=packets)
 async def test_no_datagram_stops_the_server(fuzz_server: DnsServer, packet: bytes) -> None:

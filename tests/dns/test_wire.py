@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from rideout.dns.server import DnsMetrics, DnsServer
 from rideout.dns.wire import TemplateCache, read_query, rotations
+from tests.conftest import examples
 from tests.dns.conftest import APP, PRIMARY, SECONDARY, ZONE, StubZone
 
 
@@ -158,7 +159,7 @@ QUESTIONS = [
 ]  # fmt: skip
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     question=st.sampled_from(QUESTIONS),
     edns=st.sampled_from([None, 0]),
@@ -271,7 +272,7 @@ _mutations = st.tuples(
 ).map(lambda t: (_VALID[: t[0]] + t[1] + _VALID[t[0] + len(t[1]) :])[: t[2]])
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(packet=st.one_of(st.binary(max_size=300), _mutations))
 def test_any_bytes_get_the_full_paths_reply_or_none_and_never_an_exception(packet: bytes) -> None:
     full, cached, _ = servers(StubZone())

@@ -18,6 +18,7 @@ from rideout.evacuate.errors import ProviderError
 from rideout.evacuate.ledger import SqliteLedger
 from rideout.evacuate.local import KIND, LocalProvider, ZoneInfo
 from rideout.evacuate.model import Placement, Subnets
+from tests.conftest import examples
 from tests.evacuate.fakes import MemoryProvider
 from tests.evacuate.machine import Key, make_machine
 
@@ -29,7 +30,7 @@ RESOURCES = [
     Placement("lambda", "resize", ("b1", "c2")),
 ]
 SETTINGS = settings(
-    max_examples=40,
+    max_examples=examples(40),
     stateful_step_count=10,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],

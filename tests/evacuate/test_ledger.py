@@ -19,7 +19,7 @@ from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.errors import LedgerError
 from rideout.evacuate.ledger import SqliteLedger
 from rideout.evacuate.model import Record
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, examples
 from tests.evacuate.aws.conftest import SESSION, aws, moto_server  # noqa: F401 (fixtures)
 
 AnyLedger = SqliteLedger | DynamoLedger
@@ -145,7 +145,9 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_si
 
 
 @settings(
-    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(15),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(resource=names, removed=st.lists(names, min_size=1, max_size=5, unique=True))
 def test_any_text_round_trips(backend: Backend, resource: str, removed: list[str]) -> None:

@@ -22,6 +22,7 @@ from rideout.health.alarm import (
     evaluate,
 )
 from rideout.health.metrics import MetricKey, MetricStore
+from tests.conftest import examples
 
 KEEP = "keep state"
 
@@ -464,7 +465,7 @@ def configs(draw: st.DrawFn, treat: TreatMissingData | None = None) -> AlarmConf
     )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(configs(), st.lists(values, max_size=14), st.sampled_from(ALARM_STATES))
 def test_evaluate_never_raises(
     c: AlarmConfig, pts: list[float | None], current: AlarmState
@@ -475,13 +476,13 @@ def test_evaluate_never_raises(
     assert result.reason
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(configs("breaching"), st.integers(0, 12), st.sampled_from(ALARM_STATES))
 def test_breaching_all_missing_is_alarm(c: AlarmConfig, size: int, current: AlarmState) -> None:
     assert evaluate(c, [None] * size, current).state == "ALARM"
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(configs(), st.lists(values, max_size=10), st.sampled_from(ALARM_STATES))
 def test_missing_never_alarms_where_breaching_would_not(
     c: AlarmConfig, pts: list[float | None], current: AlarmState
@@ -498,7 +499,7 @@ def test_missing_never_alarms_where_breaching_would_not(
         assert state("breaching") == "ALARM"
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(configs(), st.lists(values, max_size=10))
 def test_recovery_threshold_only_delays_leaving_alarm(
     c: AlarmConfig, pts: list[float | None]

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from rideout.config import Config
 from rideout.store import keys
-from tests.conftest import ADMIN, json_values
+from tests.conftest import ADMIN, examples, json_values
 from tests.realtime.conftest import Deployment, recv, recv_type, running_deployment, send
 
 ROOMS = ["fz-1", "fz-2"]
@@ -73,7 +73,9 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 
 @settings(
-    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=examples(150),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(frame=frames)
 async def test_any_frame_gets_a_reply_and_the_server_keeps_serving(

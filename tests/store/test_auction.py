@@ -41,6 +41,7 @@ from tests.conftest import (
     as_user,
     config_data,
     credentials,
+    examples,
     free_port,
     running_redis_pair,
     until,
@@ -762,7 +763,7 @@ _IDS = ("a", "b", "c", "d")
 
 
 @settings(
-    max_examples=60,
+    max_examples=examples(60),
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )

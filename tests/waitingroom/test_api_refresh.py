@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
 from rideout.waitingroom.api import CACHE_PRIVATE
-from tests.conftest import until
+from tests.conftest import examples, until
 from tests.waitingroom.conftest import (
     AUTH,
     ISSUER,
@@ -164,7 +164,7 @@ def _flip(token: str, at: int) -> str:
     return token[:i] + replacement + token[i + 1 :]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     kind=st.sampled_from(
         ["garbage", "flipped", "forged", "other_event", "access", "id", "wrong_event_id"]

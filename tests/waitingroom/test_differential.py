@@ -37,7 +37,7 @@ from rideout.waitingroom.errors import RoomError
 from rideout.waitingroom.model import LATE_DRAW, EventSettings, PositionState, Record, tick_of
 from rideout.waitingroom.reference import ReferenceRoom
 from rideout.waitingroom.store import OUTAGE_AFTER, RoomStore
-from tests.conftest import ADMIN, FakeClock
+from tests.conftest import ADMIN, FakeClock, examples
 from tests.waitingroom.conftest import Redis, fresh_event
 
 T = TypeVar("T")
@@ -48,7 +48,7 @@ CLAIM_TTL = 3600.0  # real seconds: no claim expires during a run
 REGIONS = ("us-east-1", "us-west-2")
 
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=examples(60),
     stateful_step_count=50,
     deadline=None,
     derandomize=True,

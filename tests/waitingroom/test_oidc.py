@@ -29,7 +29,7 @@ from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer
 from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.model import EventSettings
 from rideout.waitingroom.oidc import OidcClient, OidcProvider, hash_secret
-from tests.conftest import FakeClock, free_port, serving
+from tests.conftest import FakeClock, examples, free_port, serving
 from tests.waitingroom.conftest import Redis, fresh_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -420,7 +420,7 @@ def _drawn(strategy: st.SearchStrategy[Any], n: int = 60) -> list[Any]:
     """`n` inputs from hypothesis (drawn up front: the requests are async)."""
     out: list[Any] = []
 
-    @settings(max_examples=n, database=None, deadline=None)
+    @settings(max_examples=examples(n), database=None, deadline=None)
     @given(strategy)
     def draw(value: Any) -> None:
         out.append(value)

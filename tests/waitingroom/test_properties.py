@@ -21,7 +21,7 @@ from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.errors import RoomError
 from rideout.waitingroom.model import Counters, EventSettings
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, examples
 from tests.waitingroom.conftest import Redis, fresh_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -103,7 +103,7 @@ def _check(c: Counters | None) -> None:
         assert min(c.serving, c.tokens, c.expired, c.abandoned, c.waiting) >= 0
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=list(HealthCheck))
 @given(
     endpoint=st.sampled_from(PUBLIC + PRIVATE),
     query=params,
@@ -169,7 +169,7 @@ OPS = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=OPS, abandon=st.booleans(), recycle=st.booleans())
 async def test_the_counters_add_up_after_any_sequence(
     redis_server: Redis, ops: list[tuple[str, int]], abandon: bool, recycle: bool

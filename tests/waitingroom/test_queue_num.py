@@ -29,7 +29,7 @@ from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, PositionState
 from rideout.waitingroom.poll_cache import TOUCH_DELAY
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import FakeClock, until
+from tests.conftest import FakeClock, examples, until
 from tests.waitingroom.conftest import Redis, fresh_event
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
@@ -193,7 +193,7 @@ async def test_a_visitor_who_keeps_polling_is_never_abandoned(
     ]  # fmt: skip
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(15), deadline=None, suppress_health_check=list(HealthCheck))
 @given(gaps=st.lists(st.floats(min_value=0.001, max_value=9.99), min_size=1, max_size=25))
 @example(gaps=[0.9, 9.9, 0.5, 9.99])  # a skipped touch, then nearly the hold of silence
 @example(gaps=[0.5, 0.9, 9.99, 0.3])  # the same, and the next touch is written late
@@ -293,7 +293,7 @@ OPS = st.lists(
 )  # fmt: skip
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
 @given(ops=OPS, abandon=st.booleans(), prequeue=st.booleans())
 @example(ops=[("assign", 0), ("poll", 1), ("reset", 0), ("poll", 1)], abandon=True, prequeue=False)
 @example(ops=[("assign", 0), ("poll", 1), ("recreate", 0), ("assign", 0), ("poll", 1)],

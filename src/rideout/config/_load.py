@@ -39,7 +39,7 @@ __all__ = ["DEFAULT_CONFIG_FILE", "ENV_NOT_KEYS", "ENV_PREFIX", "load_config", "
 DEFAULT_CONFIG_FILE = "rideout.toml"
 ENV_PREFIX = "RIDEOUT_"
 # Environment variables that are not configuration keys but belong to rideout (the
-# last three are ./dev's and the suite's: a user who set them saw every command refuse
+# last four are ./dev's and the suite's: a user who set them saw every command refuse
 # its config).
 ENV_NOT_KEYS = frozenset(
     {
@@ -49,6 +49,7 @@ ENV_NOT_KEYS = frozenset(
         "RIDEOUT_VENV",
         "RIDEOUT_TEST_REDIS",
         "RIDEOUT_TEST_MATRIX",
+        "RIDEOUT_TEST_EXAMPLES",
     }
 )
 _LOOPBACK = ipaddress.ip_network("127.0.0.0/8")

@@ -19,7 +19,7 @@ from rideout.client import (
     RetryState,
 )
 from rideout.client.http import Done, Fail, Send, Sleep
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, examples
 
 # ================================================================= sans-I/O RetryState
 
@@ -92,7 +92,7 @@ def test_state_never_passes_the_deadline(clock: FakeClock) -> None:
     assert clock.now - 1000 == 15.0
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     delays=st.lists(st.floats(0, 5), min_size=1, max_size=8),
     durations=st.lists(st.floats(0, 10), min_size=8, max_size=8),

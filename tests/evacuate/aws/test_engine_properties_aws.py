@@ -17,11 +17,12 @@ from hypothesis.stateful import run_state_machine_as_test
 from rideout.evacuate.aws import AwsProvider, AwsSettings
 from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.engine import Engine, Progress
+from tests.conftest import examples
 from tests.evacuate.aws.conftest import SESSION, lambda_zip
 from tests.evacuate.machine import Key, make_machine
 
 SETTINGS = settings(
-    max_examples=4,
+    max_examples=examples(4),
     stateful_step_count=6,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
