@@ -65,7 +65,7 @@ def test_list_shows_the_ledger(make_config: Callable[..., Config], tmp_path: Pat
     assert rows == [
         {"zone_id": "use1-az1", "resource": "us-east-1", "kind": "local",
          "removed": ["use1-az1"], "at": 1.7e9, "operator": "alice", "before": [],
-         "outcome": ""},
+         "outcome": "", "seen": {}},
     ]  # fmt: skip
     table = runner.invoke(app, ["evacuate", "list", "-c", path], env={"COLUMNS": "200"}).output
     assert "use1-az1" in table

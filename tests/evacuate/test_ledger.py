@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.errors import LedgerError
 from rideout.evacuate.ledger import SqliteLedger
-from rideout.evacuate.model import Record
+from rideout.evacuate.model import Record, network
 from tests.conftest import FakeClock, examples
 from tests.evacuate.aws.conftest import SESSION, aws, moto_server  # noqa: F401 (fixtures)
 
@@ -94,6 +94,21 @@ def test_merge_query_delete(backend: Backend) -> None:
     assert len(ledger.records()) == 2
     # A second ledger object on the same store sees the same rows.
     assert backend.open().records() == ledger.records()
+
+
+def test_what_the_first_change_saw_is_stored_and_kept(backend: Backend) -> None:
+    """``before`` and ``seen`` (security groups, public IP) round-trip and stay the first
+    change's: a later merge that saw the resource changed does not replace them."""
+    ledger = backend.open()
+    seen = network({"securityGroups": ["sg-1", "sg-2"], "assignPublicIp": "DISABLED"})
+    first = Record("az1", "svc", "ecs", ("s1",), 1.0, "alice", ("s1", "s2"), "pending", seen)
+    assert ledger.merge(first) == first
+    later = Record("az1", "svc", "ecs", ("s3",), 2.0, "bob", ("s2", "s3"), "removed")
+    (stored,) = backend.open().records()
+    assert stored == first
+    stored = ledger.merge(later)
+    assert (stored.before, stored.seen, stored.outcome) == (("s1", "s2"), seen, "removed")
+    assert ledger.get("az1", "svc") == stored
 
 
 def test_an_earlier_runs_subnets_are_never_lost(backend: Backend) -> None:
@@ -175,6 +190,26 @@ def test_a_corrupt_file_is_a_ledger_error(tmp_path: Path) -> None:
     path.write_bytes(b"this is not a database" * 100)
     with pytest.raises(LedgerError, match=r"bad\.sqlite3"):
         SqliteLedger(path)
+
+
+def test_a_file_of_the_first_schema_is_brought_up_to_date(tmp_path: Path) -> None:
+    """A ledger written before rows recorded ``before``, ``outcome`` and ``seen`` keeps
+    its rows: the columns are added, the old rows read with them empty."""
+    path = tmp_path / "old.sqlite3"
+    with sqlite3.connect(path) as db:
+        db.execute(
+            "CREATE TABLE evacuations (zone_id TEXT NOT NULL, resource TEXT NOT NULL,"
+            " kind TEXT NOT NULL, removed TEXT NOT NULL, at REAL NOT NULL,"
+            " operator TEXT NOT NULL, PRIMARY KEY (zone_id, resource))"
+        )
+        db.execute("INSERT INTO evacuations VALUES ('az1', 'web', 'asg', '[\"s1\"]', 1.0, 'al')")
+    (row,) = SqliteLedger(path).records()
+    assert row == Record("az1", "web", "asg", ("s1",), 1.0, "al")
+    seen = network({"SecurityGroupIds": ["sg-1"]})
+    merged = SqliteLedger(path).merge(
+        Record("az1", "web", "asg", ("s2",), 2.0, "bo", ("s2", "s3"), "removed", seen)
+    )
+    assert (merged.removed, merged.before, merged.seen) == (("s1", "s2"), ("s2", "s3"), seen)
 
 
 HAMMER = """

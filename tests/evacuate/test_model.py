@@ -14,6 +14,7 @@ from rideout.evacuate.model import (
     Placement,
     Record,
     merge_records,
+    network,
     plan_evacuation,
     plan_recovery,
     too_few_zones,
@@ -111,6 +112,32 @@ def test_merge_unions_and_never_empties() -> None:
     assert merge_records(None, first) == first
     with pytest.raises(InvalidArgument):
         merge_records(first, Record("az2", "web", "asg", ("sb",), 1.0, "x"))
+
+
+def test_the_first_configuration_seen_is_kept() -> None:
+    """``before`` and ``seen`` are what the *first* change saw: a later run that saw the
+    resource already changed does not overwrite them."""
+    groups = network({"SecurityGroupIds": ["sg-2", "sg-1"]})
+    first = Record("az1", "fn", "lambda", ("sa",), 1.0, "alice", ("sa", "sb"), seen=groups)
+    later = Record("az1", "fn", "lambda", ("sa2",), 2.0, "bob", ("sa2", "sb"), seen=())
+    merged = merge_records(first, later)
+    assert (merged.before, merged.seen) == (("sa", "sb"), groups)
+    # A row written before rows recorded what they saw takes the first that does.
+    bare = Record("az1", "fn", "lambda", ("sa",), 1.0, "alice")
+    assert merge_records(bare, later).seen == ()
+    assert merge_records(bare, first).seen == groups
+
+
+def test_a_network_configuration_is_normalised() -> None:
+    found = network({"securityGroups": ["sg-1"], "assignPublicIp": "ENABLED", "none": []})
+    assert found == (("assignPublicIp", ("ENABLED",)), ("securityGroups", ("sg-1",)))
+    assert Placement("ecs", "svc", ("sa",), found).network == found
+    with pytest.raises(InvalidArgumentType, match="mapping"):
+        network([("securityGroups", ["sg-1"])])  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgumentType):
+        network({"securityGroups": 7})
+    with pytest.raises(InvalidArgumentType, match="pairs"):
+        Record("az1", "fn", "lambda", ("sa",), 1.0, "op", seen=("sg-1",))  # type: ignore[arg-type]
 
 
 def test_bad_rows_and_placements_are_refused() -> None:

@@ -367,7 +367,8 @@ def evacuate_list(
     except EvacuationError as exc:
         fail(str(exc))
     if as_json:
-        sys.stdout.write(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+        found = [{**asdict(r), "seen": dict(r.seen)} for r in rows]
+        sys.stdout.write(json.dumps(found, indent=2) + "\n")
         return
     if not rows:
         console.print("the ledger is empty: no zone is evacuated")

@@ -4,7 +4,9 @@ is :class:`~rideout.evacuate.ledger.SqliteLedger`, with the same logical schema)
 The seed's table: partition key ``zone_id`` (an AZ id), sort key ``resource`` (ARN or
 name), the removed subnets as a list of strings (``removed``), ``kind`` with a global
 secondary index on it (``kind-index``, range key ``zone_id``), ``at``, ``operator``,
-``before`` (the subnets seen right before the first change) and ``outcome``. It is
+``before`` (the subnets seen right before the first change), ``seen`` (the rest of the
+network configuration seen then: a map of lists, such as ``SecurityGroupIds``) and
+``outcome``. It is
 created if missing (on-demand capacity) and waited for, unless ``create=False`` (a dry
 run): then nothing is ever created and a missing table reads as an empty ledger.
 
@@ -37,7 +39,7 @@ from rideout.errors import InvalidArgument
 from rideout.evacuate.aws._boundary import AwsSettings, calling
 from rideout.evacuate.aws.errors import AwsProviderError
 from rideout.evacuate.errors import LedgerError
-from rideout.evacuate.model import Record, merge_records
+from rideout.evacuate.model import Record, merge_records, network
 
 if TYPE_CHECKING:
     from mypy_boto3_dynamodb import DynamoDBClient
@@ -187,6 +189,12 @@ class DynamoLedger:
                 operator=item["operator"]["S"],
                 before=tuple(v["S"] for v in item.get("before", {}).get("L", [])),
                 outcome=item.get("outcome", {}).get("S", ""),
+                seen=network(
+                    {
+                        k: [v["S"] for v in x["L"]]
+                        for k, x in item.get("seen", {}).get("M", {}).items()
+                    }
+                ),
             )
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             raise LedgerError(
@@ -244,6 +252,7 @@ class DynamoLedger:
                 "operator": _attr(merged.operator),
                 "before": _attr(list(merged.before)),
                 "outcome": _attr(merged.outcome),
+                "seen": {"M": {name: _attr(list(values)) for name, values in merged.seen}},
                 "version": {"N": str(version + 1)},
             }
             condition: dict[str, Any] = (

@@ -54,6 +54,7 @@ from rideout.evacuate.model import (
     OUTCOME_REMOVED,
     SKIP_NO_SUBNET_LEFT,
     Ledger,
+    Network,
     Placement,
     Plan,
     Provider,
@@ -373,9 +374,9 @@ class Engine:
                            changed=(), reason=SKIP_LEFT_ZONE)  # fmt: skip
         return fresh.steps[0]
 
-    def _intent(self, step: Step, options: Options, outcome: str) -> Record:
+    def _intent(self, step: Step, options: Options, outcome: str, seen: Network) -> Record:
         return Record(step.zone_id, step.resource, step.kind, step.changed, self._clock(),
-                      options.operator, step.before, outcome)  # fmt: skip
+                      options.operator, step.before, outcome, seen)  # fmt: skip
 
     def _remove(self, step: Step, options: Options, zone_subnets: frozenset[str]) -> Step:
         """Read, re-plan, record, write conditionally, confirm: one resource, under its
@@ -385,9 +386,9 @@ class Engine:
                 now = self.provider.describe(step.kind, step.resource)
                 prior = self.ledger.get(step.zone_id, step.resource)
                 fresh = self._replan_removal(step, now, zone_subnets, options, prior)
-                if fresh.action == "skip":
+                if fresh.action == "skip" or now is None:
                     return fresh
-                self.ledger.merge(self._intent(fresh, options, OUTCOME_PENDING))
+                self.ledger.merge(self._intent(fresh, options, OUTCOME_PENDING, now.network))
                 try:
                     after = self.provider.update(
                         fresh.kind, fresh.resource, fresh.after, expected=fresh.before
@@ -399,7 +400,7 @@ class Engine:
                     self._forget_intent(fresh, prior)
                     raise
                 self._confirm(fresh, after)
-                self.ledger.merge(self._intent(fresh, options, OUTCOME_REMOVED))
+                self.ledger.merge(self._intent(fresh, options, OUTCOME_REMOVED, now.network))
                 return fresh
         raise ResourceChanged(
             f"{step.kind} {step.resource} changed between rideout's read and its write "

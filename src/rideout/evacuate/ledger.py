@@ -2,8 +2,8 @@
 the same logical schema).
 
 Table ``evacuations``: primary key (zone_id, resource), an index on kind, the removed
-subnets and the subnets seen before the change as JSON arrays, time, operator and
-outcome. Table ``locks``: one row per zone with its owner and expiry; table ``leases``:
+subnets and the subnets seen before the change as JSON arrays, the rest of the network
+configuration seen then (``seen``, a JSON object of arrays), time, operator and outcome. Table ``locks``: one row per zone with its owner and expiry; table ``leases``:
 the same per resource (one writer per resource). Every write is one ``BEGIN IMMEDIATE``
 transaction, so two processes (two operators, or an operator and autoshift) never
 interleave a read-merge-write or both take a lock or a lease. Each call opens its own
@@ -25,7 +25,7 @@ from pathlib import Path
 from rideout import _validate
 from rideout.errors import InvalidArgument
 from rideout.evacuate.errors import LedgerError
-from rideout.evacuate.model import Record, merge_records
+from rideout.evacuate.model import Record, merge_records, network
 
 __all__ = ["LEDGER_FILE", "SqliteLedger"]
 
@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS evacuations (
     operator TEXT NOT NULL,
     before TEXT NOT NULL DEFAULT '[]',
     outcome TEXT NOT NULL DEFAULT '',
+    seen TEXT NOT NULL DEFAULT '{}',
     PRIMARY KEY (zone_id, resource)
 );
 CREATE INDEX IF NOT EXISTS evacuations_by_kind ON evacuations (kind);
@@ -56,8 +57,14 @@ CREATE TABLE IF NOT EXISTS leases (
 );
 """
 # Columns added since the first schema: (name, definition), added to older files.
-_ADDED = (("before", "TEXT NOT NULL DEFAULT '[]'"), ("outcome", "TEXT NOT NULL DEFAULT ''"))
-_COLUMNS = ("zone_id", "resource", "kind", "removed", "at", "operator", "before", "outcome")
+_ADDED = (
+    ("before", "TEXT NOT NULL DEFAULT '[]'"),
+    ("outcome", "TEXT NOT NULL DEFAULT ''"),
+    ("seen", "TEXT NOT NULL DEFAULT '{}'"),
+)
+_COLUMNS = (
+    "zone_id", "resource", "kind", "removed", "at", "operator", "before", "outcome", "seen"
+)  # fmt: skip
 
 
 class SqliteLedger:
@@ -124,6 +131,7 @@ class SqliteLedger:
                 tuple(json.loads(str(row["removed"]))), row["at"], str(row["operator"]),
                 tuple(json.loads(str(row["before"]))) if "before" in names else (),
                 str(row["outcome"]) if "outcome" in names else "",
+                network(json.loads(str(row["seen"]))) if "seen" in names else (),
             )  # fmt: skip
         except (ValueError, TypeError, InvalidArgument) as exc:
             raise LedgerError(f"the ledger {self.path} holds a row it cannot read: {exc}") from exc
@@ -134,7 +142,8 @@ class SqliteLedger:
             f"INSERT OR REPLACE INTO evacuations ({', '.join(_COLUMNS)}) VALUES"
             f" ({', '.join('?' * len(_COLUMNS))})",
             (r.zone_id, r.resource, r.kind, json.dumps(list(r.removed)), r.at, r.operator,
-             json.dumps(list(r.before)), r.outcome),
+             json.dumps(list(r.before)), r.outcome,
+             json.dumps({name: list(values) for name, values in r.seen})),
         )  # fmt: skip
 
     def _find(self, db: sqlite3.Connection, zone_id: str, resource: str) -> Record | None:

@@ -18,7 +18,8 @@ The shape (seed 003, the whitepaper's control-plane-controlled evacuation):
   the engine counts that resource as failed and goes on.
 - A :class:`Ledger` stores one :class:`Record` per (zone id, resource): partition key
   zone id, sort key resource ARN or name, the removed subnets as a list, the kind (a
-  secondary index), the subnets seen before the change, time, operator and outcome.
+  secondary index), the subnets and the rest of the network configuration (``seen``:
+  security groups, public IP) seen before the first change, time, operator and outcome.
   ``merge`` unions the removed subnets with an existing row's (never overwrites them,
   never empties a row); ``put`` writes a row as given (the engine restores a row with it
   when an intent did not happen); ``lock`` is a conditional write (true if ``owner`` now
@@ -51,6 +52,7 @@ __all__ = [
     "SKIP_NO_SUBNET_LEFT",
     "Action",
     "Ledger",
+    "Network",
     "Placement",
     "Plan",
     "Provider",
@@ -58,6 +60,7 @@ __all__ = [
     "Step",
     "Subnets",
     "merge_records",
+    "network",
     "plan_evacuation",
     "plan_recovery",
     "recovery_step",
@@ -69,6 +72,10 @@ __all__ = [
 
 Action = Literal["remove", "restore", "skip"]
 Subnets = tuple[str, ...]  # a resource's subnets (or zone ids, for kinds placed by zone)
+# The rest of a resource's network configuration as read, besides its subnets (security
+# groups, public IP), by field name in the service's own spelling: every update keeps it,
+# and the ledger records what it was right before the first change (for audit).
+Network = tuple[tuple[str, tuple[str, ...]], ...]
 
 SKIP_NO_SUBNET_LEFT = "would leave no subnet"
 SKIP_ALREADY_EVACUATED = "already evacuated"
@@ -88,6 +95,29 @@ def _names(name: str, value: object) -> tuple[str, ...]:
     if isinstance(value, str) or not isinstance(value, tuple | list | frozenset | set):
         raise InvalidArgumentType(f"{name} must be a tuple of strings, not {value!r}")
     return tuple(_validate.text(name, v) for v in value)
+
+
+def network(fields: Mapping[str, object]) -> Network:
+    """``fields`` (a service's names: a list of strings, or one string) as a
+    :data:`Network`: sorted by name, each value a tuple; empty values left out."""
+    if not isinstance(fields, Mapping):
+        raise InvalidArgumentType(f"a network configuration must be a mapping, not {fields!r}")
+    out: list[tuple[str, tuple[str, ...]]] = []
+    for name in sorted(fields):
+        value = fields[name]
+        values = (value,) if isinstance(value, str) else value
+        found = _names(_validate.text("network field", name), values)
+        if found:
+            out.append((name, found))
+    return tuple(out)
+
+
+def _network(name: str, value: object) -> Network:
+    if not isinstance(value, tuple) or not all(
+        isinstance(pair, tuple) and len(pair) == 2 for pair in value
+    ):
+        raise InvalidArgumentType(f"{name} must be a tuple of (field, values) pairs, not {value!r}")
+    return network(dict(value))
 
 
 def _union(*groups: Iterable[str]) -> tuple[str, ...]:
@@ -120,11 +150,13 @@ class Placement:
     kind: str  # "asg" | "ecs" | "lambda" | "eks" | "local" ...
     resource: str  # ARN or name: the ledger's sort key
     subnets: tuple[str, ...]  # subnets (or zone ids, for kinds placed by zone) in use now
+    network: Network = ()  # the rest of its network configuration (security groups ...)
 
     def __post_init__(self) -> None:
         _validate.text("kind", self.kind)
         _validate.text("resource", self.resource)
         object.__setattr__(self, "subnets", _names("subnets", self.subnets))
+        object.__setattr__(self, "network", _network("network", self.network))
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +171,7 @@ class Record:
     operator: str  # who: a user name, or "autoshift"
     before: tuple[str, ...] = ()  # the subnets seen right before the first change
     outcome: str = ""  # OUTCOME_PENDING until the update is confirmed, then OUTCOME_REMOVED
+    seen: Network = ()  # the rest of the network configuration seen with ``before``
 
     def __post_init__(self) -> None:
         _validate.text("zone_id", self.zone_id)
@@ -152,12 +185,13 @@ class Record:
         object.__setattr__(self, "before", _names("before", self.before))
         if not isinstance(self.outcome, str):
             raise InvalidArgumentType(f"outcome must be a string, not {self.outcome!r}")
+        object.__setattr__(self, "seen", _network("seen", self.seen))
 
 
 def merge_records(existing: Record | None, new: Record) -> Record:
     """The row ``Ledger.merge`` stores: ``new``'s time, operator and outcome, the union
     of both rows' removed subnets (existing first), the configuration seen before the
-    *first* change. A re-run never loses what an earlier run removed or saw."""
+    *first* change (``before`` and ``seen``). A re-run never loses what an earlier run removed or saw."""
     if existing is None:
         return new
     if (existing.zone_id, existing.resource) != (new.zone_id, new.resource):
@@ -171,6 +205,7 @@ def merge_records(existing: Record | None, new: Record) -> Record:
         operator=new.operator,
         before=existing.before or new.before,
         outcome=new.outcome,
+        seen=existing.seen if existing.before else new.seen,
     )
 
 

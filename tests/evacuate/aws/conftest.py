@@ -16,12 +16,14 @@ import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import boto3
 import pytest
 from moto.server import ThreadedMotoServer
 
 from rideout.evacuate.aws import AwsSettings
+from rideout.evacuate.dynamo import DEFAULT_TABLE, KIND_INDEX
 
 REGION = "us-east-1"
 # One session for the tests' own clients: it loads each service model once.
@@ -185,3 +187,25 @@ def build_world(settings: AwsSettings) -> World:
 @pytest.fixture
 def world(aws: AwsSettings) -> World:
     return build_world(aws)
+
+
+def ledger_items(zone: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """The ledger's rows for ``zone`` as a plain boto3 read of the table sees them (the
+    seed's schema, no rideout code between), without the volatile time and version."""
+    client = SESSION.client("dynamodb")
+    found = client.query(
+        TableName=DEFAULT_TABLE,
+        KeyConditionExpression="zone_id = :z",
+        ExpressionAttributeValues={":z": {"S": zone}},
+        ConsistentRead=True,
+    )["Items"]
+    index = client.describe_table(TableName=DEFAULT_TABLE)["Table"]["GlobalSecondaryIndexes"]
+    assert [(i["IndexName"], i["KeySchema"][0]["AttributeName"]) for i in index] == [
+        (KIND_INDEX, "kind")
+    ]
+    for item in found:
+        assert float(item.pop("at")["N"]) > 0
+        assert int(item.pop("version")["N"]) >= 1
+        for name in ("removed", "before"):  # in the service's order: compared as sets
+            item[name]["L"].sort(key=lambda v: v["S"])
+    return {(item["kind"]["S"], item["resource"]["S"]): item for item in found}

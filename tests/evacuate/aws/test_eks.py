@@ -33,7 +33,7 @@ from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.engine import EXIT_OK, Engine, Options
 from rideout.evacuate.model import Placement
 from tests.conftest import FakeClock
-from tests.evacuate.aws.conftest import SESSION
+from tests.evacuate.aws.conftest import SESSION, ledger_items
 from tests.evacuate.aws.kubeapi import PATCH_TYPE, FakeKubernetes, merge, serving_kubernetes
 
 CLUSTER = "arn:aws:eks:us-east-1:123456789012:cluster/prod"
@@ -312,6 +312,20 @@ def test_through_the_engine_and_the_ledger(eks: Eks) -> None:
     assert outcome.exit_code == EXIT_OK, outcome
     (row,) = engine.ledger.records(kind="eks")
     assert (row.zone_id, row.resource, row.removed) == (zone_id, CLUSTER, (zone_id,))
+    # The row as a plain boto3 read of the table sees it: nodes are placed by zone, so
+    # the zone ids stand for subnets, and a node has no network configuration to record.
+    assert ledger_items(zone_id) == {
+        ("eks", CLUSTER): {
+            "zone_id": {"S": zone_id},
+            "resource": {"S": CLUSTER},
+            "kind": {"S": "eks"},
+            "removed": {"L": [{"S": zone_id}]},
+            "operator": {"S": "bob"},
+            "before": {"L": sorted(({"S": z} for z in eks.ids), key=lambda v: v["S"])},
+            "seen": {"M": {}},
+            "outcome": {"S": "removed"},
+        }
+    }
     tainted = {n for n, node in fake.nodes.items() if any(
         t["key"] == TAINT_KEY for t in node["spec"].get("taints", []))}  # fmt: skip
     assert tainted == {f"n0-{j}" for j in range(3)}

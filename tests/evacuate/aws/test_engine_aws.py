@@ -24,7 +24,7 @@ from rideout.evacuate.aws import AwsProvider, AwsSettings
 from rideout.evacuate.dynamo import DynamoLedger
 from rideout.evacuate.engine import EXIT_OK, EXIT_PARTIAL, EXIT_REFUSED, Engine, Options
 from rideout.evacuate.model import SKIP_ALREADY_EVACUATED, SKIP_NO_SUBNET_LEFT
-from tests.evacuate.aws.conftest import SESSION, World
+from tests.evacuate.aws.conftest import SESSION, World, ledger_items
 
 
 def snapshot(p: AwsProvider) -> dict[tuple[str, str], frozenset[str]]:
@@ -61,6 +61,12 @@ def test_evacuate_a_zone_and_recover_it(engine: Engine, world: World) -> None:
     assert {(r.kind, r.resource) for r in rows} == expected
     assert all(set(r.removed) == set(world.spread(0)) and r.operator == "alice" for r in rows)
     assert [r.resource for r in engine.ledger.records(kind="lambda")] == [world.lambdas["resize"]]
+    assert ledger_items(zone) == {
+        (r.kind, r.resource): _seed_item(
+            r.kind, r.resource, world, zone, before[(r.kind, r.resource)]
+        )
+        for r in rows
+    }
 
     # Re-running changes nothing and loses nothing.
     again = engine.evacuate(zone, options)
@@ -75,6 +81,33 @@ def test_evacuate_a_zone_and_recover_it(engine: Engine, world: World) -> None:
     assert snapshot(provider) == before
     assert engine.ledger.records() == []
     assert engine.ledger.lock_owner(zone) is None  # type: ignore[attr-defined]
+
+
+def _seed_item(
+    kind: str, resource: str, world: World, zone: str, subnets: frozenset[str]
+) -> dict[str, Any]:
+    """What the table holds for one resource evacuated from ``zone`` by alice."""
+    gone = world.subnets[zone]
+    seen: dict[str, Any] = {
+        "asg": {},
+        "ecs": {
+            "assignPublicIp": {
+                "L": [{"S": "ENABLED" if resource == world.ecs["api"] else "DISABLED"}]
+            },
+            "securityGroups": {"L": [{"S": world.security_group}]},
+        },
+        "lambda": {"SecurityGroupIds": {"L": [{"S": world.security_group}]}},
+    }[kind]
+    return {
+        "zone_id": {"S": zone},
+        "resource": {"S": resource},
+        "kind": {"S": kind},
+        "removed": {"L": [{"S": s} for s in sorted(subnets) if s in gone]},
+        "operator": {"S": "alice"},
+        "before": {"L": [{"S": s} for s in sorted(subnets)]},
+        "seen": {"M": seen},
+        "outcome": {"S": "removed"},
+    }
 
 
 def test_a_zone_no_resource_could_safely_lose_is_refused(engine: Engine, world: World) -> None:

@@ -72,13 +72,18 @@ def test_placements_of_every_kind(aws: AwsSettings, world: World) -> None:
 def test_updates_keep_the_rest_of_the_network_configuration(aws: AwsSettings, world: World) -> None:
     p = provider(aws, world)
     kept = tuple(world.spread(1, 2))
-    for kind, resource in (
-        ("asg", world.asg["web"]),
-        ("ecs", world.ecs["api"]),
-        ("lambda", world.lambdas["resize"]),
+    group_ids = (world.security_group,)
+    for kind, resource, rest in (
+        ("asg", world.asg["web"], ()),  # an ASG's groups are its launch template's
+        (
+            "ecs",
+            world.ecs["api"],
+            (("assignPublicIp", ("ENABLED",)), ("securityGroups", group_ids)),
+        ),
+        ("lambda", world.lambdas["resize"], (("SecurityGroupIds", group_ids),)),
     ):
         p.update(kind, resource, kept)
-        assert p.describe(kind, resource) == Placement(kind, resource, kept)
+        assert p.describe(kind, resource) == Placement(kind, resource, kept, rest)
 
     session = SESSION
     service = session.client("ecs").describe_services(cluster="prod", services=[world.ecs["api"]])

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from rideout.evacuate.aws._boundary import calling
 from rideout.evacuate.aws.errors import AwsNotFound
-from rideout.evacuate.model import Placement, require_unchanged
+from rideout.evacuate.model import Placement, network, require_unchanged
 
 if TYPE_CHECKING:
     from mypy_boto3_ecs import ECSClient
@@ -42,7 +42,8 @@ def _placement(service: ServiceTypeDef) -> Placement | None:
     vpc = service.get("networkConfiguration", {}).get("awsvpcConfiguration")
     if not vpc or service.get("status") == "INACTIVE":
         return None
-    return Placement(KIND, service["serviceArn"], tuple(vpc.get("subnets", [])))
+    rest = {k: v for k, v in vpc.items() if k in ("securityGroups", "assignPublicIp")}
+    return Placement(KIND, service["serviceArn"], tuple(vpc.get("subnets", [])), network(rest))
 
 
 class EcsServices:

@@ -17,7 +17,7 @@ from rideout import _validate
 from rideout.evacuate.aws._boundary import calling
 from rideout.evacuate.aws.errors import AwsNotFound, AwsProviderError
 from rideout.evacuate.errors import ResourceChanged
-from rideout.evacuate.model import Placement, require_unchanged
+from rideout.evacuate.model import Placement, network, require_unchanged
 
 if TYPE_CHECKING:
     from mypy_boto3_lambda import LambdaClient
@@ -46,10 +46,12 @@ DEFAULT_WAIT = WaitPolicy()
 
 
 def _placement(config: Mapping[str, Any]) -> Placement | None:
-    subnets = tuple(config.get("VpcConfig", {}).get("SubnetIds", []))
+    vpc = config.get("VpcConfig", {})
+    subnets = tuple(vpc.get("SubnetIds", []))
     if not subnets:
         return None  # not in a VPC: nothing to remove
-    return Placement(KIND, config.get("FunctionArn") or config["FunctionName"], subnets)
+    groups = network({"SecurityGroupIds": vpc.get("SecurityGroupIds", [])})
+    return Placement(KIND, config.get("FunctionArn") or config["FunctionName"], subnets, groups)
 
 
 class LambdaFunctions:
