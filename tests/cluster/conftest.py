@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ import pytest
 from rideout._process import pid_alive
 from rideout.cluster.chaos import send_command
 from rideout.cluster.supervisor import LocalCluster
-from rideout.config import dump_toml, parse_config
+from rideout.config import Config, dump_toml, parse_config
 from tests.conftest import config_data, until_sync
 
 READY_WITHIN = 45.0  # seconds; start-up takes ~1-2 s here, the bound is for a loaded CI box
@@ -109,6 +109,17 @@ def make_workdir(tmp_path: Path) -> Callable[..., Path]:
 @pytest.fixture
 def workdir(make_workdir: Callable[..., Path]) -> Path:
     return make_workdir()
+
+
+@pytest.fixture
+async def cluster(make_config: Callable[..., Config]) -> AsyncIterator[LocalCluster]:
+    """A default deployment run by an in-process supervisor (modules may override it)."""
+    running = LocalCluster(make_config())
+    try:
+        await running.start()
+        yield running
+    finally:
+        await running.stop()
 
 
 @contextlib.contextmanager

@@ -9,7 +9,6 @@ what it did; a step that fails is named, with what is up and what is not.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -19,7 +18,6 @@ from rideout._process import pid_alive
 from rideout.cluster.chaos import ChaosError
 from rideout.cluster.runstate import RunState
 from rideout.cluster.supervisor import LocalCluster
-from rideout.config import Config
 from rideout.failover.controller import ControllerState, FailoverController
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.client import probe_client
@@ -31,16 +29,6 @@ from tests.conftest import until
 pytestmark = pytest.mark.slow
 
 P, S = "us-east-1", "us-west-2"
-
-
-@pytest.fixture
-async def cluster(make_config: Callable[..., Config]) -> AsyncIterator[LocalCluster]:
-    running = LocalCluster(make_config())
-    try:
-        await running.start()
-        yield running
-    finally:
-        await running.stop()
 
 
 async def failed_over(cluster: LocalCluster) -> int:

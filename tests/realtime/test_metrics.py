@@ -8,7 +8,7 @@ NAMES = {
     "rideout_app_info", "rideout_health_checks", "rideout_redis_up", "rideout_epoch",
     "rideout_ws_connections", "rideout_ws_handshakes", "rideout_ws_messages",
     "rideout_ws_closes", "rideout_fanout_latency_seconds", "rideout_replays",
-    "rideout_slow_consumers", "rideout_store_errors", "rideout_sync_replication",
+    "rideout_slow_consumers", "rideout_shed", "rideout_store_errors", "rideout_sync_replication",
     "rideout_zone_mode", "rideout_store_backend_up", "rideout_event_loop_lag_seconds",
 }  # fmt: skip
 

@@ -166,6 +166,13 @@ class RealtimeConfig:
     replay_rate: float = 200.0  # per second, sustained
     replay_burst: int = 1000  # at once (one full replay of history_size updates)
     max_rooms_per_connection: int = 64  # rooms one connection may watch (the hub follows each)
+    # Admission control for replays (a getState the server can replay from), per process:
+    # at most `max_replays` run at once, `replay_queue` more wait in order for up to
+    # `replay_wait` seconds, the rest get error/throttled with a retry hint at once
+    # (realtime.admission): a zone's replays cannot starve its canary, whoever asks.
+    max_replays: int = 1
+    replay_queue: int = field(default=32, metadata={"zero_ok": True})
+    replay_wait: float = field(default=1.0, metadata={"zero_ok": True})
     # Refuse part of the new WebSockets (503 overloaded; never the canary's) and of the
     # bids (error/unavailable) while the process's event loop runs late: from a quarter
     # of timing.canary_timeout, all of them from half of it (realtime.limits.LoadShedder).

@@ -44,6 +44,7 @@ from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
+from rideout.realtime.admission import AdmissionPolicy, ReplayGate
 from rideout.realtime.backend import StoreProber
 from rideout.realtime.connection import WebSocketEndpoint, close_revoked
 from rideout.realtime.epoch import EpochTracker, control_plane_writer
@@ -285,15 +286,24 @@ async def _open_zone(
         region.redis.address, region.redis.port, credentials=credentials, tls=region.redis.tls
     )
     stack.push_async_callback(follower.aclose)
+    # The store probes (the canary's, the server's own) get a pool of their own: under
+    # load, users' replays hold the state client's connections and pipelines.
+    probes = state_client(
+        region.redis.address, region.redis.port, credentials=credentials, tls=region.redis.tls,
+        max_connections=4,
+    )  # fmt: skip
+    stack.push_async_callback(probes.aclose)
     app_metrics = AppMetrics(region.name, zone.name)
     store = AuctionStore(client, auction_settings(config), region.name)
     stack.push_async_callback(store.close)
+    probe_store = AuctionStore(probes, auction_settings(config), region.name)
+    stack.push_async_callback(probe_store.close)
     hub = Hub(
         AuctionStore(follower, auction_settings(config), region.name), region.name, app_metrics
     )
     control_plane = _http.async_client(timeout=1.0)
     stack.push_async_callback(control_plane.aclose)
-    follow = _WriterFollower(config, region, (client, follower))
+    follow = _WriterFollower(config, region, (client, follower, probes))
     writer_urls = routes.control_plane_urls(config, routes.WRITER)
     writer_region: list[str] = []
 
@@ -331,6 +341,7 @@ async def _open_zone(
             if config.realtime.shed_load else None
         ),
         revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
+        replays=ReplayGate(AdmissionPolicy.for_config(config.realtime)), probe_store=probe_store,
     )  # fmt: skip
     await epoch.refresh()
     epoch.start()
@@ -339,6 +350,7 @@ async def _open_zone(
     hub.start()
     stack.push_async_callback(hub.stop)
     prober = StoreProber(server)
+    await prober.step()  # opens the probes' own connection before the canary's first probe
     prober.start()
     stack.push_async_callback(prober.stop)
     watcher = asyncio.create_task(

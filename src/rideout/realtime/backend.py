@@ -108,8 +108,10 @@ async def _probe_once(server: ZoneServer, key: str, wait: int, budget: float) ->
     if epoch is None:
         raise StoreUnavailable("the writer's epoch is unknown")
     # WAIT gets a share of the budget; a writer without a replica still answers (a sync
-    # bid it would refuse is the bid path's business, reported as replicas=0).
-    return await server.store.probe(
+    # bid it would refuse is the bid path's business, reported as replicas=0). Through
+    # the probes' own connection: a pool full of users' replays must not hold it up.
+    store = server.probe_store or server.store
+    return await store.probe(
         key, secrets.token_hex(8), epoch=epoch, wait_replicas=wait, wait_timeout=budget / 4
     )
 

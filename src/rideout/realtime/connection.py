@@ -154,7 +154,10 @@ def _shed(server: ZoneServer, kind: Shed = "connection") -> Refusal | None:
     shedder = server.shedder
     if shedder is None:
         return None
-    return shedder.refuse(server.lag.typical(time.monotonic(), shedder.samples), kind)
+    refusal = shedder.refuse(server.lag.typical(time.monotonic(), shedder.samples), kind)
+    if refusal is not None:
+        server.metrics.shed.labels(kind, "loop_lag").inc()
+    return refusal
 
 
 async def _authorize(server: ZoneServer, token: str) -> Claims:
@@ -492,6 +495,45 @@ class Connection:
         if wait > 0:
             self._throttled("this user's replay budget is spent", wait)
             return "throttled"
+        # Admission: a replay (a position at the current epoch: one at an older epoch gets
+        # the full state, cheap) is refused while the loop runs late, and otherwise runs
+        # when one of the process's few places for replays is free (realtime.admission).
+        replay = msg.since is not None and msg.since.epoch == server.epoch.value
+        if replay:
+            refused = await self._admit_replay()
+            if refused is not None:
+                return refused
+        try:
+            return await self._read_state(msg, fresh)
+        finally:
+            if replay:
+                server.replays.leave()
+
+    async def _admit_replay(self) -> str | None:
+        """A place for a replay (None), or the outcome of its refusal, sent."""
+        server = self.server
+        hint = server.config.timing.backoff_cap
+        refusal = _shed(server, "replay")
+        if refusal is not None:
+            self._throttled(refusal.message, hint)
+            return "overloaded"
+        denied = await server.replays.enter()
+        if denied is None:
+            return None
+        server.metrics.shed.labels("replay", denied).inc()
+        policy = server.replays.policy
+        why = (
+            f"this server's replays are all taken ({policy.concurrency} running, "
+            f"{policy.queue} waiting)" if denied == "queue_full"
+            else f"no replay of this server's {policy.concurrency} was free within {policy.wait:g} s"
+        )  # fmt: skip
+        self._throttled(why, hint)
+        return "overloaded"
+
+    async def _read_state(self, msg: GetState, fresh: bool) -> str:
+        room = msg.room
+        server = self.server
+        budget = server.budget
         most = 1 + (server.store.settings.replay_limit if msg.since is not None else 0)
         budget.charge(self.sub, most)
         cost = 1

@@ -228,12 +228,14 @@ class ConnectionCaps:
         return self._by_address.get(address, 0)
 
 
-Shed = Literal["bid", "connection"]
-"""What a :class:`LoadShedder` refuses: a bid, or a new connection (an upgrade)."""
+Shed = Literal["bid", "connection", "replay"]
+"""What a :class:`LoadShedder` refuses: a bid, a new connection (an upgrade), or a
+replay (a ``getState`` the server would replay updates for)."""
 
 _SHED_NAMES: Final[dict[Shed, str]] = {
     "bid": "bid(s) (error/unavailable)",
     "connection": "new WebSocket connection(s) (503 overloaded)",
+    "replay": "replay(s) (error/throttled)",
 }
 
 

@@ -71,6 +71,14 @@ class AppMetrics:
             ["outcome"],
             registry=r,
         )
+        self.shed = Counter(
+            "rideout_shed",
+            "Work this server refused to stay answering its canary, by what (connection, "
+            "bid, replay) and why (loop_lag: its event loop runs late; queue_full, "
+            "queue_timeout: replays' admission, realtime.admission).",
+            ["work", "reason"],
+            registry=r,
+        )
         self.slow_consumers = Counter(
             "rideout_slow_consumers", "Connections closed for falling behind (1013).", registry=r
         )

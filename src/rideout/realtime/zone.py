@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from rideout._looplag import LoopLag
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
+from rideout.realtime.admission import AdmissionPolicy, ReplayGate
 from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder
 from rideout.store.sync import SyncRule, rule_for
 
@@ -208,6 +209,11 @@ class ZoneServer:
     sync_rule: SyncRule | None = None
     lag: LoopLag = field(default_factory=LoopLag)  # kept by the app's watcher (rideout._looplag)
     shedder: LoadShedder | None = None  # refuses upgrades and bids while `lag` is high; None: off
+    # Replays in flight and waiting (realtime.admission), and the store the canary's probe
+    # and the server's own go through: a Redis connection of their own, so that no user's
+    # work queues ahead of them in a pool or a pipeline (None: `store`).
+    replays: ReplayGate = field(default_factory=lambda: ReplayGate(AdmissionPolicy()))
+    probe_store: AuctionStore | None = None
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)
