@@ -9,8 +9,8 @@ import pytest_asyncio
 import redis.asyncio as aioredis
 
 from rideout.config import Config
-from rideout.store.embedded import EmbeddedRedis
 from rideout.store import keys
+from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch
 from tests.conftest import ADMIN, running_redis_pair, until
 
