@@ -37,6 +37,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
 from rideout._looplag import LoopLag
+from rideout._tasks import TaskSupervisor
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
 from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder
@@ -208,6 +209,8 @@ class ZoneServer:
     sync_rule: SyncRule | None = None
     lag: LoopLag = field(default_factory=LoopLag)  # kept by the app's watcher (rideout._looplag)
     shedder: LoadShedder | None = None  # refuses upgrades and bids while `lag` is high; None: off
+    # The process's background tasks (hub, followers, prober, lag watcher): rideout._tasks.
+    tasks: TaskSupervisor = field(default_factory=TaskSupervisor)
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)
