@@ -128,6 +128,8 @@ class Supervised:
         self.up = True
         self.last_error: str | None = None
         self.task: asyncio.Task[None] = asyncio.create_task(self._keep(), name=f"rideout-{name}")
+        # Returned, stopped or cancelled: no longer the supervisor's.
+        self.task.add_done_callback(lambda _: owner._forget(self))
 
     @property
     def down(self) -> bool:
@@ -208,9 +210,10 @@ class TaskSupervisor:
         policy: RestartPolicy | None = None,
     ) -> Supervised:
         """Start ``run()`` under supervision as `name` (one live task per name: a task of
-        that name still running is a ValueError). Must be called from a running loop."""
+        that name still running, and not being cancelled, is a ValueError). Must be
+        called from a running loop."""
         current = self._tasks.get(name)
-        if current is not None and not current.done():
+        if current is not None and not current.done() and not current.task.cancelling():
             raise ValueError(f"a task named {name!r} is already running")
         task = Supervised(self, name, run, critical=critical, policy=policy or self.policy)
         self._tasks[name] = task
