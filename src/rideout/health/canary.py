@@ -36,6 +36,7 @@ from websockets.exceptions import WebSocketException
 
 from rideout import _http, routes
 from rideout._looplag import LagReport, LoopLag, watch
+from rideout._tasks import TaskSupervisor
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.auth.canary_keys import load_or_create_canary_key
 from rideout.auth.request_signing import RequestSigner
@@ -305,18 +306,19 @@ class Canary:
         breaching.)
         """
         interval = self.config.timing.canary_interval
-        watcher = asyncio.create_task(
-            watch(self.lag, interval=min(0.05, interval / 10), log=log,
-                  report=LagReport(self.config.timing.canary_timeout / 2)),
-            name="rideout-canary-lag",
-        )  # fmt: skip
+        report = LagReport(self.config.timing.canary_timeout / 2)
+        # Restarted if it dies (logged); lives and ends with this run.
+        watcher = TaskSupervisor().spawn(
+            "canary-lag",
+            lambda: watch(self.lag, interval=min(0.05, interval / 10), log=log, report=report),
+            critical=False,
+        )
         self._watching = True
         try:
             await self._run(interval, rounds)
         finally:
             self._watching = False
-            watcher.cancel()
-            await asyncio.wait({watcher})
+            await watcher.stop()
 
     async def _run(self, interval: float, rounds: int | None) -> None:
         previous: dict[str, bool] = {}
