@@ -105,6 +105,8 @@ async def health(request: Request) -> Response:
         "mode": server.mode,
         "epoch": epoch,
         "connections": len(server.connections),
+        # At the cap for ordinary connections: healthy, but full (docs/realtime-api.md).
+        "full": server.caps.full,
         "replication": {
             "mode": server.config.failover.replication,
             "unreplicated_acks": server.unreplicated_acks,
