@@ -68,7 +68,13 @@ from rideout.failover.mover import ManagedWriter
 from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
-from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
+from rideout.health.names import (
+    FULL_METRIC_NAME,
+    METRIC_NAME,
+    NAMESPACE,
+    REGION_DIMENSION,
+    ZONE_DIMENSION,
+)
 from rideout.store.client import check_cancelled
 
 __all__ = ["ControlPlane", "IngestError", "evaluation_offset", "state_path"]
@@ -316,6 +322,7 @@ class ControlPlane:
             _check_region(data, region)
         now = self._clock()
         stored = 0
+        fullness = False  # whether a zone's fullness changed
         for i, datum in enumerate(data):
             try:
                 name = datum["MetricName"]
@@ -334,6 +341,15 @@ class ControlPlane:
                     zone = str(dimensions.get(ZONE_DIMENSION, ""))
                     self.metrics.canary.labels(region, zone).set(float(datum["Value"]))
                     self.metrics.canary_seen.labels(region, zone).set(float(timestamp))
+            elif namespace == NAMESPACE and name == FULL_METRIC_NAME:
+                zone = str(dimensions.get(ZONE_DIMENSION, ""))
+                if self.zones.regions.get(zone) == dimensions.get(REGION_DIMENSION):
+                    full = float(datum["Value"]) >= 0.5
+                    fullness |= self.zones.note_full(zone, full, float(timestamp))
+        if fullness:  # DNS prefers the region's zones with room: at once, not next round
+            log.info("full zones: %s", ", ".join(sorted(self.zones.full())) or "none")
+            self.metrics.update_zones(self.zones)
+            self._refresh_answer()
         return stored
 
     # ------------------------------------------------------------------ evaluation
@@ -461,7 +477,10 @@ class ControlPlane:
 
     def _refresh_answer(self) -> Answer:
         answer = failover_answer(
-            self.zone, self.controller.dns_health(self.healthy()), self.zones.evacuated
+            self.zone,
+            self.controller.dns_health(self.healthy()),
+            self.zones.evacuated,
+            self.zones.full(),
         )
         if self._answer is None or (answer.region, answer.addresses) != (
             self._answer.region,
@@ -481,7 +500,12 @@ class ControlPlane:
             return
         health = self.controller.dns_health(self.healthy())
         view = DnsView(
-            self.zone.app_domain, health, self._serial, self._clock(), self.zones.evacuated
+            self.zone.app_domain,
+            health,
+            self._serial,
+            self._clock(),
+            self.zones.evacuated,
+            self.zones.full(),
         )
         last = self._published
         if (
@@ -512,6 +536,7 @@ class ControlPlane:
             self.controller.dns_health(self.healthy()),
             self.zones.evacuated,
             serial=self._serial,
+            full=self.zones.full(),
         )
 
     # ------------------------------------------------------------------ zones
