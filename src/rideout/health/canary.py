@@ -67,6 +67,7 @@ __all__ = [
     "NAMESPACE",
     "Canary",
     "DatapointPublisher",
+    "ProbeOutcome",
     "ProbeResult",
     "metric_data",
     "probe",
