@@ -504,7 +504,7 @@ async def test_one_user_hammering_replays_is_throttled_and_others_are_answered(
         token = canary._current_token()  # the canary's own credential
         while not stop.is_set():
             started = time.monotonic()
-            healthy, error = await probe(deployment.urls["a1"] + "/ws", token, bound)
+            healthy, error, *_ = await probe(deployment.urls["a1"] + "/ws", token, bound)
             assert healthy, error
             probes.append(time.monotonic() - started)
             await asyncio.sleep(0.1)
