@@ -209,6 +209,23 @@ async def until(
         raise AssertionError(f"not within {timeout:g} s: {_describe(condition, message)}") from None
 
 
+class HeldSleep:
+    """A fake ``sleep`` that records what it is asked and waits until the test calls
+    :meth:`release` (a restart, a retry the test lets happen when it is ready)."""
+
+    def __init__(self) -> None:
+        self.asked: list[float] = []
+        self.gate = asyncio.Event()
+
+    async def __call__(self, seconds: float) -> None:
+        self.asked.append(seconds)
+        await self.gate.wait()
+        self.gate.clear()
+
+    def release(self) -> None:
+        self.gate.set()
+
+
 def until_sync(
     condition: Callable[[], object],
     timeout: float = 10.0,

@@ -566,8 +566,16 @@ server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
         st.sampled_from(["writer", "replica"]),
         st.integers(0, MAX_EPOCH),
         st.none() | st.integers(0, 16),
+        st.booleans(),  # full
     ),
 )
+
+
+def test_a_probe_answer_without_full_is_from_an_older_server_and_not_full() -> None:
+    old = '{"type":"probe","region":"r","zone":"z","role":"writer","epoch":1,"replicas":null}'
+    assert parse_server_message(old) == ProbeMsg("r", "z", "writer", 1, None, full=False)
+    with pytest.raises(ProtocolError, match="'full' must be a boolean"):
+        parse_server_message(old[:-1] + ',"full":1}')
 
 
 @FUZZ

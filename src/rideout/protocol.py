@@ -270,10 +270,13 @@ class ErrorMsg:
 
 @dataclass(frozen=True, slots=True)
 class ProbeMsg:
-    """``{type:"probe", region, zone, role, epoch, replicas}``: the store took the probe.
+    """``{type:"probe", region, zone, role, epoch, replicas, full}``: the store took the
+    probe.
 
     ``role`` is ``writer`` or ``replica``; ``replicas`` (sync mode, on the writer) is
-    how many replicas had the probe's write in time, else None.
+    how many replicas had the probe's write in time, else None. ``full``: the process is
+    at its connection cap for ordinary users (they get 503 ``zone_full``), still healthy
+    (absent from older servers: False).
     """
 
     region: str
@@ -281,6 +284,7 @@ class ProbeMsg:
     role: str
     epoch: int
     replicas: int | None = None
+    full: bool = False
 
 
 ServerMessage: TypeAlias = Pong | StateMsg | Ack | Update | ErrorMsg | ProbeMsg
@@ -539,9 +543,12 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             raise _Invalid(f"'epoch' must be an integer from 0 to {MAX_EPOCH}")
         if replicas is not None and (not _is_int(replicas) or replicas < 0):
             raise _Invalid("'replicas' must be a non-negative integer or null")
+        full = obj.get("full", False)
+        if not isinstance(full, bool):
+            raise _Invalid("'full' must be a boolean")
         return ProbeMsg(
             region=_name(obj, "region"), zone=_name(obj, "zone"), role=role,
-            epoch=epoch, replicas=replicas,
+            epoch=epoch, replicas=replicas, full=full,
         )  # fmt: skip
     raise _Invalid(f"unknown type {_preview(kind)}; expected state, ack, update, error or probe")
 
@@ -634,11 +641,13 @@ def encode_error(code: ErrorCode | str, message: str, request_id: str | None = N
     return _dump(obj)
 
 
-def encode_probe(*, region: str, zone: str, role: str, epoch: int, replicas: int | None) -> str:
+def encode_probe(
+    *, region: str, zone: str, role: str, epoch: int, replicas: int | None, full: bool = False
+) -> str:
     """Encode the reply to a ``probe``."""
     return _dump(
         {"type": "probe", "region": region, "zone": zone, "role": role, "epoch": epoch,
-         "replicas": replicas}
+         "replicas": replicas, "full": full}
     )  # fmt: skip
 
 
@@ -649,7 +658,7 @@ def encode_server_message(message: ServerMessage) -> str:
     if isinstance(message, ProbeMsg):
         return encode_probe(
             region=message.region, zone=message.zone, role=message.role,
-            epoch=message.epoch, replicas=message.replicas,
+            epoch=message.epoch, replicas=message.replicas, full=message.full,
         )  # fmt: skip
     if isinstance(message, Update):
         return encode_update(

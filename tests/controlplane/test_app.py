@@ -11,7 +11,7 @@ from rideout.cluster.status import LocalInventory
 from rideout.config import Config
 from rideout.controlplane.app import create_app
 from rideout.controlplane.errors import ChaosFailed
-from tests.conftest import serving
+from tests.conftest import HeldSleep, serving, until
 
 
 def local_app(config: Config) -> Starlette:
@@ -26,10 +26,10 @@ async def test_health_status_and_metrics(make_config: Callable[..., Config]) -> 
         serving(local_app(config), cp.address, cp.port),
         httpx.AsyncClient(trust_env=False, base_url=f"http://{cp.address}:{cp.port}") as http,
     ):
-        assert (await http.get("/health")).json() == {
-            "status": "ok",
-            "app_domain": config.app_domain,
-        }
+        health = (await http.get("/health")).json()
+        assert (health["status"], health["app_domain"]) == ("ok", config.app_domain)
+        assert health["tasks_down"] == []
+        assert {"control-loop", "dashboard-feed"} <= set(health["tasks"])
         status = (await http.get("/status")).json()
         assert status["running"] is False  # no `rideout up` holds this data dir
         assert [r["name"] for r in status["regions"]] == ["us-east-1", "us-west-2"]
@@ -43,6 +43,45 @@ async def test_health_status_and_metrics(make_config: Callable[..., Config]) -> 
             in metrics
         )
         assert 'rideout_control_plane_requests_total{endpoint="status"} 1.0' in metrics
+
+
+class _BreaksOnce:
+    """A gauge whose first ``set`` raises: a bug outside the round's own guard."""
+
+    def __init__(self) -> None:
+        self.broken = False
+
+    def set(self, value: float) -> None:
+        if not self.broken:
+            self.broken = True
+            raise RuntimeError("a bug past the round's guard")
+
+
+async def test_a_dead_control_loop_turns_health_red_until_it_is_restarted(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    cp = config.control_plane
+    app = local_app(config)
+    async with (
+        serving(app, cp.address, cp.port),
+        httpx.AsyncClient(trust_env=False, base_url=f"http://{cp.address}:{cp.port}") as http,
+    ):
+        plane = app.state.control_plane
+        plane.tasks.sleep = held = HeldSleep()
+        rounds = plane.rounds
+        plane.metrics.round_delay = _BreaksOnce()  # the next round's first step
+        await until(lambda: held.asked, 5, message="the control loop's death")
+        response = await http.get("/health")
+        assert response.status_code == 503
+        assert response.json()["tasks_down"] == ["control-loop"]
+        assert (
+            'rideout_task_deaths_total{task="control-loop"} 1.0'
+            in (await http.get("/metrics")).text
+        )
+        held.release()
+        await until(lambda: plane.rounds > rounds, 5, message="a round after the restart")
+        assert (await http.get("/health")).status_code == 200
 
 
 async def test_dashboard_data_and_chaos_are_guarded(make_config: Callable[..., Config]) -> None:

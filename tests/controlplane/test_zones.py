@@ -65,6 +65,25 @@ def test_restored_state_never_evacuates_a_whole_region(make_config: Callable[...
     assert state.evacuated == {"use1-az1"}
 
 
+def test_a_zone_is_full_while_its_latest_fresh_report_says_so(
+    make_config: Callable[..., Config],
+) -> None:
+    config = make_config()
+    clock = FakeClock(100.0)
+    state = ZoneState(config, clock=clock)
+    assert state.full_for == 3 * config.timing.canary_interval
+    assert state.note_full("use1-az1", True, at=100.0) is True
+    assert state.full() == {"use1-az1"}
+    assert state.note_full("use1-az1", True, at=100.5) is False  # no change
+    assert state.note_full("use1-az1", False, at=100.2) is False  # older than the last
+    assert state.note_full("mars-az1", True, at=100.5) is False  # not a zone of ours
+    assert [z["full"] for z in state.status()][:2] == [True, False]
+    assert state.evacuated == frozenset()  # full is not evacuated
+    clock.now = 100.5 + state.full_for + 0.01  # the canary fell silent: the word expires
+    assert state.full() == frozenset()
+    assert state.note_full("use1-az1", False, at=clock.now) is False
+
+
 def _points(config: Config, bad_zone: str | None, at: float) -> dict[str, object]:
     region = config.primary
     results = [

@@ -193,6 +193,21 @@ def test_evacuated_zones_travel_with_the_view() -> None:
         DnsView.parse(json.dumps(old).encode(), ZONE)
 
 
+def test_full_zones_travel_with_the_view() -> None:
+    full = DnsView(APP, {"us-east-1": True, "us-west-2": False}, 3, 1.0, full=frozenset({"a1"}))
+    assert DnsView.parse(full.to_bytes(), ZONE) == full
+    assert full.answer(ZONE).addresses == (PRIMARY[1],)
+    assert not full.same_decision(view(True, serial=3))
+    assert full.decision() != view(True, serial=3).decision()  # the replies are rebuilt
+    # A view of an earlier version has none; an unknown zone is refused.
+    old = json.loads(view(True).to_bytes())
+    del old["full"]
+    assert DnsView.parse(json.dumps(old).encode(), ZONE).full == frozenset()
+    old["full"] = ["mars-az1"]
+    with pytest.raises(DnsFeedError, match="full must list zones"):
+        DnsView.parse(json.dumps(old).encode(), ZONE)
+
+
 def test_the_follower_leaves_evacuated_zones_out(tmp_path: Path) -> None:
     source = ViewFile(tmp_path / "dns-view.json")
     follower = DnsFollower(ZONE, source)

@@ -126,6 +126,43 @@ def test_evacuation(
     assert (answer.region, answer.addresses, answer.reason) == (region, addresses, reason)
 
 
+@pytest.mark.parametrize(
+    ("east", "west", "evacuated", "full", "region", "addresses"),
+    [
+        # a full zone leaves its region's answer while another zone there has room
+        (True, True, set(), {"use1-az1"}, "us-east-1", (EAST[1],)),
+        (True, True, set(), {"use1-az2", "usw2-az1"}, "us-east-1", (EAST[0],)),
+        # every zone of the region full: all of them, as without fullness
+        (True, True, set(), {"use1-az1", "use1-az2"}, "us-east-1", EAST),
+        # full never moves the answer to the other region, nor keeps it from moving
+        (True, True, set(), {"use1-az1", "use1-az2", "usw2-az1"}, "us-east-1", EAST),
+        (False, True, set(), {"usw2-az2"}, "us-west-2", (WEST[0],)),
+        # evacuated and full: the one zone left is full, and serves
+        (True, True, {"use1-az1"}, {"use1-az2"}, "us-east-1", (EAST[1],)),
+    ],
+)  # fmt: skip
+def test_the_answer_prefers_the_regions_zones_with_room(
+    east: bool,
+    west: bool,
+    evacuated: set[str],
+    full: set[str],
+    region: str,
+    addresses: tuple[str, ...],
+) -> None:
+    answer = failover_answer(zone(), health(east, west), frozenset(evacuated), frozenset(full))
+    assert (answer.region, answer.addresses) == (region, addresses)
+    without = failover_answer(zone(), health(east, west), frozenset(evacuated))
+    assert answer.reason == without.reason  # fullness never changes the routing decision
+
+
+def test_a_regions_name_prefers_its_zones_with_room_too() -> None:
+    full = frozenset({"usw2-az1"})
+    west = resolve(zone(), f"us-west-2.{APP}", "A", ALL_HEALTHY, full=full)
+    assert [r.value for r in west.answers] == [WEST[1]]
+    zonal = resolve(zone(), f"usw2-az1.us-west-2.{APP}", "A", ALL_HEALTHY, full=full)
+    assert [r.value for r in zonal.answers] == [WEST[0]]  # a zone's own name: always
+
+
 # ------------------------------------------------------------------ configuration
 
 

@@ -169,6 +169,51 @@ async def test_one_failing_zone_is_shifted_without_failing_the_region_over(
         assert plane.controller.writer == writer
 
 
+async def test_a_full_zone_is_healthy_never_shifted_and_dns_prefers_the_zone_with_room(
+    make_config: Callable[..., Config],
+) -> None:
+    """Issue #29: a zone at its connection cap refuses new users (503 zone_full) while its
+    canary, with its reserve, passes. Full is not unhealthy: no shift, no failover; the
+    region's answer names its other zone until that one is full too."""
+    config = make_config()
+    clock = FakeClock()
+    async with plane_on_redis(config, clock) as plane:
+        await healthy_for(plane, clock)
+        writer = plane.controller.writer
+        zones = [z.name for z in config.region(P).zones]
+
+        def round_with_full(full: set[str]) -> None:
+            plane.put_metric_data(
+                metric_data(
+                    [ProbeResult(P, z, True, 0.01, None, clock.now, full=z in full) for z in zones]
+                )
+            )
+
+        for _ in range(20):  # far past autoshift's min_failing and the alarm's N
+            clock.now += plane.period
+            round_with_full({"use1-az1"})
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert plane.zones.evacuated == frozenset()
+        assert plane.summary()["autoshift"]["events"] == []
+        assert plane.alarms[P].state == "OK"
+        assert plane.controller.writer == writer
+        assert plane.zones.full() == {"use1-az1"}
+        assert [r.value for r in plane.resolve(config.app_domain, "A").answers] == ["127.0.1.2"]
+        assert [z["full"] for z in plane.summary()["zones"]][:2] == [True, False]
+
+        clock.now += plane.period  # both full: both answered, as before
+        round_with_full(set(zones))
+        assert [r.value for r in plane.resolve(config.app_domain, "A").answers] == [
+            "127.0.1.1",
+            "127.0.1.2",
+        ]
+        clock.now += plane.period  # room again
+        round_with_full(set())
+        assert plane.zones.full() == frozenset()
+        assert len(plane.resolve(config.app_domain, "A").answers) == 2
+
+
 async def test_autoshift_can_be_switched_off(make_config: Callable[..., Config]) -> None:
     config = make_config(evacuate={"autoshift": False})
     clock = FakeClock()

@@ -18,7 +18,7 @@ from starlette.websockets import WebSocket
 
 from rideout.config import Config
 from rideout.health.canary import METRIC_NAME, NAMESPACE, Canary, metric_data, probe
-from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
+from rideout.health.names import CANARY_PROBE, FULL_METRIC_NAME, PROBE_CLAIM
 from rideout.protocol import PONG
 from tests.conftest import FakeClock, free_port, serving
 from tests.realtime.conftest import Deployment
@@ -32,7 +32,7 @@ def canary_token(deployment: Deployment) -> str:
 async def test_probe_healthy_dead_and_degraded(deployment: Deployment) -> None:
     token = canary_token(deployment)
     url = deployment.urls["a1"] + "/ws"
-    assert await probe(url, token, 2.0) == (True, None)
+    assert await probe(url, token, 2.0) == (True, None, False)  # healthy, not full
     healthy, error = await probe(f"ws://127.0.1.1:{free_port('127.0.1.1')}/ws", token, 2.0)
     assert not healthy
     assert "ConnectionRefusedError" in (error or "")
@@ -125,11 +125,14 @@ async def test_rounds_probe_every_zone_and_push_datapoints(
     assert len(ingest) == 2
     body = ingest[0]
     assert body["Namespace"] == NAMESPACE
-    points = body["MetricData"]
-    assert {p["MetricName"] for p in points} == {METRIC_NAME}
+    points = [p for p in body["MetricData"] if p["MetricName"] == METRIC_NAME]
     zones = sorted(next(d["Value"] for d in p["Dimensions"] if d["Name"] == "Zone") for p in points)
     assert zones == ["use1-az1", "use1-az2"]
     assert all(p["Value"] == 1.0 for p in points)
+    # Each healthy zone's fullness too: neither is at its connection cap.
+    full = [p for p in body["MetricData"] if p["MetricName"] == FULL_METRIC_NAME]
+    assert [p["Value"] for p in full] == [0.0, 0.0]
+    assert len(body["MetricData"]) == 4
     assert all({"Name": "ApiId", "Value": "us-east-1"} in p["Dimensions"] for p in points)
     # On the period grid, a quarter in, one period apart: one datapoint per period.
     interval = config.timing.canary_interval
@@ -212,7 +215,8 @@ async def test_a_real_canary_gets_through_a_real_control_plane(deployment: Deplo
     assert {v for _, v in points["us-east-1"]} == {1.0}
     assert points["us-west-2"] == []
     assert "rideout_control_plane_refused_total{" not in metrics  # nothing was refused
-    assert "rideout_datapoints_total 4.0" in metrics
+    assert "rideout_datapoints_total 8.0" in metrics  # and each zone's fullness
+    assert plane.zones.full() == frozenset()
 
 
 async def test_pushing_to_a_dead_control_plane_is_logged_not_raised(

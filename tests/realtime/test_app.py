@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import httpx
 import pytest
@@ -11,10 +12,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import BaseRoute, Route
 
 import rideout.realtime
+import rideout.realtime.hub
 from rideout.config import Config
+from rideout.protocol import encode_update
 from rideout.realtime.app import ZoneExtension, create_app
 from rideout.realtime.zone import ZoneServer
-from tests.conftest import running_redis_pair, serving
+from tests.conftest import HeldSleep, running_redis_pair, serving, until
+from tests.realtime.conftest import Deployment, recv_type, send
 
 
 async def test_health_and_metrics_on_every_zone(make_config: Callable[..., Config]) -> None:
@@ -149,3 +153,51 @@ def test_the_package_exports_the_app_and_the_seam() -> None:
     assert rideout.realtime.ZoneServer is ZoneServer
     with pytest.raises(AttributeError, match="no attribute 'nothing'"):
         _ = rideout.realtime.nothing  # type: ignore[attr-defined]
+
+
+async def test_a_dead_hub_turns_health_red_until_it_is_restarted(
+    deployment: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #29: the hub's task died (of an OverflowError) and the zone pushed no update
+    again while /health said 200. Now its death is a 503 naming it, until its restart,
+    and the restarted hub delivers the next update."""
+    server = deployment.servers["a1"]
+    server.tasks.sleep = held = HeldSleep()
+    died: list[str] = []
+
+    def encode_once_broken(**fields: Any) -> str:
+        if not died:
+            died.append(fields["room"])
+            raise RuntimeError("a bug past the hub's guards")
+        return encode_update(**fields)
+
+    monkeypatch.setattr(rideout.realtime.hub, "encode_update", encode_once_broken)
+    base = deployment.urls["a1"].replace("ws://", "http://")
+    async with deployment.connect("a1", "alice") as ws, httpx.AsyncClient(trust_env=False) as http:
+        assert (await http.get(base + "/health")).status_code == 200
+        await send(ws, action="getState", room="lot-dies")
+        await recv_type(ws, "state")
+        await send(ws, action="bid", room="lot-dies", amount=10, id="d1")
+        await recv_type(ws, "ack")
+        await until(lambda: held.asked, 5, message="the hub's death")
+        response = await http.get(base + "/health")
+        assert response.status_code == 503
+        body = response.json()
+        assert (body["status"], body["tasks_down"]) == ("degraded", ["hub"])
+        assert body["tasks"]["hub"]["last_error"] == "RuntimeError: a bug past the hub's guards"
+        ready = await http.get(base + "/ready")
+        assert ready.status_code == 503
+        assert "hub" in ready.json()["message"]
+        metrics = (await http.get(base + "/metrics")).text
+        assert 'rideout_task_deaths_total{task="hub"} 1.0' in metrics
+        assert 'rideout_task_up{task="hub"} 0.0' in metrics
+        held.release()
+        await until(lambda: _status(http, base + "/health", 200), 5, message="/health green again")
+        await send(ws, action="bid", room="lot-dies", amount=20, id="d2")
+        update = await recv_type(ws, "update")
+        assert update["state"]["bid"] == 20
+    assert held.asked == [0.1]
+
+
+async def _status(http: httpx.AsyncClient, url: str, status: int) -> bool:
+    return (await http.get(url)).status_code == status

@@ -84,7 +84,7 @@ async def test_the_probe_is_for_the_canary_only(deployment: Deployment) -> None:
         reply = await recv(ws)
     assert reply == {
         "type": "probe", "region": "us-east-1", "zone": "use1-az1", "role": "writer",
-        "epoch": deployment.servers["a1"].epoch.value, "replicas": None,
+        "epoch": deployment.servers["a1"].epoch.value, "replicas": None, "full": False,
     }  # fmt: skip
 
 
@@ -105,7 +105,7 @@ async def test_a_frozen_writer_fails_the_probe_within_its_bound_and_heartbeats_f
     url = deployment.urls["a1"] + "/ws"
     token = canary_token(deployment)
     timeout = deployment.config.timing.canary_timeout
-    assert await probe(url, token, timeout * 5) == (True, None)
+    assert await probe(url, token, timeout * 5) == (True, None, False)
     server = deployment.servers["a1"]
     redis = deployment.redis["us-east-1"]
     assert redis.pid is not None
@@ -113,7 +113,7 @@ async def test_a_frozen_writer_fails_the_probe_within_its_bound_and_heartbeats_f
         await send(ws, action="heartbeat")
         assert await recv(ws) == PONG
         with frozen(redis.pid):
-            healthy, why = await probe(url, token, timeout * 5)
+            healthy, why, *_ = await probe(url, token, timeout * 5)
             assert not healthy
             # The server's bound answered, not the canary's own timeout.
             bound = probe_timeout(deployment.config.timing)
@@ -128,7 +128,7 @@ async def test_a_frozen_writer_fails_the_probe_within_its_bound_and_heartbeats_f
         await until(lambda: not server.backend.degraded, 10, message="never recovered")
         await send(ws, action="heartbeat")
         assert await recv(ws) == PONG
-    assert await probe(url, token, timeout * 5) == (True, None)
+    assert await probe(url, token, timeout * 5) == (True, None, False)
 
 
 async def test_a_dead_writer_fails_the_probe_with_the_reason(deployment: Deployment) -> None:
@@ -137,7 +137,7 @@ async def test_a_dead_writer_fails_the_probe_with_the_reason(deployment: Deploym
     redis = deployment.redis["us-east-1"]
     assert redis.pid is not None
     os.kill(redis.pid, signal.SIGKILL)
-    healthy, why = await probe(url, token, 5.0)
+    healthy, why, *_ = await probe(url, token, 5.0)
     assert not healthy
     assert "store probe failed" in (why or ""), why
     server = deployment.servers["a2"]

@@ -16,10 +16,12 @@ import pytest
 from websockets.asyncio.client import connect
 
 from rideout.config import Config
-from rideout.health.canary import Canary, probe
+from rideout.controlplane.app import create_app as create_control_plane
+from rideout.controlplane.runtime import ControlPlane
+from rideout.health.canary import Canary, ProbeOutcome, probe
 from rideout.protocol import PONG, parse_retry_hint
 from rideout.realtime.limits import LoadShedder
-from tests.conftest import until
+from tests.conftest import serving, until
 from tests.realtime.conftest import (
     Deployment,
     hold_lag,
@@ -283,6 +285,34 @@ async def test_the_canary_and_health_get_through_a_zone_at_its_cap(
         # The silent sockets made room for the probes: the oldest were pushed out.
         pushed_out = await asyncio.gather(*(closed_by_server(r, 0.5) for r, _ in sockets[:8]))
         assert all(pushed_out)
+        # Issue #29: full is a state. The zone says so, healthy; a real control plane
+        # taking the canary's signed datapoints answers DNS with the region's other zone
+        # and evacuates nothing, until the zone has room again.
+        full, other = config.primary.zones
+        assert [(r.zone, r.full) for r in results] == [(full.name, True), (other.name, False)]
+        plane = ControlPlane(config)
+        cp = config.control_plane
+        async with (
+            serving(create_control_plane(config, runtime=plane), cp.address, cp.port),
+            httpx.AsyncClient(trust_env=False, timeout=5.0) as http,
+        ):
+            health = await http.get(http_url(d) + "/health")
+            assert (health.status_code, health.json()["full"]) == (200, True)
+            await canary.run(rounds=3)
+            assert plane.zones.full() == {full.name}
+            answer = plane.resolve(config.app_domain, "A").answers
+            assert [r.value for r in answer] == [other.address]
+            assert plane.zones.evacuated == frozenset()
+            zones = (await http.get(f"{plane_url(config)}/v1/zones")).json()["zones"]
+            assert [z["full"] for z in zones][:2] == [True, False]
+            await held[0].close()  # room again: both zones answered
+            await canary.run(rounds=1)
+            assert plane.zones.full() == frozenset()
+            assert len(plane.resolve(config.app_domain, "A").answers) == 2
+
+
+def plane_url(config: Config) -> str:
+    return f"http://{config.control_plane.address}:{config.control_plane.port}"
 
 
 async def demo_token(d: Deployment, name: str) -> str:
@@ -330,7 +360,7 @@ def patient_canary(config: Config) -> Canary:
     suite's load on two cores stalls this process's loop by more than 0.4 s at times
     (0.71 s in a run that failed so). A refused probe still fails at once."""
 
-    async def patient(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
+    async def patient(url: str, token: str, timeout: float) -> ProbeOutcome:
         return await probe(url, token, max(timeout, 5.0))
 
     return Canary(config, config.primary.name, probe_zone=patient)
@@ -474,7 +504,7 @@ async def test_one_user_hammering_replays_is_throttled_and_others_are_answered(
         token = canary._current_token()  # the canary's own credential
         while not stop.is_set():
             started = time.monotonic()
-            healthy, error = await probe(deployment.urls["a1"] + "/ws", token, bound)
+            healthy, error, *_ = await probe(deployment.urls["a1"] + "/ws", token, bound)
             assert healthy, error
             probes.append(time.monotonic() - started)
             await asyncio.sleep(0.1)

@@ -78,6 +78,7 @@ def test_caps_per_user_per_address_and_the_reserve() -> None:
     for user in ("dave", "erin", "frank"):
         assert caps.admit(user, "10.0.0.9") is None
     assert caps.open == 8  # total - reserved: ordinary users are refused now
+    assert caps.full  # a state the zone reports, not a failure
     refusal = caps.admit("grace", "10.0.0.10")
     assert refusal is not None
     assert (refusal.status, refusal.reason) == (503, "zone_full")
@@ -89,7 +90,9 @@ def test_caps_per_user_per_address_and_the_reserve() -> None:
     assert refusal is not None
     assert refusal.reason == "zone_full"
     caps.release("canary", "10.0.0.1", probe=True)
+    assert caps.full  # the canary's reserve does not count
     caps.release("alice", "10.0.0.1")
+    assert not caps.full
     assert (caps.of_user("alice"), caps.from_address("10.0.0.1")) == (2, 4)
     assert caps.admit("alice", "10.0.0.1") is None  # the canary's release made room
     for _ in range(3):

@@ -1,4 +1,4 @@
-"""The loop the epoch tracker and the revocation follower run on."""
+"""The loop the epoch tracker, the revocation follower and the store prober run on."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ async def test_the_step_repeats_every_interval_until_stopped() -> None:
     polling = Polling(step, 0.05, "test-polling")
     polling.start()
     polling.start()  # a second start is the same loop
-    tasks = [t for t in asyncio.all_tasks() if t.get_name() == "test-polling"]
+    tasks = [t for t in asyncio.all_tasks() if t.get_name() == "rideout-test-polling"]
     assert len(tasks) == 1
     await until(lambda: len(steps) >= 3, 10)
     await polling.stop()

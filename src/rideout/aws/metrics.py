@@ -17,13 +17,13 @@ would count as breaching. Nothing here ever raises into the canary.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.aws.desired import alarm_region
 from rideout.aws.errors import AwsError
 from rideout.aws.session import AwsSession, boundary
@@ -86,7 +86,10 @@ class CloudWatchPublisher:
         self.session = session or AwsSession()
         self._queue: deque[MetricDatumTypeDef] = deque()
         self._max_queued = max_queued
-        self._task: asyncio.Task[None] | None = None
+        # The sender runs while datapoints wait (started again by every round's
+        # publish); one that dies of a bug is logged and restarted by the supervisor.
+        self._tasks = TaskSupervisor()
+        self._task: Supervised | None = None
         self.sent = 0
         self.dropped = 0
         self.failures = 0
@@ -99,7 +102,7 @@ class CloudWatchPublisher:
                 self.dropped += 1
             self._queue.append(datum)
         if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._send())
+            self._task = self._tasks.spawn("cloudwatch-sender", self._send, critical=False)
 
     def _put(self, batch: list[MetricDatumTypeDef]) -> None:
         with boundary(f"PutMetricData in {self.region}"):
@@ -126,8 +129,7 @@ class CloudWatchPublisher:
     async def aclose(self) -> None:
         """Let the sender finish what it is sending (for a clean shutdown)."""
         if self._task is not None:
-            with contextlib.suppress(Exception):
-                await self._task
+            await asyncio.wait({self._task.task})
 
     def stats(self) -> dict[str, Any]:
         """Datapoints sent, dropped and waiting, and failed calls."""

@@ -337,6 +337,8 @@ def _print_status(view: dict[str, Any], title: str) -> None:
         for zone in region["zones"]:
             zh = zone.get("health")
             state = _state(zh.get("up") if zh else None, "healthy", "down")
+            if zh and (zh.get("body") or {}).get("full"):  # at its connection cap: healthy
+                state.append(", full", style="bold yellow")
             evacuation = zone.get("evacuation")
             if evacuation:
                 state.append(f", evacuated ({evacuation.get('reason')}, by "

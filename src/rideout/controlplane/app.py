@@ -2,7 +2,7 @@
 
 | route | who may call it | what |
 |---|---|---|
-| ``GET /health`` | anyone | liveness |
+| ``GET /health`` | anyone | 200, or 503 while a critical background task (the control loop, the lease's renewal) is down awaiting its restart |
 | ``GET /live`` | anyone | 200 while the control loop runs |
 | ``GET /ready`` | anyone | 200 while this instance acts (holds the lease, or runs alone); 503 with why (``standby: lease held by X until T``) |
 | ``GET /status`` | anyone | the inventory's view (locally ``rideout status --json``) plus alarms, DNS, writer; collected at most once per period however many ask |
@@ -264,7 +264,7 @@ class ControlPlaneApi:
         """Runs the control loop, the DNS server and the dashboard feed while the app
         serves (the feed in a task of its own: the loop never waits for it)."""
         await self.plane.start()
-        self.feed.start()
+        self.feed.start(self.plane.tasks)
         app.state.control_plane = self.plane
         try:
             yield
@@ -302,8 +302,17 @@ class ControlPlaneApi:
     # ------------------------------------------------------------------ routes
 
     async def health(self, request: Request) -> Response:
+        """200 while every critical background task runs (the control loop, the lease's
+        renewal); 503 naming those that died and await their restart."""
         self._count("health")
-        return JSONResponse({"status": "ok", "app_domain": self.config.app_domain})
+        down = self.plane.tasks.down()
+        body = {
+            "status": "degraded" if down else "ok",
+            "app_domain": self.config.app_domain,
+            "tasks_down": list(down),
+            "tasks": self.plane.tasks.status(),
+        }
+        return JSONResponse(body, status_code=503 if down else 200)
 
     async def live(self, request: Request) -> Response:
         """200 while the control loop task runs (a stuck or dead loop: 503)."""

@@ -42,10 +42,10 @@ from typing import Any
 import httpx
 
 from rideout import _http, routes
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.errors import CredentialError
 from rideout.config import Config, ZoneConfig
-from rideout.store.client import cancel_and_wait
 
 __all__ = ["PAUSE_LIMIT", "FailbackDrain"]
 
@@ -70,8 +70,14 @@ class FailbackDrain:
         spread: float | None = None,
         destination: str = "the writer",
         strained: Callable[[str], bool] | None = None,
+        tasks: TaskSupervisor | None = None,
+        name: str = "drain",
     ) -> None:
         self.config = config
+        # A drain that dies is restarted (it tells its zones again); not critical for
+        # /health: the control plane still decides, and a restarted drain finishes.
+        self._tasks = tasks or TaskSupervisor()
+        self.name = name
         self.spread = config.failover.failback_drain_seconds if spread is None else spread
         self.destination = destination
         # Whether a region's latest canary datapoint failed (see start's `toward`).
@@ -79,7 +85,7 @@ class FailbackDrain:
         self.period = config.timing.canary_interval
         self._token = token or (lambda: load_or_create_admin_token(config.keys_dir))
         self._clock = clock
-        self._task: asyncio.Task[None] | None = None
+        self._task: Supervised | None = None
         self._draining: list[ZoneConfig] = []  # zones told to drain, to stop if cancelled
         self._ends_at: float | None = None
         self.last: dict[str, Any] | None = None
@@ -116,7 +122,7 @@ class FailbackDrain:
         """Drain `region`'s zones (only `zones`, if given) in the background, after
         `delay` seconds, ending any drain still running. With `toward` (the region the
         clients go to), the drain pauses while that region's canary fails a probe."""
-        previous = self._task
+        previous = self._task.task if self._task is not None else None
         self.cancel()
         self._ends_at = self._clock() + delay + self.spread + _SETTLE
         if self.config.mode != "local":
@@ -125,13 +131,15 @@ class FailbackDrain:
                 "app server drains itself once it reads that the writer left its region",
             )
             return  # each zone drains over the same spread: ends_at stands
-        self._task = asyncio.create_task(
-            self._drain(region, previous, zones, delay, toward), name=f"rideout-drain-{region}"
+        self._task = self._tasks.spawn(
+            self.name,
+            lambda: self._drain(region, previous, zones, delay, toward),
+            critical=False,
         )
-        self._task.add_done_callback(self._ended)
+        self._task.task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        if task is self._task:  # not a drain that a newer one ended
+        if self._task is not None and task is self._task.task:  # not one a newer one ended
             self._ends_at = self._clock()
 
     def cancel(self) -> None:
@@ -141,7 +149,7 @@ class FailbackDrain:
 
     async def stop(self) -> None:
         if self._task is not None:
-            await cancel_and_wait(self._task)
+            await self._task.stop()
             self._task = None
 
     # ------------------------------------------------------------------ the drain

@@ -118,13 +118,19 @@ class PlaneMetrics:
             "rideout_zone_evacuated", "1 while a zone is evacuated (out of DNS, drained).",
             ["region", "zone"], registry=r,
         )  # fmt: skip
+        self._zone_full = Gauge(
+            "rideout_zone_full",
+            "1 while a zone is at its connection cap (healthy; DNS prefers zones with room).",
+            ["region", "zone"], registry=r,
+        )  # fmt: skip
         self._damping_metrics(r)
 
     def update_zones(self, zones: ZoneState) -> None:
-        """Each zone's evacuated gauge."""
-        evacuated = zones.evacuated
+        """Each zone's evacuated and full gauges."""
+        evacuated, full = zones.evacuated, zones.full()
         for zone, region in zones.regions.items():
             self._zone_evacuated.labels(region, zone).set(1 if zone in evacuated else 0)
+            self._zone_full.labels(region, zone).set(1 if zone in full else 0)
 
     def _damping_metrics(self, r: CollectorRegistry) -> None:
         self._damping_penalty = Gauge(

@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry
 
 from rideout import routes
 from rideout._files import replace_atomically
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.config import Config, Timing
 from rideout.controlplane.autoshift import Autoshift
 from rideout.controlplane.drain import FailbackDrain
@@ -67,8 +68,14 @@ from rideout.failover.mover import ManagedWriter
 from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
-from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
-from rideout.store.client import cancel_and_wait, check_cancelled
+from rideout.health.names import (
+    FULL_METRIC_NAME,
+    METRIC_NAME,
+    NAMESPACE,
+    REGION_DIMENSION,
+    ZONE_DIMENSION,
+)
+from rideout.store.client import check_cancelled
 
 __all__ = ["ControlPlane", "IngestError", "evaluation_offset", "state_path"]
 
@@ -148,10 +155,16 @@ class ControlPlane:
             managed=managed, guard=lease.may_act if lease is not None else None,
             drain_ends=lambda: self.drain.ends_at(),
         )  # fmt: skip
-        self.drain = FailbackDrain(config, clock=clock, strained=self._strained)
+        self.registry = CollectorRegistry()
+        # The control loop, the lease's renewal, the drains and the dashboard's feed run
+        # supervised (rideout._tasks); /health is red while the loop or the lease's
+        # renewal is down (the control plane decides nothing, or loses its lease).
+        self.tasks = TaskSupervisor(registry=self.registry)
+        self.drain = FailbackDrain(
+            config, clock=clock, strained=self._strained, tasks=self.tasks, name="drain"
+        )
         self.autoshift = Autoshift(self) if config.evacuate.autoshift else None
         self.zone = DnsZoneConfig.from_config(config)
-        self.registry = CollectorRegistry()
         self.dns_metrics = DnsMetrics(self.registry)
         dns_host, dns_port = dns_address or (cp.address, cp.dns_port)
         self.dns = DnsServer(
@@ -166,8 +179,8 @@ class ControlPlane:
         self._answer: Answer | None = None
         self.started_at = clock()
         self._first_seen: dict[str, float] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._renewing: asyncio.Task[None] | None = None
+        self._task: Supervised | None = None
+        self._renewing: Supervised | None = None
         self.rounds = 0  # evaluation rounds the loop has run
         self.metrics = PlaneMetrics(self.registry)
         self.metrics.update_zones(self.zones)
@@ -265,7 +278,8 @@ class ControlPlane:
 
     @property
     def running(self) -> bool:
-        """Whether the control loop runs (started, not ended)."""
+        """Whether the control loop runs (started, not stopped; a loop that died and
+        awaits its restart still counts: /health says so)."""
         return self._task is not None and not self._task.done()
 
     @property
@@ -308,6 +322,7 @@ class ControlPlane:
             _check_region(data, region)
         now = self._clock()
         stored = 0
+        fullness = False  # whether a zone's fullness changed
         for i, datum in enumerate(data):
             try:
                 name = datum["MetricName"]
@@ -326,6 +341,15 @@ class ControlPlane:
                     zone = str(dimensions.get(ZONE_DIMENSION, ""))
                     self.metrics.canary.labels(region, zone).set(float(datum["Value"]))
                     self.metrics.canary_seen.labels(region, zone).set(float(timestamp))
+            elif namespace == NAMESPACE and name == FULL_METRIC_NAME:
+                zone = str(dimensions.get(ZONE_DIMENSION, ""))
+                if self.zones.regions.get(zone) == dimensions.get(REGION_DIMENSION):
+                    full = float(datum["Value"]) >= 0.5
+                    fullness |= self.zones.note_full(zone, full, float(timestamp))
+        if fullness:  # DNS prefers the region's zones with room: at once, not next round
+            log.info("full zones: %s", ", ".join(sorted(self.zones.full())) or "none")
+            self.metrics.update_zones(self.zones)
+            self._refresh_answer()
         return stored
 
     # ------------------------------------------------------------------ evaluation
@@ -453,7 +477,10 @@ class ControlPlane:
 
     def _refresh_answer(self) -> Answer:
         answer = failover_answer(
-            self.zone, self.controller.dns_health(self.healthy()), self.zones.evacuated
+            self.zone,
+            self.controller.dns_health(self.healthy()),
+            self.zones.evacuated,
+            self.zones.full(),
         )
         if self._answer is None or (answer.region, answer.addresses) != (
             self._answer.region,
@@ -473,7 +500,12 @@ class ControlPlane:
             return
         health = self.controller.dns_health(self.healthy())
         view = DnsView(
-            self.zone.app_domain, health, self._serial, self._clock(), self.zones.evacuated
+            self.zone.app_domain,
+            health,
+            self._serial,
+            self._clock(),
+            self.zones.evacuated,
+            self.zones.full(),
         )
         last = self._published
         if (
@@ -504,6 +536,7 @@ class ControlPlane:
             self.controller.dns_health(self.healthy()),
             self.zones.evacuated,
             serial=self._serial,
+            full=self.zones.full(),
         )
 
     # ------------------------------------------------------------------ zones
@@ -535,6 +568,8 @@ class ControlPlane:
                     clock=self._clock,
                     spread=self.config.evacuate.drain_seconds,
                     destination=f"{evacuation.region}'s other zones",
+                    tasks=self.tasks,
+                    name=f"drain-{zone}",
                 )
                 self._zone_drains[zone] = drain
             # Caches that still hold the zone's address expire within a TTL: drain after.
@@ -572,9 +607,9 @@ class ControlPlane:
             await self.dns.start()
         else:
             self._refresh_answer()  # the restored decision, before the first round
-        self._task = asyncio.create_task(self._run(), name="rideout-control-plane")
+        self._task = self.tasks.spawn("control-loop", self._run)
         if self.lease is not None:
-            self._renewing = asyncio.create_task(self._keep_lease(), name="rideout-lease")
+            self._renewing = self.tasks.spawn("lease", self._keep_lease)
 
     async def _keep_lease(self) -> None:
         """Renew a held lease every third of its TTL, however long a round is (the seed
@@ -588,10 +623,10 @@ class ControlPlane:
 
     async def stop(self) -> None:
         if self._renewing is not None:
-            await cancel_and_wait(self._renewing)
+            await self._renewing.stop()
             self._renewing = None
         if self._task is not None:
-            await cancel_and_wait(self._task)
+            await self._task.stop()
             self._task = None
         await self.drain.stop()
         for drain in self._zone_drains.values():

@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Generic, TypeVar
 
 from rideout import _validate
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.controlplane.errors import ControlPlaneError
 from rideout.store.client import cancel_and_wait
 
@@ -85,15 +86,19 @@ class SharedFeed:
         self._published_at = -float("inf")
         self._published = asyncio.Event()
         self._wanted = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task: Supervised | None = None
 
-    def start(self) -> None:
+    def start(self, tasks: TaskSupervisor | None = None) -> None:
+        """Run the feed in a task supervised by `tasks` (the process's; None: one of its
+        own). Not critical for /health: only the dashboard reads it."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="rideout-dashboard-feed")
+            self._task = (tasks or TaskSupervisor()).spawn(
+                "dashboard-feed", self._run, critical=False
+            )
 
     async def stop(self) -> None:
         if self._task is not None:
-            await cancel_and_wait(self._task)
+            await self._task.stop()
             self._task = None
 
     def subscribe(self, *, privileged: bool = False) -> Subscription:

@@ -7,6 +7,13 @@ saved with the rest of it (``state.json``), so a restart keeps every evacuation;
 ledger of ``rideout evacuate`` records the same changes for recovery
 (:mod:`rideout.evacuate.local`).
 
+It also keeps which zones are **full** (issue #29): at their connection cap, as the
+canary's latest datapoint of the zone said (:data:`rideout.health.names.FULL_METRIC_NAME`),
+within the last three canary periods. Full is not unhealthy: a full zone stays in its
+region, healthy; DNS prefers the region's zones with room (:mod:`rideout.dns.records`),
+and nothing is evacuated or failed over for it. Fullness is not saved: it is the
+canary's to say again.
+
 Pure: no I/O, an injected clock. The one safety rule it enforces itself, whoever asks:
 a region keeps at least one zone that is not evacuated.
 """
@@ -67,10 +74,31 @@ class ZoneState:
         self.regions = {z.name: r.name for r in config.regions for z in r.zones}
         self._order = [z.name for r in config.regions for z in r.zones]
         self.evacuations: dict[str, Evacuation] = {}
+        # A report of fullness counts for three canary periods (a silent canary's last
+        # word does not keep a zone out of the answer for ever).
+        self.full_for = 3 * config.timing.canary_interval
+        self._fullness: dict[str, tuple[float, bool]] = {}  # zone: (timestamp, full)
 
     @property
     def evacuated(self) -> frozenset[str]:
         return frozenset(self.evacuations)
+
+    def note_full(self, zone: str, full: bool, at: float) -> bool:
+        """The canary's word on `zone`'s fullness at time `at` (an unknown zone, or a
+        report older than the last one, is ignored); whether :meth:`full` changed."""
+        if zone not in self.regions:
+            return False
+        last = self._fullness.get(zone)
+        if last is not None and last[0] > at:
+            return False
+        before = self.full()
+        self._fullness[zone] = (at, full)
+        return self.full() != before
+
+    def full(self) -> frozenset[str]:
+        """The zones whose latest fresh report says they are at their connection cap."""
+        horizon = self._clock() - self.full_for
+        return frozenset(z for z, (at, full) in self._fullness.items() if full and at >= horizon)
 
     def _region_of(self, zone: str) -> str:
         region = self.regions.get(zone)
@@ -126,12 +154,15 @@ class ZoneState:
         ]
 
     def status(self) -> list[dict[str, Any]]:
-        """Every zone, in configuration order, with its evacuation (or None)."""
+        """Every zone, in configuration order, with its evacuation (or None) and whether
+        it is full."""
+        full = self.full()
         return [
             {
                 "zone": zone,
                 "region": self.regions[zone],
                 "evacuated": zone in self.evacuations,
+                "full": zone in full,
                 "evacuation": asdict(self.evacuations[zone]) if zone in self.evacuations else None,
             }
             for zone in self._order

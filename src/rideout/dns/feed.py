@@ -63,14 +63,17 @@ class DnsView:
     serial: int
     published_at: float
     evacuated: frozenset[str] = frozenset()
+    full: frozenset[str] = frozenset()  # zones at their connection cap (records.py)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "health", dict(self.health))
         object.__setattr__(self, "evacuated", frozenset(self.evacuated))
+        object.__setattr__(self, "full", frozenset(self.full))
 
     def answer(self, zone: DnsZoneConfig) -> Answer:
-        """The failover answer `zone` gives with this health and these evacuated zones."""
-        return failover_answer(zone, self.health, self.evacuated)
+        """The failover answer `zone` gives with this health, these evacuated zones and
+        these full ones."""
+        return failover_answer(zone, self.health, self.evacuated, self.full)
 
     def same_decision(self, other: DnsView | None) -> bool:
         """Whether `other` routes the same way (the serial and time may differ)."""
@@ -78,11 +81,13 @@ class DnsView:
             other is not None
             and dict(other.health) == dict(self.health)
             and other.evacuated == self.evacuated
+            and other.full == self.full
         )
 
-    def decision(self) -> tuple[int, tuple[tuple[str, bool], ...]]:
-        """What the answers depend on: the serial and the health, not the time."""
-        return (self.serial, tuple(sorted(self.health.items())))
+    def decision(self) -> tuple[int, tuple[tuple[str, bool], ...], tuple[str, ...]]:
+        """What the answers depend on: the serial, the health and the full zones (a
+        region's name can change answer without the serial), not the time."""
+        return (self.serial, tuple(sorted(self.health.items())), tuple(sorted(self.full)))
 
     def to_bytes(self) -> bytes:
         return json.dumps(
@@ -91,6 +96,7 @@ class DnsView:
                 "app_domain": self.app_domain,
                 "health": dict(self.health),
                 "evacuated": sorted(self.evacuated),
+                "full": sorted(self.full),
                 "serial": self.serial,
                 "published_at": self.published_at,
             },
@@ -126,12 +132,15 @@ class DnsView:
             raise DnsFeedError(
                 f"the view's evacuated must list zones of {sorted(zones)}, not {evacuated!r}"
             )
+        full = raw.get("full", [])  # absent in views of earlier versions
+        if not isinstance(full, list) or not set(full) <= zones:
+            raise DnsFeedError(f"the view's full must list zones of {sorted(zones)}, not {full!r}")
         try:
             serial = _validate.count("serial", raw.get("serial"), low=1, high=0xFFFFFFFF)
             at = _validate.number("published_at", raw.get("published_at"))
         except ValueError as exc:
             raise DnsFeedError(f"the view's {exc}") from None
-        return cls(zone.app_domain, health, serial, at, frozenset(evacuated))
+        return cls(zone.app_domain, health, serial, at, frozenset(evacuated), frozenset(full))
 
 
 class ViewPublisher(Protocol):
@@ -241,7 +250,9 @@ class DnsFollower:
         view = self.view
         if view is None:
             return QueryResult("SERVFAIL")
-        return resolve(self.zone, qname, qtype, view.health, view.evacuated, serial=view.serial)
+        return resolve(
+            self.zone, qname, qtype, view.health, view.evacuated, serial=view.serial, full=view.full
+        )
 
     async def run(self, on_refresh: Callable[[], None] | None = None) -> None:
         """Refresh every `interval` seconds until cancelled; `on_refresh` after each change."""

@@ -16,6 +16,13 @@ evacuated zones included (reason ``all-evacuated``): an empty answer would make 
 client fail, whereas the evacuated zones may still serve; evacuating everything is an
 operator's mistake the evacuation engine should refuse, and DNS does not make it fatal.
 
+**Full zones** (issue #29) are zones at their connection cap: healthy, but a new user
+there gets 503 ``zone_full``. A region's answer prefers its zones with room: the full
+ones leave it while another zone of the region has room; when every zone left is full,
+the answer is all of them, as before (a full zone still serves its users, and clients
+try each address). Fullness never moves the answer to the other region, and nothing
+evacuates a zone for it.
+
 **Names** (:func:`resolve`), under the app domain (case-insensitive, one trailing dot
 tolerated):
 
@@ -23,7 +30,8 @@ tolerated):
 ``<app_domain>``              A: the failover answer. TXT: ``region=<r> reason=<why>``.
                               SOA, NS: ``ns.<app_domain>``. ANY: the A records only
                               (RFC 8482 allows a minimal answer to ANY).
-``<region>.<app_domain>``     A: the region's non-evacuated addresses, whatever its health.
+``<region>.<app_domain>``     A: the region's non-evacuated addresses (those with room
+                              first, as above), whatever its health.
                               TXT: ``region=<r> role=<role> healthy=<bool> evacuated=<zones>``.
 ``<zone>.<region>.<app>``     A: the zone's address, evacuated or not (like a load
                               balancer's zonal name under a zonal shift: for testing a zone
@@ -174,9 +182,16 @@ class RegionRecords:
         if check is not None and (not isinstance(check, str) or not check):
             raise ValueError(f"health_check_id must be a non-empty string or None: {check!r}")
 
-    def addresses(self, evacuated_zones: frozenset[str] = frozenset()) -> tuple[str, ...]:
-        """The addresses of the zones not in `evacuated_zones`, in configuration order."""
-        return tuple(e.address for e in self.endpoints if e.zone not in evacuated_zones)
+    def addresses(
+        self,
+        evacuated_zones: frozenset[str] = frozenset(),
+        full_zones: frozenset[str] = frozenset(),
+    ) -> tuple[str, ...]:
+        """The addresses of the zones not in `evacuated_zones`, in configuration order:
+        only those not in `full_zones` when there is one, else all of them."""
+        serving = [e for e in self.endpoints if e.zone not in evacuated_zones]
+        room = tuple(e.address for e in serving if e.zone not in full_zones)
+        return room or tuple(e.address for e in serving)
 
     def is_healthy(self, healthy: Mapping[str, bool]) -> bool:
         """The record's health: its check's status, or True without a check."""
@@ -307,13 +322,15 @@ def failover_answer(
     zone_config: DnsZoneConfig,
     healthy: Mapping[str, bool],
     evacuated_zones: frozenset[str] = frozenset(),
+    full_zones: frozenset[str] = frozenset(),
 ) -> Answer:
-    """Route 53 failover selection, minus evacuated zones (see the module docstring)."""
+    """Route 53 failover selection, minus evacuated zones, preferring each region's zones
+    that are not full (see the module docstring)."""
     primary, secondary = zone_config.primary, zone_config.secondary
     ttl = zone_config.ttl
     p_healthy, s_healthy = primary.is_healthy(healthy), secondary.is_healthy(healthy)
-    p_addresses = primary.addresses(evacuated_zones)
-    s_addresses = secondary.addresses(evacuated_zones)
+    p_addresses = primary.addresses(evacuated_zones, full_zones)
+    s_addresses = secondary.addresses(evacuated_zones, full_zones)
     if p_addresses and p_healthy:
         return Answer(primary.region, p_addresses, ttl, "primary-healthy")
     if s_addresses and (s_healthy or not p_addresses):
@@ -390,11 +407,12 @@ def resolve(
     evacuated: frozenset[str] = frozenset(),
     *,
     serial: int = 1,
+    full: frozenset[str] = frozenset(),
 ) -> Resolution:
     """The answer to `qname`/`qtype` (type by name: ``"A"``, ``"TXT"``, …).
 
-    `healthy` and `evacuated` are as for :func:`failover_answer`; `serial` is the SOA
-    serial (see :func:`bump_serial`).
+    `healthy`, `evacuated` and `full` are as for :func:`failover_answer`; `serial` is
+    the SOA serial (see :func:`bump_serial`).
     """
     apex = zone_config.app_domain
     ttl = zone_config.ttl
@@ -424,7 +442,7 @@ def resolve(
 
     wants_a = rtype in ("A", "ANY")
     if labels == ():
-        decision = failover_answer(zone_config, healthy, evacuated)
+        decision = failover_answer(zone_config, healthy, evacuated, full)
         if wants_a:
             return answer(a_records(decision.addresses), decision)
         if rtype == "TXT":
@@ -441,7 +459,7 @@ def resolve(
     if len(labels) == 1 and labels[0] in regions:
         region = regions[labels[0]]
         if wants_a:
-            return answer(a_records(region.addresses(evacuated)))
+            return answer(a_records(region.addresses(evacuated, full)))
         if rtype == "TXT":
             gone = sorted(e.zone for e in region.endpoints if e.zone in evacuated)
             return answer(

@@ -34,10 +34,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rideout import routes
+from rideout._tasks import TaskSupervisor
 from rideout.dns.feed import DnsFollower, DnsView, ViewFile
 from rideout.dns.records import Answer, DnsZoneConfig
 from rideout.dns.server import DnsMetrics, DnsServer
-from rideout.store.client import cancel_and_wait
 
 __all__ = ["DnsService", "udp_socket_drops"]
 
@@ -95,6 +95,9 @@ class DnsService:
     ) -> None:
         self.zone = zone
         self.metrics = DnsMetrics()
+        # The view's follower runs supervised: while it is down (died, awaiting its
+        # restart) /health is 503, the last view still answered.
+        self.tasks = TaskSupervisor(registry=self.metrics.registry)
         self.follower = DnsFollower(zone, source, interval=interval, on_change=self._changed)
         self.server = DnsServer(
             self.follower.resolve,
@@ -133,11 +136,11 @@ class DnsService:
             log.warning("no DNS view in %s yet: SERVFAIL until the control plane publishes one",
                         self.follower.source.path)  # fmt: skip
         async with self.server:
-            task = asyncio.create_task(self.follower.run(self.server.warm), name="dns-follower")
+            task = self.tasks.spawn("dns-follower", lambda: self.follower.run(self.server.warm))
             try:
                 yield
             finally:
-                await cancel_and_wait(task)
+                await task.stop()
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -149,7 +152,13 @@ class DnsService:
 
     async def _health(self, request: Request) -> JSONResponse:
         view = self.follower.view
-        body: dict[str, object] = {"status": "ok", "pid": os.getpid(), "view": None}
+        down = self.tasks.down()
+        body: dict[str, object] = {
+            "status": "degraded" if down else "ok",
+            "pid": os.getpid(),
+            "view": None,
+            "tasks_down": list(down),
+        }
         if view is not None:
             answer = view.answer(self.zone)
             body["view"] = {
@@ -159,7 +168,7 @@ class DnsService:
                 "addresses": list(answer.addresses),
                 "reason": answer.reason,
             }
-        return JSONResponse(body)
+        return JSONResponse(body, status_code=503 if down else 200)
 
     def app(self) -> Starlette:
         """The metrics port's app: ``GET /metrics``, ``GET /health``."""

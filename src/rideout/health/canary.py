@@ -28,7 +28,7 @@ import math
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeAlias
 
 import httpx
 from websockets.asyncio.client import connect
@@ -36,12 +36,14 @@ from websockets.exceptions import WebSocketException
 
 from rideout import _http, routes
 from rideout._looplag import LagReport, LoopLag, watch
+from rideout._tasks import TaskSupervisor
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.auth.canary_keys import load_or_create_canary_key
 from rideout.auth.request_signing import RequestSigner
 from rideout.config import Config
 from rideout.health.names import (
     CANARY_PROBE,
+    FULL_METRIC_NAME,
     METRIC_NAME,
     NAMESPACE,
     PROBE_CLAIM,
@@ -65,6 +67,7 @@ __all__ = [
     "NAMESPACE",
     "Canary",
     "DatapointPublisher",
+    "ProbeOutcome",
     "ProbeResult",
     "metric_data",
     "probe",
@@ -83,6 +86,7 @@ class ProbeResult:
     latency: float
     error: str | None
     timestamp: float
+    full: bool = False  # healthy, but at its connection cap (the probe's answer said so)
 
 
 class DatapointPublisher(Protocol):
@@ -95,9 +99,13 @@ class DatapointPublisher(Protocol):
     def publish(self, results: Sequence[ProbeResult]) -> None: ...
 
 
-async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]:
+ProbeOutcome: TypeAlias = tuple[bool, str | None] | tuple[bool, str | None, bool]
+"""What probing a zone says: (healthy, why not), or (healthy, why not, full)."""
+
+
+async def probe(url: str, token: str, timeout: float) -> ProbeOutcome:
     """Connect, heartbeat and probe the store, expect ``pong`` and the probe's answer,
-    all within `timeout`: (healthy, why not). A timeout says what it was waiting for and,
+    all within `timeout`: (healthy, why not, full). A timeout says what it was waiting for and,
     past the handshake, how long that took: a zone whose accept queue is full of a herd's
     handshakes answers late for another reason than one whose store is slow."""
     replies: list[str | bytes] = []
@@ -129,7 +137,7 @@ async def probe(url: str, token: str, timeout: float) -> tuple[bool, str | None]
     return _judge(replies[0], replies[1])
 
 
-def _judge(heartbeat: str | bytes, store: str | bytes) -> tuple[bool, str | None]:
+def _judge(heartbeat: str | bytes, store: str | bytes) -> ProbeOutcome:
     if heartbeat != PONG:
         return False, f"expected pong, got {_said(heartbeat)}"
     try:
@@ -137,7 +145,7 @@ def _judge(heartbeat: str | bytes, store: str | bytes) -> tuple[bool, str | None
     except ProtocolError:
         message = None
     if isinstance(message, ProbeMsg):
-        return True, None
+        return True, None, message.full
     return False, f"expected the store probe's answer, got {_said(store)}"
 
 
@@ -153,22 +161,24 @@ def _said(reply: str | bytes) -> str:
 
 
 def metric_data(results: list[ProbeResult]) -> dict[str, object]:
-    """The PutMetricData-shaped body for a round of probes."""
-    return {
-        "Namespace": NAMESPACE,
-        "MetricData": [
-            {
-                "MetricName": METRIC_NAME,
-                "Dimensions": [
-                    {"Name": REGION_DIMENSION, "Value": r.region},
-                    {"Name": ZONE_DIMENSION, "Value": r.zone},
-                ],
-                "Value": 1.0 if r.healthy else 0.0,
-                "Timestamp": r.timestamp,
-            }
-            for r in results
-        ],
-    }
+    """The PutMetricData-shaped body for a round of probes: each zone's health and, for
+    a healthy probe, whether it is full (:data:`FULL_METRIC_NAME`: a control plane that
+    does not know the metric stores it and ignores it)."""
+
+    def datum(r: ProbeResult, name: str, value: bool) -> dict[str, object]:
+        return {
+            "MetricName": name,
+            "Dimensions": [
+                {"Name": REGION_DIMENSION, "Value": r.region},
+                {"Name": ZONE_DIMENSION, "Value": r.zone},
+            ],
+            "Value": 1.0 if value else 0.0,
+            "Timestamp": r.timestamp,
+        }
+
+    data = [datum(r, METRIC_NAME, r.healthy) for r in results]
+    data += [datum(r, FULL_METRIC_NAME, r.full) for r in results if r.healthy]
+    return {"Namespace": NAMESPACE, "MetricData": data}
 
 
 class Canary:
@@ -183,7 +193,7 @@ class Canary:
         config: Config,
         region: str,
         *,
-        probe_zone: Callable[[str, str, float], Awaitable[tuple[bool, str | None]]] = probe,
+        probe_zone: Callable[[str, str, float], Awaitable[ProbeOutcome]] = probe,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         publishers: Sequence[DatapointPublisher] = (),
@@ -240,7 +250,9 @@ class Canary:
         async def one(zone_name: str, address: str) -> ProbeResult:
             started = time.monotonic()
             url = f"ws://{address}:{self.config.app_port}/ws"
-            healthy, error = await self._probe(url, token, timing.canary_timeout)
+            outcome = await self._probe(url, token, timing.canary_timeout)
+            healthy, error = outcome[0], outcome[1]
+            full = len(outcome) > 2 and bool(outcome[2])
             if error is not None and error.startswith("no ") and self._watching:
                 late = self.lag.worst(time.monotonic())
                 error = f"{error}; this canary's own loop ran up to {late:.2f} s late"
@@ -251,6 +263,7 @@ class Canary:
                 time.monotonic() - started,
                 error,
                 stamp,
+                full=healthy and full,
             )
 
         return list(await asyncio.gather(*(one(z.name, z.address) for z in self.region.zones)))
@@ -305,21 +318,22 @@ class Canary:
         breaching.)
         """
         interval = self.config.timing.canary_interval
-        watcher = asyncio.create_task(
-            watch(self.lag, interval=min(0.05, interval / 10), log=log,
-                  report=LagReport(self.config.timing.canary_timeout / 2)),
-            name="rideout-canary-lag",
-        )  # fmt: skip
+        report = LagReport(self.config.timing.canary_timeout / 2)
+        # Restarted if it dies (logged); lives and ends with this run.
+        watcher = TaskSupervisor().spawn(
+            "canary-lag",
+            lambda: watch(self.lag, interval=min(0.05, interval / 10), log=log, report=report),
+            critical=False,
+        )
         self._watching = True
         try:
             await self._run(interval, rounds)
         finally:
             self._watching = False
-            watcher.cancel()
-            await asyncio.wait({watcher})
+            await watcher.stop()
 
     async def _run(self, interval: float, rounds: int | None) -> None:
-        previous: dict[str, bool] = {}
+        previous: dict[str, tuple[bool, bool]] = {}
         async with _http.async_client(timeout=max(1.0, interval)) as http:
             done = 0
             scheduled = (math.floor(self._clock() / interval) + 1.25) * interval
@@ -327,10 +341,12 @@ class Canary:
                 await self._sleep(max(0.0, scheduled - self._clock()))
                 results = await self.probe_all(at=scheduled)
                 for r in results:
-                    if previous.get(r.zone) != r.healthy:
+                    if previous.get(r.zone) != (r.healthy, r.full):
                         state = "healthy" if r.healthy else f"UNHEALTHY ({r.error})"
+                        if r.full:
+                            state += ", but full (at its connection cap)"
                         log.info("%s %s: %s", r.region, r.zone, state)
-                        previous[r.zone] = r.healthy
+                        previous[r.zone] = (r.healthy, r.full)
                 for publisher in self.publishers:
                     publisher.publish(results)
                 await self.push(http, results)

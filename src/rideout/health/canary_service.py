@@ -2,8 +2,9 @@
 
 For a process of its own on a host of its own (``rideout canary --listen HOST:PORT``):
 
-- ``/live``: 200 while the probe loop runs and has finished a round within the last
-  few intervals (a stuck loop is restarted by the orchestrator); 503 otherwise;
+- ``/live`` (and ``/health``): 200 while the probe loop runs and has finished a round
+  within the last few intervals (a stuck loop is restarted by the orchestrator); 503
+  otherwise, and while the loop, dead of a bug, awaits its restart (rideout._tasks);
 - ``/ready``: 200 once a round has reached a control plane recently (its datapoints
   count); 503 and why otherwise;
 - ``/metrics``: rounds, the last probe of each zone, when a push last landed, and the
@@ -12,7 +13,6 @@ For a process of its own on a host of its own (``rideout canary --listen HOST:PO
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
@@ -26,8 +26,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rideout import routes
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.health.canary import Canary
-from rideout.store.client import cancel_and_wait
 
 __all__ = ["CanaryCollector", "create_canary_app"]
 
@@ -84,14 +84,17 @@ def create_canary_app(canary: Canary, *, clock: Callable[[], float] = time.time)
     Gauge(
         "rideout_canary_info", "The region this canary probes.", ["region"], registry=registry
     ).labels(canary.region.name).set(1)
-    task: asyncio.Task[None] | None = None
+    # The probe loop runs supervised: a death is logged, counted and restarted, and
+    # /live (and /health) answer 503 until the restart.
+    tasks = TaskSupervisor(registry=registry)
+    task: Supervised | None = None
     started = clock()
 
     def recent(at: float | None) -> bool:
         return clock() - (at if at is not None else started) <= window
 
     async def live(request: Request) -> Response:
-        running = task is not None and not task.done()
+        running = task is not None and not task.done() and task.up
         ok = running and recent(canary.last_round_at)
         body = {"status": "live" if ok else "stuck", "rounds": canary.rounds}
         return JSONResponse(body, status_code=200 if ok else 503)
@@ -114,11 +117,11 @@ def create_canary_app(canary: Canary, *, clock: Callable[[], float] = time.time)
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         nonlocal task
-        task = asyncio.create_task(canary.run(), name="rideout-canary")
+        task = tasks.spawn("canary", canary.run)
         try:
             yield
         finally:
-            await cancel_and_wait(task)
+            await task.stop()
 
     return Starlette(
         routes=[

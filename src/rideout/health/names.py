@@ -10,6 +10,7 @@ from typing import Final
 
 __all__ = [
     "CANARY_PROBE",
+    "FULL_METRIC_NAME",
     "METRIC_NAME",
     "NAMESPACE",
     "PROBE_CLAIM",
@@ -19,6 +20,10 @@ __all__ = [
 
 NAMESPACE: Final = "App"
 METRIC_NAME: Final = "WebSocketHealth"
+FULL_METRIC_NAME: Final = "ZoneFull"
+"""1 while a zone's probed process is at its connection cap for ordinary users (healthy,
+but full), else 0; sent only for a healthy probe. Not an alarm's metric: DNS prefers a
+region's zones with room, and nothing fails over or evacuates for it."""
 REGION_DIMENSION: Final = "ApiId"
 """The region a datapoint is about (the seed's API Gateway ``ApiId``)."""
 ZONE_DIMENSION: Final = "Zone"

@@ -38,6 +38,7 @@ from starlette.types import Receive, Scope, Send
 from rideout import _body, _http, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
+from rideout._tasks import TaskSupervisor
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.revocation import RevocationList
@@ -64,7 +65,7 @@ from rideout.realtime.zone import (
 )
 from rideout.store.acl import RedisRole, credentials_for
 from rideout.store.auction import AuctionSettings, AuctionStore
-from rideout.store.client import cancel_and_wait, retarget, state_client
+from rideout.store.client import retarget, state_client
 from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
 from rideout.store.sync import placements
@@ -87,13 +88,16 @@ def auction_settings(config: Config) -> AuctionSettings:
 
 
 async def health(request: Request) -> Response:
-    """Region, zone, role, epoch and the Redis link: 200 when Redis answers, else 503."""
+    """Region, zone, role, epoch, the Redis link and the background tasks: 200 when Redis
+    answers and every critical task runs, else 503 (``tasks_down`` names the tasks)."""
     server: ZoneServer = request.app.state.zone
     status = await replication_status(server.redis)
     epoch = await read_epoch(server.redis) if status.reachable else None
-    ok = status.reachable
-    server.metrics.health_checks.labels("ok" if ok else "redis_unreachable").inc()
-    server.metrics.redis_up.set(1 if ok else 0)
+    down = server.tasks.down()
+    ok = status.reachable and not down
+    outcome = "ok" if ok else "redis_unreachable" if not status.reachable else "task_down"
+    server.metrics.health_checks.labels(outcome).inc()
+    server.metrics.redis_up.set(1 if status.reachable else 0)
     body = {
         "status": "ok" if ok else "degraded",
         "region": server.region.name,
@@ -102,11 +106,15 @@ async def health(request: Request) -> Response:
         "mode": server.mode,
         "epoch": epoch,
         "connections": len(server.connections),
+        # At the cap for ordinary connections: healthy, but full (docs/realtime-api.md).
+        "full": server.caps.full,
         "replication": {
             "mode": server.config.failover.replication,
             "unreplicated_acks": server.unreplicated_acks,
         },
         "redis": status.to_dict(),
+        "tasks_down": list(down),
+        "tasks": server.tasks.status(),
         "uptime": round(time.monotonic() - server.started_at, 3),
     }
     return JSONResponse(body, status_code=200 if ok else 503)
@@ -119,12 +127,16 @@ async def live(request: Request) -> Response:
 
 async def ready(request: Request) -> Response:
     """200 while this server can take connections: its Redis answers with a known role,
-    it knows the writer epoch, and it is not draining; else 503 and why."""
+    it knows the writer epoch, every critical background task runs, and it is not
+    draining; else 503 and why."""
     server: ZoneServer = request.app.state.zone
     status = await replication_status(server.redis)
     problem = None
+    down = server.tasks.down()
     if server.mode == ZoneMode.DRAINING:
         problem = "draining"
+    elif down:
+        problem = f"background tasks down (restarting): {', '.join(down)}"
     elif not status.reachable:
         problem = f"redis unreachable: {status.error}"
     elif status.role not in ("master", "replica"):
@@ -294,6 +306,9 @@ async def _open_zone(
     )  # fmt: skip
     stack.push_async_callback(probes.aclose)
     app_metrics = AppMetrics(region.name, zone.name)
+    # Every background task of the zone is supervised (rideout._tasks); stopped last.
+    tasks = TaskSupervisor(registry=app_metrics.registry)
+    stack.push_async_callback(tasks.stop)
     store = AuctionStore(client, auction_settings(config), region.name)
     stack.push_async_callback(store.close)
     probe_store = AuctionStore(probes, auction_settings(config), region.name)
@@ -342,25 +357,31 @@ async def _open_zone(
         ),
         revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
         replays=ReplayGate(AdmissionPolicy.for_config(config.realtime)), probe_store=probe_store,
+        tasks=tasks,
     )  # fmt: skip
+    # Which tasks turn /health and /ready red while down (docs/realtime-api.md): the
+    # epoch, revocation and store-probe followers and the hub (without them the zone
+    # fences wrongly, accepts revoked tokens, answers heartbeats from a stale probe or
+    # pushes no updates); not the loop-lag watcher (load shedding pauses, serving does not).
     await epoch.refresh()
-    epoch.start()
+    epoch.start(tasks)
     stack.push_async_callback(epoch.stop)
     await _follow_revocations(stack, server)
-    hub.start()
+    hub.start(tasks)
     stack.push_async_callback(hub.stop)
     prober = StoreProber(server)
     await prober.step()  # opens the probes' own connection before the canary's first probe
-    prober.start()
+    prober.start(tasks)
     stack.push_async_callback(prober.stop)
-    watcher = asyncio.create_task(
-        watch(
-            server.lag, interval=LAG_INTERVAL, on_lag=_on_lag(server),
-            report=LagReport(config.timing.canary_timeout / 2), log=log,
+    lag_report = LagReport(config.timing.canary_timeout / 2)
+    watcher = tasks.spawn(
+        "loop-lag",
+        lambda: watch(
+            server.lag, interval=LAG_INTERVAL, on_lag=_on_lag(server), report=lag_report, log=log
         ),
-        name="rideout-loop-lag",
-    )  # fmt: skip
-    stack.push_async_callback(cancel_and_wait, watcher)
+        critical=False,
+    )
+    stack.push_async_callback(watcher.stop)
     return server
 
 
@@ -405,7 +426,7 @@ async def _follow_revocations(stack: contextlib.AsyncExitStack, server: ZoneServ
         on_failure=server.metrics.store_errors.labels("revocations").inc,
     )
     await follower.refresh()
-    follower.start()
+    follower.start(server.tasks)
     stack.push_async_callback(follower.stop)
 
 

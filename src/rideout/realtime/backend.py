@@ -21,6 +21,7 @@ import logging
 import secrets
 from typing import TYPE_CHECKING
 
+from rideout._tasks import TaskSupervisor
 from rideout.config import Timing
 from rideout.realtime.polling import Polling
 from rideout.store import keys
@@ -141,7 +142,7 @@ class StoreProber:
 
     def __init__(self, server: ZoneServer) -> None:
         self._server = server
-        self._polling = Polling(self.step, server.config.timing.canary_interval, "rideout-probe")
+        self._polling = Polling(self.step, server.config.timing.canary_interval, "store-probe")
 
     async def step(self) -> None:
         """One probe; a failure is recorded, never raised."""
@@ -151,8 +152,8 @@ class StoreProber:
         except StoreError:
             server.metrics.store_errors.labels("probe").inc()
 
-    def start(self) -> None:
-        self._polling.start()
+    def start(self, tasks: TaskSupervisor | None = None) -> None:
+        self._polling.start(tasks)
 
     async def stop(self) -> None:
         await self._polling.stop()

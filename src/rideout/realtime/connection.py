@@ -464,7 +464,7 @@ class Connection:
         self._send(
             encode_probe(
                 region=server.region.name, zone=server.zone.name, role=result.role,
-                epoch=result.epoch, replicas=result.replicas,
+                epoch=result.epoch, replicas=result.replicas, full=server.caps.full,
             )
         )  # fmt: skip
         return "ok"

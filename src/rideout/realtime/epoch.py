@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
+from rideout._tasks import TaskSupervisor
 from rideout.realtime.polling import Polling
 
 __all__ = ["EpochTracker", "control_plane_epoch", "control_plane_writer"]
@@ -67,7 +68,7 @@ class EpochTracker:
         self.authoritative = False  # the source has answered at least once
         self._on_change = on_change
         self.value: int | None = None
-        self._polling = Polling(self.refresh, interval, "rideout-epoch")
+        self._polling = Polling(self.refresh, interval, "epoch")
 
     async def refresh(self) -> int | None:
         """Read the epoch now; keep the old value when the source cannot answer."""
@@ -88,8 +89,8 @@ class EpochTracker:
                 self._on_change(value)
         return self.value
 
-    def start(self) -> None:
-        self._polling.start()
+    def start(self, tasks: TaskSupervisor | None = None) -> None:
+        self._polling.start(tasks)
 
     async def stop(self) -> None:
         await self._polling.stop()

@@ -17,11 +17,12 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.backoff import DelayPolicy, NoJitter
 from rideout.protocol import OffsetKey, encode_update, offset_key
 from rideout.realtime.metrics import AppMetrics
 from rideout.store.auction import AuctionStore, StoreError
-from rideout.store.client import cancel_and_wait, check_cancelled
+from rideout.store.client import check_cancelled
 
 __all__ = ["Hub", "Subscriber"]
 
@@ -66,7 +67,7 @@ class Hub:
         self._cursors: dict[str, str] = {}
         self._starting: dict[str, asyncio.Future[None]] = {}
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._task: Supervised | None = None
 
     @property
     def rooms(self) -> frozenset[str]:
@@ -112,13 +113,17 @@ class Hub:
             del self._subscribers[room]
             self._cursors.pop(room, None)
 
-    def start(self) -> None:
+    def start(self, tasks: TaskSupervisor | None = None) -> None:
+        """Follow the streams in a task supervised by `tasks` (the process's, whose
+        ``/health`` is red while the hub is down: a zone without it serves no updates;
+        None: a supervisor of its own). A restarted hub keeps its cursors: the updates
+        appended while it was down are delivered when it reads again."""
         if self._task is None:
-            self._task = asyncio.create_task(self._run(), name="rideout-hub")
+            self._task = (tasks or TaskSupervisor()).spawn("hub", self._run)
 
     async def stop(self) -> None:
         if self._task is not None:
-            await cancel_and_wait(self._task)
+            await self._task.stop()
             self._task = None
 
     async def _run(self) -> None:

@@ -221,6 +221,13 @@ class ConnectionCaps:
             _decrement(self._by_user, user)
             _decrement(self._by_address, address)
 
+    @property
+    def full(self) -> bool:
+        """At the cap for ordinary connections: a new one gets 503 ``zone_full`` (only
+        the canary's reserve is left). A state, not a failure: the zone reports it to
+        its canary, and DNS prefers the region's zones with room."""
+        return self.open - self.probes >= self.total - self.reserved
+
     def of_user(self, user: str) -> int:
         return self._by_user.get(user, 0)
 

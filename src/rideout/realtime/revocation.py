@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from rideout._tasks import TaskSupervisor
 from rideout.auth.revocation import Revocation, RevocationList
 from rideout.realtime.polling import Polling
 from rideout.store.auction import StoreError
@@ -44,7 +45,7 @@ class RevocationFollower:
         self._version: str | None = None
         self._loaded = False
         self._failing = False
-        self._polling = Polling(self.refresh, interval, "rideout-revocations")
+        self._polling = Polling(self.refresh, interval, "revocations")
 
     async def refresh(self) -> bool:
         """Read the list if it changed; whether it did. Never raises for the store."""
@@ -77,8 +78,8 @@ class RevocationFollower:
             self._failing = False
             log.info("the revocation list can be read again")
 
-    def start(self) -> None:
-        self._polling.start()
+    def start(self, tasks: TaskSupervisor | None = None) -> None:
+        self._polling.start(tasks)
 
     async def stop(self) -> None:
         await self._polling.stop()

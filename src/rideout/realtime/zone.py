@@ -37,6 +37,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
 from rideout._looplag import LoopLag
+from rideout._tasks import TaskSupervisor
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
 from rideout.realtime.admission import AdmissionPolicy, ReplayGate
@@ -214,6 +215,8 @@ class ZoneServer:
     # work queues ahead of them in a pool or a pipeline (None: `store`).
     replays: ReplayGate = field(default_factory=lambda: ReplayGate(AdmissionPolicy()))
     probe_store: AuctionStore | None = None
+    # The process's background tasks (hub, followers, prober, lag watcher): rideout._tasks.
+    tasks: TaskSupervisor = field(default_factory=TaskSupervisor)
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)

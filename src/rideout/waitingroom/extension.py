@@ -22,6 +22,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 
 from rideout import _http, routes
+from rideout._tasks import TaskSupervisor
 from rideout.auth.keys import Algorithm
 from rideout.auth.oidc_secrets import load_or_create_oidc_secret
 from rideout.auth.room_tokens import RoomKeyWatcher, RoomTokenIssuer
@@ -63,6 +64,8 @@ class ZoneLike(Protocol):
     def admin_token(self) -> str: ...
     @property
     def region(self) -> _Region: ...
+    @property
+    def tasks(self) -> TaskSupervisor: ...
 
 
 def configured_event(config: Config, event_id: str) -> EventSettings:
@@ -133,7 +136,10 @@ class WaitingRoom:
                 metrics_interval=room.metrics_interval,
                 alarm_state=alarm_state,
             )
-            self.scheduler.start()
+            # Supervised by the zone's tasks, but not critical: every process of the
+            # region runs a scheduler and one pass per period is claimed in Redis, so
+            # another process's scheduler moves the room while this one restarts.
+            self.scheduler.start(server.tasks, critical=False)
 
     def _oidc_providers(
         self, store: RoomStore, keys: RoomKeyWatcher, issuer: str

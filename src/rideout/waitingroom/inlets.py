@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 
 from rideout import _validate
+from rideout._tasks import Supervised, TaskSupervisor
 from rideout.waitingroom.errors import RoomError, RoomNotWriter, UnknownEvent
 from rideout.waitingroom.events import write_metrics
 from rideout.waitingroom.model import (
@@ -92,7 +93,7 @@ class RoomScheduler:
         self._sleep = sleep
         self._last_inlet_tick: dict[str, int] = {}
         self._last_metrics_tick: dict[str, int] = {}
-        self._task: asyncio.Task[None] | None = None
+        self._task: Supervised | None = None
         self._stopping = False
 
     async def run_once(self) -> PassReport:
@@ -162,11 +163,14 @@ class RoomScheduler:
 
     # ------------------------------------------------------------------ the loop
 
-    def start(self) -> None:
-        """Run :meth:`run_once` every ``interval`` in a task of its own."""
+    def start(self, tasks: TaskSupervisor | None = None, *, critical: bool = True) -> None:
+        """Run :meth:`run_once` every ``interval`` in a task supervised by `tasks` (the
+        process's; None: a supervisor of its own): a death is logged and restarted."""
         if self._task is None:
             self._stopping = False
-            self._task = asyncio.create_task(self._loop(), name="waitingroom-scheduler")
+            self._task = (tasks or TaskSupervisor()).spawn(
+                "waitingroom-scheduler", self._loop, critical=critical
+            )
 
     async def _loop(self) -> None:
         # The flag as well as the cancel: a cancel can be lost inside a Redis call (a
@@ -185,11 +189,6 @@ class RoomScheduler:
         task, self._task = self._task, None
         if task is not None:
             self._stopping = True
-            task.cancel()
             # Bounded: a pass stuck in a Redis call that ignores the cancellation must not
             # keep the process from exiting (an app server that could not bind hung here).
-            done, _ = await asyncio.wait({task}, timeout=STOP_TIMEOUT)
-            if not done:
-                log.warning("waiting room: the scheduler did not stop within %g s", STOP_TIMEOUT)
-            elif not task.cancelled() and task.exception() is not None:
-                log.warning("waiting room: the scheduler ended with %r", task.exception())
+            await task.stop(STOP_TIMEOUT)

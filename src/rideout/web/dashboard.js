@@ -103,6 +103,8 @@ function render(view) {
   $("dns-evacuated").textContent = evacuated.length
     ? evacuated.map((z) => `${z.zone} (${z.evacuation.reason}, by ${z.evacuation.operator})`).join(", ")
     : "none";
+  const full = (view.zones || []).filter((z) => z.full);
+  $("dns-full").textContent = full.length ? full.map((z) => z.zone).join(", ") : "none";
   $("writer").textContent = failover.writer;
   $("epoch").textContent = failover.epoch;
   $("replication").textContent = failover.replication;
