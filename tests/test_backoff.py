@@ -13,7 +13,6 @@ import pytest
 
 from rideout.backoff import (
     Deadline,
-    DecorrelatedJitter,
     DelayPolicy,
     EqualJitter,
     FixedSchedule,
@@ -156,38 +155,6 @@ def test_tiny_base_grows_exactly_until_the_cap() -> None:
     assert policy.delay(2100) == 1e308
 
 
-# -------------------------------------------------------------- decorrelated jitter
-
-
-def test_decorrelated_jitter_bounds() -> None:
-    policy = DecorrelatedJitter(base=1.0, cap=30.0)
-    rng = random.Random(SEED)
-    sequence = list(itertools.islice(delays(policy, rng), 500))
-    assert 1.0 <= sequence[0] <= 3.0
-    for previous, current in itertools.pairwise(sequence):
-        assert 1.0 <= current <= min(30.0, 3 * previous)
-    assert max(sequence) == 30.0  # it reaches the cap
-    assert len(set(sequence)) > 100
-
-
-def test_decorrelated_jitter_previous_handling() -> None:
-    policy = DecorrelatedJitter(base=2.0, cap=100.0)
-    rng = random.Random(1)
-    first = [policy.delay(0, rng) for _ in range(1000)]
-    assert all(2.0 <= d <= 6.0 for d in first)
-    # A previous delay below base counts as base.
-    assert all(2.0 <= policy.delay(5, rng, previous=0.0) <= 6.0 for _ in range(1000))
-    assert all(2.0 <= policy.delay(5, rng, previous=10.0) <= 30.0 for _ in range(1000))
-    assert all(policy.delay(1, rng, previous=1e9) <= 100.0 for _ in range(100))
-    assert 2.0 <= policy.delay(1) <= 6.0
-    with pytest.raises(ValueError, match="previous must be >= 0"):
-        policy.delay(1, rng, previous=-1.0)
-    with pytest.raises(ValueError, match="previous must be finite"):
-        policy.delay(1, rng, previous=math.nan)
-    with pytest.raises(ValueError, match="attempt"):
-        policy.delay(-1, rng)
-
-
 # ------------------------------------------------------------------- fixed schedule
 
 
@@ -240,7 +207,7 @@ def test_fixed_schedule_validation(delays_arg: Any, error: type[Exception], matc
 
 # ------------------------------------------------------------- shared validation
 
-EXPONENTIAL: list[Callable[[Any, Any], DelayPolicy]] = [FullJitter, NoJitter, DecorrelatedJitter]
+EXPONENTIAL: list[Callable[[Any, Any], DelayPolicy]] = [FullJitter, NoJitter]
 
 
 @pytest.mark.parametrize("policy_type", EXPONENTIAL)

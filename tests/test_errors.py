@@ -20,7 +20,7 @@ from rideout.config import ConfigError
 from rideout.controlplane.errors import ControlPlaneError
 from rideout.dns import DnsError
 from rideout.dns.doh import DohRequestError
-from rideout.drill.runner import DrillError
+from rideout.drill.errors import DrillError
 from rideout.errors import InvalidArgument, InvalidArgumentType, RideoutError
 from rideout.evacuate import EvacuationError
 from rideout.health import MetricError

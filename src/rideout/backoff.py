@@ -30,7 +30,6 @@ from rideout._validate import count, seconds
 
 __all__ = [
     "Deadline",
-    "DecorrelatedJitter",
     "DelayPolicy",
     "EqualJitter",
     "FixedSchedule",
@@ -158,31 +157,6 @@ class NoJitter(_Exponential):
     ) -> float:
         """Exactly ``min(cap, base * 2**attempt)``; ``rng`` and ``previous`` are unused."""
         return _ceiling(self.base, self.cap, _check_attempt(attempt))
-
-
-@dataclass(frozen=True, slots=True)
-class DecorrelatedJitter(_Exponential):
-    """Decorrelated jitter: ``min(cap, uniform(base, previous * 3))``.
-
-    The first delay (``previous`` None) draws from ``[base, 3 * base]``. A
-    ``previous`` below ``base`` counts as ``base``. ``attempt`` is only validated:
-    the sequence depends on the previous delay, which :func:`delays` threads through.
-    """
-
-    def delay(
-        self,
-        attempt: int,
-        rng: random.Random | None = None,
-        previous: float | None = None,
-    ) -> float:
-        """A random delay in ``[base, min(cap, 3 * max(base, previous))]``."""
-        _check_attempt(attempt)
-        last = (
-            self.base
-            if previous is None
-            else max(self.base, seconds("previous", previous, zero_ok=True))
-        )
-        return min(self.cap, _uniform(rng, self.base, last * 3))
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from botocore.stub import ANY, Stubber
 
-from rideout.aws import AwsPreconditionFailed, AwsSession, apply_plan, diff
+from rideout.aws import AwsError, AwsPreconditionFailed, AwsSession, apply_plan, diff
 from rideout.aws.desired import desired_state
-from rideout.aws.elasticache import OWNER_TAG, observe_elasticache
+from rideout.aws.elasticache import OWNER_TAG, observe_elasticache, wait_for
 from rideout.config import Config
 from tests.aws.stubs import datastore, stubbed
 
@@ -274,3 +274,12 @@ def test_the_datastore_is_found_by_its_suffix(
     found = find_datastore(session, P, "auction")
     assert found is not None
     assert found["GlobalReplicationGroupId"] == suffix
+
+
+def test_wait_for_polls_after_1_s_doubling_up_to_15_s_until_the_timeout() -> None:
+    checks = iter([False] * 6 + [True])
+    slept: list[float] = []
+    wait_for(lambda: next(checks), "it", timeout=3600, sleep=slept.append)
+    assert slept == [1.0, 2.0, 4.0, 8.0, 15.0, 15.0]
+    with pytest.raises(AwsError, match=r"timed out after 0\.5 s waiting for never"):
+        wait_for(lambda: False, "never", timeout=0.5, sleep=slept.append)

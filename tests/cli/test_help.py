@@ -16,7 +16,7 @@ from rideout.cli import app
 from rideout.cli import drill as drill_cli
 from rideout.cli._help import PANELS
 from rideout.config import PROFILES
-from rideout.drill.runner import FAULTS
+from rideout.drill.options import FAULTS
 from rideout.drill.surge import INLETS
 
 runner = CliRunner()

@@ -4,8 +4,8 @@ import pytest
 
 from rideout.cluster import ClusterError
 from rideout.cluster.chaos import ChaosError
+from rideout.cluster.preflight import PortInUse
 from rideout.cluster.runstate import AlreadyRunning
-from rideout.cluster.supervisor import PortInUse
 from rideout.errors import RideoutError
 
 

@@ -11,9 +11,10 @@ import pytest
 from rideout import routes
 from rideout._process import pid_alive
 from rideout.cluster import supervisor
+from rideout.cluster.preflight import PortInUse
 from rideout.cluster.runstate import AlreadyRunning, RunState, read_lock_pid
 from rideout.cluster.status import collect_status
-from rideout.cluster.supervisor import ClusterError, LocalCluster, PortInUse
+from rideout.cluster.supervisor import ClusterError, LocalCluster
 from rideout.config import Config
 from rideout.routes import control_plane_url
 

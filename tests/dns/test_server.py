@@ -23,14 +23,8 @@ from dnslib import DNSQuestion, DNSRecord
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rideout.dns.server import (
-    DnsMetrics,
-    DnsServer,
-    normalize_name,
-    qtype_name,
-    qtype_number,
-    rcode_number,
-)
+from rideout.dns.query import normalize_name, qtype_name, qtype_number, rcode_number
+from rideout.dns.server import DnsMetrics, DnsServer
 from tests.conftest import examples, free_port, until
 from tests.dns.conftest import (
     APP,

@@ -12,7 +12,7 @@ from rich.console import Console
 from rideout.config import dump_toml
 from rideout.drill import console as console_module
 from rideout.drill.console import main_region_outage
-from rideout.drill.runner import DrillOptions
+from rideout.drill.options import DrillOptions
 from tests.drill.conftest import sample_report
 
 

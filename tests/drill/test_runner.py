@@ -10,20 +10,12 @@ from typing import Any
 
 import pytest
 
+from rideout.drill.deployment import timeouts
+from rideout.drill.errors import DrillError
+from rideout.drill.options import DrillOptions, report_head
+from rideout.drill.plane import Plane, serves_from, writes_refused
 from rideout.drill.records import ConnectedRecord, DrillRecord, RestoredRecord
-from rideout.drill.runner import (
-    DrillError,
-    DrillOptions,
-    _objectives,
-    _plan,
-    _Plane,
-    _restored,
-    _serves_from,
-    _timeouts,
-    report_head,
-    run_region_outage,
-    writes_refused,
-)
+from rideout.drill.runner import _objectives, _plan, _restored, run_region_outage
 from rideout.errors import RideoutError
 from tests.drill.conftest import sample_report
 
@@ -181,10 +173,10 @@ def test_a_large_pass_splits_its_clients_over_worker_processes(make_config: Any)
 def test_timeouts_follow_the_profile(make_config: Any) -> None:
     config = make_config()
     t = config.timing
-    failover, recovery = _timeouts(config, DrillOptions())
+    failover, recovery = timeouts(config, DrillOptions())
     assert failover == (t.failover_datapoints + 4) * t.canary_interval * 3 + t.dns_ttl + 20
     assert recovery == max(30.0, failover + 4 * t.backoff_cap)
-    assert _timeouts(config, DrillOptions(recovery_timeout=7.0))[1] == 7.0
+    assert timeouts(config, DrillOptions(recovery_timeout=7.0))[1] == 7.0
 
 
 def test_restored_clients_and_where_the_deployment_serves_from() -> None:
@@ -196,7 +188,7 @@ def test_restored_clients_and_where_the_deployment_serves_from() -> None:
     ]
     assert _restored(records, "west") == {1, 2}
     assert _restored(records, "west", since=12.5) == {1}
-    serving_west = _serves_from("west")
+    serving_west = serves_from("west")
     assert serving_west({"dns": {"region": "west"}, "failover": {"writer": "west"}})
     assert not serving_west({"dns": {"region": "west"}, "failover": {"writer": "east"}})
 
@@ -230,7 +222,7 @@ async def test_the_timeline_is_polled_while_the_drill_waits_on_something_else(
 ) -> None:
     """keep_polling fills the gaps between the waits' own polls, and adds none while
     they poll often enough."""
-    plane = _Plane(make_config())
+    plane = Plane(make_config())
     polls: list[float] = []
 
     async def poll() -> None:

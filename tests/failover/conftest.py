@@ -21,6 +21,7 @@ class Pair:
     primary: EmbeddedRedis
     p: aioredis.Redis
     s: aioredis.Redis
+    replica: EmbeddedRedis
 
 
 @pytest_asyncio.fixture
@@ -28,7 +29,7 @@ async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
     """A running primary/replica and a client to each (decoded responses); the replica
     already holds the primary's epoch, so a test starts from a pair in sync."""
     config = make_config()
-    async with running_redis_pair(config) as (primary, _):
+    async with running_redis_pair(config) as (primary, replica):
         # The test's own moves (a detached replica, writes) need more than any rideout user.
         p = aioredis.Redis(
             host=config.primary.redis.address,
@@ -47,7 +48,7 @@ async def pair(make_config: Callable[..., Config]) -> AsyncIterator[Pair]:
             # Without this wait a test's first tick could see the replica still without
             # the epoch: "came back without its data", and the writer moves (CI saw it).
             await until(lambda: s.get(keys.EPOCH), message="the replica holds the epoch")
-            yield Pair(config, primary, p, s)
+            yield Pair(config, primary, p, s, replica)
         finally:
             await p.aclose()
             await s.aclose()

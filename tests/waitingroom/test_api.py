@@ -12,7 +12,8 @@ import pytest
 import pytest_asyncio
 from starlette.applications import Starlette
 
-from rideout.waitingroom.api import CACHE_COUNTERS, CACHE_PRIVATE, RoomAPI
+from rideout.waitingroom.api import RoomAPI
+from rideout.waitingroom.http import CACHE_COUNTERS, CACHE_PRIVATE
 from rideout.waitingroom.model import EventSettings
 from rideout.waitingroom.store import new_request_id
 from tests.conftest import FakeClock

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rideout.auth.room_tokens import RoomKeyRing, RoomTokenIssuer, RoomTokenVerifier
-from rideout.waitingroom.api import CACHE_PRIVATE
+from rideout.waitingroom.http import CACHE_PRIVATE
 from tests.conftest import examples, until
 from tests.waitingroom.conftest import (
     AUTH,

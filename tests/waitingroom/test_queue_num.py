@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 
 from rideout.store import keys
-from rideout.waitingroom import api as api_module
+from rideout.waitingroom import touches as touches_module
 from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.errors import RoomError, UnknownEvent, UnknownRequest
 from rideout.waitingroom.metrics import RoomMetrics
@@ -65,7 +65,7 @@ class Process:
 async def processes(redis_server: Redis, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Any]:
     """Makes processes; their touches are written only when a test says (``flush``):
     the worst case of the batching, which may take up to TOUCH_DELAY."""
-    monkeypatch.setattr(api_module, "_TOUCH_BATCH", 3600.0)
+    monkeypatch.setattr(touches_module, "_TOUCH_BATCH", 3600.0)
     opened: list[Process] = []
 
     async def make(clock: FakeClock, *, ttl: float = 0.0, size: int = 100_000) -> Process:
@@ -381,7 +381,7 @@ async def test_touches_queued_while_a_batch_is_written_go_in_the_next(
     ]
     for rid in rids:
         await a.poll(event_id, rid)  # read (and touched with the read)
-    monkeypatch.setattr(api_module, "_TOUCH_BATCH", 0.01)
+    monkeypatch.setattr(touches_module, "_TOUCH_BATCH", 0.01)
     write = a.api.store.touch_many
     batches: list[dict[str, dict[str, float]]] = []
 

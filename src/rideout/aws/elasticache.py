@@ -23,6 +23,7 @@ from rideout.aws.desired import DEPLOYMENT_TAG, tags
 from rideout.aws.errors import AwsError, AwsPreconditionFailed
 from rideout.aws.plan import Change, Resource
 from rideout.aws.session import AwsSession, boundary
+from rideout.backoff import NoJitter, delays
 from rideout.config import Config
 
 if TYPE_CHECKING:
@@ -42,19 +43,22 @@ __all__ = [
 
 OWNER_TAG = "rideout:global-datastore-of"
 Sleep = Callable[[float], None]
+POLL = NoJitter(base=1.0, cap=15.0)
+"""How long :func:`wait_for` waits between two checks."""
 
 
 def wait_for(
     check: Callable[[], bool], what: str, *, timeout: float, sleep: Sleep = time.sleep
 ) -> None:
-    """Poll `check` every few seconds until it holds; AwsError after `timeout` seconds."""
+    """Poll `check` every few seconds (1 s, doubling up to 15 s) until it holds; AwsError
+    after `timeout` seconds."""
     deadline = time.monotonic() + timeout
-    delay = 1.0
-    while not check():
+    for delay in delays(POLL):
+        if check():
+            return
         if time.monotonic() + delay > deadline:
             raise AwsError(f"timed out after {timeout:g} s waiting for {what}")
         sleep(delay)
-        delay = min(delay * 2, 15.0)
 
 
 def find_datastore(

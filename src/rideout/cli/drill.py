@@ -16,7 +16,7 @@ __all__ = ["drill_app"]
 _Options = TypeVar("_Options")
 
 # The choices, as --help shows them (tests/cli/test_help.py checks each against the
-# drill's own list: rideout.drill.runner.FAULTS, surge.INLETS, config.PROFILES).
+# drill's own list: rideout.drill.options.FAULTS, surge.INLETS, config.PROFILES).
 Fault = Literal["kill", "freeze", "throttle"]
 Replication = Literal["sync", "async"]
 Inlet = Literal["maxsize", "periodic"]

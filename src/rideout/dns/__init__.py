@@ -1,4 +1,5 @@
-"""DNS failover: pure answer selection (`records`), the authoritative server (`server`).
+"""DNS failover: pure answer selection (`records`), one question answered (`query`), the
+authoritative server (`server`).
 
 Only the pure records API is re-exported here; importing this package pulls in no DNS
 library, sockets or event loop (the server lives in `rideout.dns.server`).

@@ -8,7 +8,7 @@ dns.google, ``/dns-query`` with ``Accept: application/dns-json`` at Cloudflare):
      "Answer": [{"name": "auction.rideout.test.", "type": 1, "TTL": 1, "data": "127.0.1.1"}]}
 
 - The same resolver as the DNS server answers, through the same
-  `rideout.dns.server.answer_query`, so both transports agree. Given `generation` (as for
+  `rideout.dns.query.answer_query`, so both transports agree. Given `generation` (as for
   `DnsServer`), each distinct question is resolved once per generation (a DNS view) and
   its result reused until the generation changes, as the server's precomputed replies are. ``Status`` is the DNS rcode, sent with
   HTTP 200 whatever it is (NXDOMAIN, REFUSED, SERVFAIL), as Google and Cloudflare do.
@@ -43,8 +43,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rideout.dns.errors import DnsError
-from rideout.dns.server import (
-    DnsMetrics,
+from rideout.dns.query import (
     QueryResult,
     Resolver,
     RRTuple,
@@ -54,6 +53,7 @@ from rideout.dns.server import (
     qtype_number,
     rcode_number,
 )
+from rideout.dns.server import DnsMetrics
 
 __all__ = [
     "DOH_MEDIA_TYPE",

@@ -33,8 +33,8 @@ from typing import Any, Protocol
 from rideout import _validate
 from rideout._files import replace_atomically
 from rideout.dns.errors import DnsError
+from rideout.dns.query import QueryResult, ResolutionLike
 from rideout.dns.records import Answer, DnsZoneConfig, failover_answer, resolve
-from rideout.dns.server import QueryResult, ResolutionLike
 
 __all__ = [
     "DnsFeedError",

@@ -1,6 +1,7 @@
 """rideout's authoritative DNS server: UDP and TCP on one address, dnslib for the packets.
 
-The answers come from an injected resolver, ``(qname, qtype) -> resolution``. Without a
+The answers come from an injected resolver, ``(qname, qtype) -> resolution``, asked
+through :func:`rideout.dns.query.answer_query` (shared with DoH). Without a
 ``generation`` it is called for every query; with one (a value that changes whenever the
 answers may, such as the DNS view), each distinct question is resolved and encoded once
 per generation and later queries are answered from those bytes (`rideout.dns.wire`),
@@ -43,13 +44,12 @@ import collections
 import contextlib
 import logging
 import os
-import re
 import socket
 import struct
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, Self
+from typing import Any, Final, Literal, Self
 
 from dnslib import (
     AAAA,
@@ -57,7 +57,6 @@ from dnslib import (
     EDNS0,
     NS,
     QTYPE,
-    RCODE,
     RR,
     SOA,
     TXT,
@@ -70,175 +69,24 @@ from dnslib import (
 
 from rideout._guard import Guard, ServerLimits
 from rideout.dns.metrics import DnsMetrics
+from rideout.dns.query import (
+    CLASS_ANY,
+    CLASS_IN,
+    OPT,
+    QueryResult,
+    Resolver,
+    answer_query,
+    normalize_name,
+    qtype_name,
+    qtype_number,
+    rcode_number,
+    wire_length,
+)
 from rideout.dns.wire import MIN_UDP_PAYLOAD, Template, TemplateCache, read_query
 
-__all__ = [
-    "DnsMetrics",
-    "DnsServer",
-    "QueryResult",
-    "RRTuple",
-    "ResolutionLike",
-    "Resolver",
-    "answer_query",
-    "normalize_name",
-    "qtype_name",
-    "qtype_number",
-    "rcode_number",
-]
+__all__ = ["DnsMetrics", "DnsServer"]
 
 logger = logging.getLogger(__name__)
-
-RRTuple = tuple[str, str, int, str]
-"""One resource record as the resolver gives it: ``(name, type, ttl, value)``."""
-
-
-class ResolutionLike(Protocol):
-    """What a resolver returns (`rideout.dns.records.Resolution` is one)."""
-
-    @property
-    def rcode(self) -> str: ...
-
-    @property
-    def answers(self) -> Sequence[RRTuple]: ...
-
-    @property
-    def authority(self) -> Sequence[RRTuple]: ...
-
-
-Resolver = Callable[[str, str], ResolutionLike]
-"""``(qname, qtype) -> resolution``: qname lowercased without the trailing dot, qtype by name."""
-
-
-# --------------------------------------------------------------------------- codes
-
-_EXTRA_RCODES: Final = {"BADVERS": 16}
-
-
-def rcode_number(name: str) -> int:
-    """The number of a response code by name (``"NXDOMAIN"`` → 3); ValueError if unknown."""
-    upper = name.upper()
-    if upper in _EXTRA_RCODES:
-        return _EXTRA_RCODES[upper]
-    try:
-        return int(RCODE.reverse[upper])
-    except KeyError:
-        raise ValueError(f"unknown DNS rcode {name!r}") from None
-
-
-_GENERIC_TYPE = re.compile(r"TYPE([0-9]{1,5})")
-
-
-def qtype_number(name: str) -> int:
-    """The number of an RR type given by name (``"aaaa"``), ``TYPEnnn`` or number (``"28"``).
-
-    ValueError for anything else, or a number outside 1..65535.
-    """
-    text = name.strip().upper()
-    if text.isdigit() and text.isascii():
-        number = int(text)
-    elif (generic := _GENERIC_TYPE.fullmatch(text)) is not None:
-        number = int(generic.group(1))
-    else:
-        try:
-            number = int(QTYPE.reverse[text])
-        except KeyError:
-            raise ValueError(f"unknown DNS type {name!r}") from None
-    if not 1 <= number <= 65535:
-        raise ValueError(f"DNS type {name!r} is out of range 1..65535")
-    return number
-
-
-def qtype_name(number: int) -> str:
-    """The mnemonic of an RR type (1 → ``"A"``), ``TYPEnnn`` when it has none."""
-    return str(QTYPE.forward.get(number, f"TYPE{number}"))
-
-
-_OPT: Final = 41
-_CLASS_IN, _CLASS_ANY = 1, 255
-_IXFR, _AXFR, _MAILB, _MAILA = 251, 252, 253, 254
-
-
-# --------------------------------------------------------------------------- names
-
-
-def _label_text(label: bytes) -> str:
-    """One label as presentation text, escaping what is not plain (RFC 4343)."""
-    if all(0x21 <= c <= 0x7E and c not in (0x2E, 0x5C) for c in label):
-        return label.decode("ascii")
-    return "".join(
-        chr(c) if 0x21 <= c <= 0x7E and c not in (0x2E, 0x5C) else f"\\{c:03d}" for c in label
-    )
-
-
-def normalize_name(labels: Sequence[bytes]) -> str:
-    """The resolver's form of a name: ASCII-lowercased, no trailing dot, ``"."`` for the root."""
-    if not labels:
-        return "."
-    return ".".join(_label_text(label) for label in labels).lower()
-
-
-def _wire_length(labels: Sequence[bytes]) -> int:
-    return sum(len(label) + 1 for label in labels) + 1
-
-
-# --------------------------------------------------------------------------- one answer
-
-
-@dataclass(frozen=True, slots=True)
-class QueryResult:
-    """What to say to one question, for any transport: checked, normalised, final."""
-
-    rcode: str
-    answers: tuple[RRTuple, ...] = ()
-    authority: tuple[RRTuple, ...] = ()
-
-    @property
-    def authoritative(self) -> bool:
-        return self.rcode in ("NOERROR", "NXDOMAIN")
-
-
-_KNOWN_RCODES: Final = frozenset({"NOERROR", "NXDOMAIN", "REFUSED", "SERVFAIL"})
-_ENCODABLE: Final = frozenset({"A", "AAAA", "TXT", "SOA", "NS", "CNAME"})
-
-
-def _records(raw: Sequence[RRTuple], what: str) -> tuple[RRTuple, ...]:
-    out: list[RRTuple] = []
-    for record in raw:
-        name, rtype, ttl, value = record
-        rtype = str(rtype).upper()
-        if rtype not in _ENCODABLE:
-            raise ValueError(f"{what} record of unsupported type {rtype!r}")
-        if not isinstance(ttl, int) or not 0 <= ttl <= 0x7FFFFFFF:
-            raise ValueError(f"{what} record with bad TTL {ttl!r}")
-        out.append((str(name), rtype, ttl, str(value)))
-    return tuple(out)
-
-
-def answer_query(resolver: Resolver, qname: str, qtype: int) -> QueryResult:
-    """Ask `resolver` about ``qname``/``qtype`` (number), shared by the server and DoH.
-
-    Meta types are settled here (OPT: FORMERR; AXFR/IXFR: REFUSED; MAILA/MAILB: NOTIMP).
-    A resolver that raises, or returns what cannot be sent, gives SERVFAIL (logged).
-    """
-    if qtype == _OPT:
-        return QueryResult("FORMERR")
-    if qtype in (_AXFR, _IXFR):
-        return QueryResult("REFUSED")
-    if qtype in (_MAILA, _MAILB):
-        return QueryResult("NOTIMP")
-    try:
-        resolution = resolver(qname, qtype_name(qtype))
-        rcode = str(resolution.rcode).upper()
-        if rcode not in _KNOWN_RCODES:
-            raise ValueError(f"resolver returned unknown rcode {rcode!r}")
-        return QueryResult(
-            rcode,
-            _records(resolution.answers, "answer"),
-            _records(resolution.authority, "authority"),
-        )
-    except Exception:
-        logger.exception("DNS resolver failed for %s %s", qname, qtype_name(qtype))
-        return QueryResult("SERVFAIL")
 
 
 # --------------------------------------------------------------------------- packets
@@ -532,9 +380,9 @@ class DnsServer:
             return error("FORMERR", f"unparsable: {e}")
         question: DNSQuestion = query.questions[0]
         labels: tuple[bytes, ...] = tuple(question.qname.label)
-        if _wire_length(labels) > 255 or any(len(label) > 63 for label in labels):
+        if wire_length(labels) > 255 or any(len(label) > 63 for label in labels):
             return error("FORMERR", "name longer than 255 octets or a label over 63")
-        opts = [rr for rr in query.ar if rr.rtype == _OPT]
+        opts = [rr for rr in query.ar if rr.rtype == OPT]
         if len(opts) > 1:
             return error("FORMERR", "more than one OPT record")
         opt = opts[0] if opts else None
@@ -559,7 +407,7 @@ class DnsServer:
             logger.debug("DNS: BADVERS for id %d (EDNS version %d)", ident, opt.edns_ver)
             return _Reply(response.pack(), qtype, "BADVERS")
 
-        if question.qclass not in (_CLASS_IN, _CLASS_ANY):
+        if question.qclass not in (CLASS_IN, CLASS_ANY):
             result = QueryResult("REFUSED")
         else:
             result = answer_query(self.resolver, normalize_name(labels), question.qtype)
@@ -672,7 +520,7 @@ def _warm_key(name: str, qtype: str) -> tuple[bytes, int]:
     """The template key of a plain query for `name` (RD set, no EDNS) of type `qtype`."""
     labels = [label.encode("ascii").lower() for label in name.rstrip(".").split(".") if label]
     wire = b"".join(bytes((len(label),)) + label for label in labels) + b"\x00"
-    question = wire + struct.pack("!HH", qtype_number(qtype), _CLASS_IN)
+    question = wire + struct.pack("!HH", qtype_number(qtype), CLASS_IN)
     return question + bytes((0x04,)), 12 + len(wire)
 
 

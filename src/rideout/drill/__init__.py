@@ -10,8 +10,10 @@ proves the room holds the site to its capacity, loses no position, and fails ove
 from __future__ import annotations
 
 from rideout.drill.console import main_region_outage, main_surge
+from rideout.drill.errors import DrillError
+from rideout.drill.options import DrillOptions
 from rideout.drill.report import render_markdown, write_report
-from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
+from rideout.drill.runner import run_region_outage
 from rideout.drill.surge import SurgeOptions, run_surge
 
 __all__ = [

@@ -14,8 +14,10 @@ from rich.text import Text
 
 from rideout.config import ConfigError, load_config
 from rideout.drill.analysis import HERDS
+from rideout.drill.errors import DrillError
+from rideout.drill.options import DrillOptions
 from rideout.drill.report import HEADERS, default_report_dir, move_lines, summary_rows, write_report
-from rideout.drill.runner import DrillError, DrillOptions, run_region_outage
+from rideout.drill.runner import run_region_outage
 from rideout.drill.surge import SurgeOptions, run_surge
 from rideout.drill.surge_report import surge_rows
 from rideout.drill.zone import (

@@ -8,43 +8,47 @@ writer and DNS, optionally restore the primary and watch failback (the control p
 drains the secondary's zones itself; the drill does so only as a reported fallback),
 then account for every acknowledged bid in the final writer's room streams and for
 every move of the writer.
+
+Its options are in :mod:`.options`, its view of the control plane in :mod:`.plane`, and
+what it knows of the deployment (configuration, timeouts, streams) in :mod:`.deployment`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import dataclasses
 import math
-import os
 import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import httpx
-
-from rideout import _http, routes
-from rideout.auth.admin import load_or_create_admin_token
 from rideout.cluster.chaos import send_command
 from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
 from rideout.cluster.supervisor import LocalCluster
-from rideout.config import FAILOVER_PROFILES, PROFILES, Config, load_config
+from rideout.config import Config, load_config
 from rideout.drill.analysis import (
-    StreamEntry,
     account_bids,
     compare_herds,
-    parse_stream_entry,
     phase_summary,
     timeline_series,
     write_stats,
 )
 from rideout.drill.clients import ClientFleet, GroupSpec
+from rideout.drill.deployment import (
+    describe_deployment,
+    drill_config,
+    own_config,
+    read_streams,
+    set_zone_mode,
+    timeouts,
+)
+from rideout.drill.errors import DrillError
 from rideout.drill.machine import core_speed, read_cpu_times, usage
+from rideout.drill.options import DrillOptions, Progress, report_head
+from rideout.drill.plane import Plane, serves_from, writes_refused
 from rideout.drill.records import (
     AckRecord,
     DrillRecord,
@@ -54,312 +58,13 @@ from rideout.drill.records import (
     RestoredRecord,
     of_kind,
 )
-from rideout.errors import RideoutError
 from rideout.realtime.zone import ZoneMode
-from rideout.store.acl import RedisRole, credentials_for
-from rideout.store.client import cancel_and_wait, state_client
-from rideout.store.keys import room_stream
+from rideout.store.client import cancel_and_wait
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
-
-__all__ = [
-    "DrillError",
-    "DrillOptions",
-    "check_at_least_one",
-    "check_choice",
-    "check_options",
-    "check_profile",
-    "report_head",
-    "run_region_outage",
-]
-
-FAULTS = ("kill", "freeze", "throttle")
-Progress = Callable[[str], None]
-
-
-class DrillError(RideoutError, RuntimeError):
-    """The drill could not run (a refused option, a deployment that never got healthy).
-    The one base of :mod:`rideout.drill`'s errors."""
-
-
-@dataclass(frozen=True, slots=True)
-class DrillOptions:
-    """What `rideout drill region-outage` was asked to do."""
-
-    clients: int = 100
-    fault: str = "kill"
-    replication: str = "sync"
-    profile: str | None = None
-    failback: bool = False
-    compare_jitter: bool = False
-    max_rto: float | None = None
-    max_write_rto: float | None = None
-    # The failback's own limits: its figures count from the restore, and six good canary
-    # periods, the damping hold and the drain are in them by design.
-    max_failback_rto: float | None = None
-    max_failback_write_rto: float | None = None
-    max_lost: int | None = None
-    report_dir: Path | None = None
-    config_path: Path | None = None
-    rooms: int | None = None
-    """Rooms the clients spread over (default: one per 20 clients)."""
-    bid_interval: float | None = None
-    """Mean seconds between one client's bids (default: 1 s, longer for large N)."""
-    clients_per_process: int = 400
-    processes: bool | None = None
-    """Spawn worker processes for the clients (default: when N > clients_per_process, or
-    with a client_nice)."""
-    client_nice: int = 0
-    """How much lower the client workers' scheduling priority is than the drill's (0 to
-    19, os.nice): on one machine, the fleet then yields the cores to the deployment, as
-    clients on other hosts would. Needs worker processes."""
-    warmup: float = 3.0
-    settle: float = 2.0
-    recovery_timeout: float | None = None
-    env: dict[str, str] | None = field(default=None, compare=False)
-
-    def __post_init__(self) -> None:
-        check_options(self.clients, self.fault, self.profile)
-        if self.replication not in ("sync", "async"):
-            raise DrillError(f"--replication must be sync or async, not {self.replication!r}")
-        if self.rooms is not None and not 1 <= self.rooms <= self.clients:
-            raise DrillError(f"--rooms must be between 1 and --clients ({self.clients})")
-        if not 0 <= self.client_nice <= 19:
-            raise DrillError("--client-nice must be between 0 and 19")
-        if self.client_nice and self.processes is False:
-            raise DrillError("--client-nice needs the clients in worker processes")
-        if not self.failback:
-            for flag, value in (
-                ("--failback-rto", self.max_failback_rto),
-                ("--failback-write-rto", self.max_failback_write_rto),
-            ):
-                if value is not None:
-                    raise DrillError(f"{flag} needs --failback")
-
-
-def check_options(clients: int, fault: str, profile: str | None) -> None:
-    """The checks the client drills make of their options (DrillError naming the flag)."""
-    check_at_least_one("--clients", clients)
-    check_choice("--fault", fault, FAULTS)
-    check_profile(profile)
-
-
-def check_at_least_one(flag: str, value: int) -> None:
-    """DrillError unless ``value`` (given as ``flag``) is 1 or more."""
-    if value < 1:
-        raise DrillError(f"{flag} must be at least 1")
-
-
-def check_choice(flag: str, value: object, choices: tuple[str, ...]) -> None:
-    """DrillError unless ``value`` (given as ``flag``) is one of ``choices``."""
-    if value not in choices:
-        raise DrillError(f"{flag} must be one of {', '.join(choices)}, not {value!r}")
-
-
-def check_profile(profile: str | None) -> None:
-    """DrillError unless ``profile`` is None (the deployment's own) or a known profile."""
-    if profile is not None and profile not in PROFILES:
-        raise DrillError(f"--profile must be one of {', '.join(PROFILES)}")
-
-
-def report_head(drill: str, options: DataclassInstance) -> dict[str, Any]:
-    """A drill report's first keys: the drill, when it started, its options (JSON-able:
-    paths as text, the environment left out)."""
-    return {
-        "drill": drill,
-        "started_at": time.time(),
-        "options": {
-            k: (str(v) if isinstance(v, Path) else v)
-            for k, v in dataclasses.asdict(options).items()
-            if k != "env"
-        },
-    }
-
-
-# ------------------------------------------------------------------ control plane
-
-
-POLL_INTERVAL = 0.2
-"""Seconds between the drill's polls of the control plane's summary (its timeline)."""
-
-
-class _Plane:
-    """Polls the control plane's ``/v1/summary`` and keeps the timeline."""
-
-    def __init__(self, config: Config) -> None:
-        self.url = routes.control_plane_url(config, routes.SUMMARY)
-        self.http = _http.async_client(timeout=2.0)
-        self.timeline: list[dict[str, Any]] = []
-        self.last: dict[str, Any] | None = None
-        self.polled_at = 0.0  # monotonic: the latest poll's start
-        self.primary = config.primary.name
-        self.secondary = config.secondary.name
-
-    async def poll(self) -> dict[str, Any] | None:
-        self.polled_at = time.monotonic()
-        try:
-            response = await self.http.get(self.url)
-            body: dict[str, Any] = response.json()
-        except (httpx.HTTPError, ValueError):
-            return None
-        self.last = body
-        alarms = {name: a.get("state") for name, a in body.get("alarms", {}).items()}
-        failover = body.get("failover", {})
-        self.timeline.append(
-            {
-                "t": time.time(),  # when the answer came
-                "alarms": alarms,
-                "dns": body.get("dns", {}).get("region"),
-                "writer": failover.get("writer"),
-                "epoch": failover.get("epoch"),
-                "failovers": failover.get("failovers"),
-                "failbacks": failover.get("failbacks"),
-                "held": (failover.get("decision") or {}).get("held"),
-            }
-        )
-        return body
-
-    def history(self, since: float) -> dict[str, Any]:
-        """What the control plane said happened since `since`: its failover events and
-        alarm changes (why the writer moved, each time), and the latest failback drain."""
-        body = self.last or {}
-        failover = body.get("failover", {})
-        return {
-            "events": [e for e in failover.get("events", []) if e.get("at", 0) >= since],
-            "alarms": {
-                name: [c for c in a.get("history", []) if c.get("timestamp", 0) >= since]
-                for name, a in body.get("alarms", {}).items()
-            },
-            "drain": failover.get("drain"),
-        }
-
-    def moves(self) -> dict[str, int | None]:
-        """Writer moves between the first and the latest poll, by kind."""
-        rows = [r for r in self.timeline if r.get("failovers") is not None]
-        if not rows:
-            return {"failovers": None, "failbacks": None}
-        first, last = rows[0], rows[-1]
-        return {k: int(last[k]) - int(first[k]) for k in ("failovers", "failbacks")}
-
-    async def keep_polling(self, interval: float = POLL_INTERVAL) -> None:
-        """Poll whenever no one else has for `interval` s (until cancelled): a wait
-        polls as it checks, but the drill also blocks for seconds at a time (a restore
-        command), and a timeline with a gap there would put the end of a hold, or an
-        alarm's change, seconds late."""
-        while True:
-            await asyncio.sleep(max(0.0, self.polled_at + interval - time.monotonic()))
-            if time.monotonic() - self.polled_at >= interval:
-                await self.poll()
-
-    async def until(
-        self, check: Callable[[dict[str, Any]], bool], timeout: float, what: str
-    ) -> float:
-        """Poll every 100 ms until ``check(summary)``; the wall time it first held."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            body = await self.poll()
-            if body is not None and check(body):
-                return time.time()
-            await asyncio.sleep(0.1)
-        raise DrillError(f"{what} did not happen within {timeout:g} s")
-
-    def healthy(self, body: dict[str, Any]) -> bool:
-        alarms = body.get("alarms", {})
-        return (
-            all(a.get("state") == "OK" for a in alarms.values())
-            and bool(alarms)
-            and _serves_from(self.primary)(body)
-        )
-
-    async def aclose(self) -> None:
-        await self.http.aclose()
-
-
-# ------------------------------------------------------------------ deployment
-
-
-def _load(options: DrillOptions) -> Config:
-    env = dict(options.env if options.env is not None else os.environ)
-    config = load_config(options.config_path, env=env)
-    return config
-
-
-def _own_config(config: Config, options: DrillOptions, data_dir: Path) -> Config:
-    profile = options.profile or config.profile
-    failover = dataclasses.replace(config.failover, replication=options.replication)
-    if profile != config.profile:
-        failover = dataclasses.replace(failover, **FAILOVER_PROFILES[profile])
-    timing = PROFILES[profile] if profile != config.profile else config.timing
-    return dataclasses.replace(
-        config, data_dir=data_dir, profile=profile, timing=timing, failover=failover
-    )
-
-
-async def _set_zone_mode(config: Config, region: str, mode: ZoneMode) -> None:
-    token = load_or_create_admin_token(config.keys_dir)
-    async with _http.async_client(timeout=5.0) as http:
-        for zone in config.region(region).zones:
-            with contextlib.suppress(httpx.HTTPError):
-                await http.post(
-                    routes.zone_url(config, zone.address, routes.ADMIN_MODE),
-                    json={"mode": mode},
-                    headers={"Authorization": f"Bearer {token}"},
-                )
-
-
-async def _read_streams(config: Config, region: str, rooms: list[str]) -> list[StreamEntry]:
-    redis = config.region(region).redis
-    client = state_client(
-        redis.address,
-        redis.port,
-        credentials=credentials_for(config, RedisRole.MONITOR),
-        timeout=10.0,
-    )
-    entries: list[StreamEntry] = []
-    try:
-        for room in rooms:
-            found: Any = await client.xrange(room_stream(room), "-", "+")
-            for entry_id, fields in found or []:
-                entry = parse_stream_entry(room, str(entry_id), dict(fields or {}))
-                if entry is not None:
-                    entries.append(entry)
-    finally:
-        await client.aclose()
-    return entries
+__all__ = ["run_region_outage"]
 
 
 # ------------------------------------------------------------------ one pass
-
-
-def _timeouts(config: Config, options: DrillOptions) -> tuple[float, float]:
-    t = config.timing
-    failover = (t.failover_datapoints + 4) * t.canary_interval * 3 + t.dns_ttl + 20
-    recovery = options.recovery_timeout or max(30.0, failover + 4 * t.backoff_cap)
-    return failover, recovery
-
-
-def _serves_from(region: str) -> Callable[[dict[str, Any]], bool]:
-    """A check on a summary: DNS answers with ``region`` and it holds the writer."""
-    return lambda b: bool(b["dns"]["region"] == region and b["failover"]["writer"] == region)
-
-
-def writes_refused(config: Config, summary: dict[str, Any] | None) -> bool:
-    """Whether the control plane's `summary` shows that no bid can be acknowledged now:
-    sync replication with ``replica_down = "reject"`` and no replica following the
-    writer (the writer's own region lost its replica, and the other region is down)."""
-    failover = config.failover
-    if summary is None or failover.replication != "sync" or failover.replica_down != "reject":
-        return False
-    rows = summary.get("failover", {}).get("topology") or []
-    writer = next((r for r in rows if r.get("part") == "writer"), None)
-    if writer is None:
-        return False
-    return not any(
-        r.get("reachable") and r.get("role") == "replica" and r.get("link") == "up"
-        and r.get("master") == writer.get("endpoint")
-        for r in rows
-    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -439,8 +144,8 @@ class _Pass:
         self.options = options
         self.plan = plan
         self.primary, self.secondary = config.primary.name, config.secondary.name
-        self.failover_timeout, self.recovery_timeout = _timeouts(config, options)
-        self.plane = _Plane(config)
+        self.failover_timeout, self.recovery_timeout = timeouts(config, options)
+        self.plane = Plane(config)
         self.fleet = ClientFleet(plan.specs, processes=plan.processes, nice=plan.nice)
         self._progress = progress
 
@@ -508,7 +213,7 @@ class _Pass:
         fault_at, cpu = time.time(), read_cpu_times()
         message = await asyncio.to_thread(send_command, self.config.run_dir, fault, primary)
         await self.plane.until(
-            _serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
+            serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
         )
         await self._wait_recovered(fault_at, secondary)
         await self._wait_written(fault_at, secondary)
@@ -523,7 +228,7 @@ class _Pass:
         back_at, cpu = time.time(), read_cpu_times()
         await asyncio.to_thread(send_command, self.config.run_dir, "restore", primary)
         await self.plane.until(
-            _serves_from(primary), self.failover_timeout * 3, f"failback to {primary}"
+            serves_from(primary), self.failover_timeout * 3, f"failback to {primary}"
         )
         # The control plane drains the secondary's zones, gradually, so that the clients
         # still there follow DNS: the drill only watches. If they are still there when
@@ -532,11 +237,11 @@ class _Pass:
         if not await self._wait_recovered(back_at, primary):
             drained_by_drill = True
             self.say(f"clients are still on {secondary}: the drill drains it (fallback)")
-            await _set_zone_mode(self.config, secondary, ZoneMode.DRAINING)
+            await set_zone_mode(self.config, secondary, ZoneMode.DRAINING)
             try:
                 await self._wait_recovered(back_at, primary)
             finally:
-                await _set_zone_mode(self.config, secondary, ZoneMode.SERVING)
+                await set_zone_mode(self.config, secondary, ZoneMode.SERVING)
         await self._wait_written(back_at, primary)
         await asyncio.sleep(self.options.settle)
         phase = self._phase(back_at, secondary, primary, failback=True)
@@ -612,7 +317,7 @@ class _Pass:
         timeline = self.plane.timeline
         writer = (timeline[-1]["writer"] if timeline else None) or self.secondary
         self.say(f"reading the room streams from {writer}")
-        entries = await _read_streams(self.config, writer, list(self.plan.rooms))
+        entries = await read_streams(self.config, writer, list(self.plan.rooms))
         bids = account_bids(of_kind(records, AckRecord), entries).as_dict()
         bids["rejected"] = dict(Counter(r.reason for r in of_kind(records, RejectedRecord)))
         regions = [r.name for r in self.config.regions]
@@ -706,7 +411,7 @@ async def run_region_outage(
 ) -> dict[str, Any]:
     """Run the drill; the report (a JSON-able dict). Raises :class:`DrillError`."""
     say: Progress = progress or (lambda _msg: None)
-    config = _load(options)
+    config = drill_config(options)
     running = read_lock_pid(config.run_dir)
     cluster: LocalCluster | None = None
     tmp: Path | None = None
@@ -737,12 +442,12 @@ async def run_region_outage(
         for jitter, name in modes:
             if running is None:
                 tmp = Path(tempfile.mkdtemp(prefix="rideout-drill-"))
-                own = _own_config(config, options, tmp / "data")
+                own = own_config(config, options, tmp / "data")
                 say(f"[{name}] starting a local deployment ({own.profile} profile)")
                 cluster = LocalCluster(own)
                 try:
                     await cluster.start()
-                    report["deployment"] = _deployment(own, own_cluster=True)
+                    report["deployment"] = describe_deployment(own, own_cluster=True)
                     passes.append(await _run_pass(own, options, jitter, name, say))
                 finally:
                     say(f"[{name}] stopping the local deployment")
@@ -751,7 +456,7 @@ async def run_region_outage(
                     shutil.rmtree(tmp, ignore_errors=True)
                     tmp = None
             else:
-                report["deployment"] = _deployment(config, own_cluster=False)
+                report["deployment"] = describe_deployment(config, own_cluster=False)
                 passes.append(await _run_pass(config, options, jitter, name, say))
     finally:
         if cluster is not None:
@@ -766,16 +471,3 @@ async def run_region_outage(
     report["objectives"] = _objectives(options, passes)
     report["ok"] = all(o["ok"] for o in report["objectives"])
     return report
-
-
-def _deployment(config: Config, *, own_cluster: bool) -> dict[str, Any]:
-    return {
-        "own_cluster": own_cluster,
-        "profile": config.profile,
-        "primary": config.primary.name,
-        "secondary": config.secondary.name,
-        "replication": config.failover.replication,
-        "replica_down": config.failover.replica_down,
-        "sync_timeout": config.failover.sync_timeout,
-        "app_domain": config.app_domain,
-    }

@@ -31,20 +31,17 @@ from rideout.cluster.chaos import send_command
 from rideout.cluster.supervisor import LocalCluster
 from rideout.config import Config
 from rideout.drill.clients import ClientFleet
-from rideout.drill.runner import (
-    DrillError,
+from rideout.drill.deployment import drill_config, own_config, timeouts
+from rideout.drill.errors import DrillError
+from rideout.drill.options import (
     DrillOptions,
     Progress,
-    _load,
-    _own_config,
-    _Plane,
-    _serves_from,
-    _timeouts,
     check_at_least_one,
     check_choice,
     check_profile,
     report_head,
 )
+from rideout.drill.plane import Plane, serves_from
 from rideout.drill.surge_analysis import (
     admitted_per_period,
     check_samples,
@@ -134,7 +131,7 @@ class SurgeOptions:
 def surge_config(config: Config, options: SurgeOptions, data_dir: Path) -> Config:
     """The drill's own deployment: ``config`` in ``data_dir``, the room's ``surge`` event
     with the options' inlet, expiry and abandonment, accepted by ``/ws``."""
-    base = _own_config(
+    base = own_config(
         config,
         DrillOptions(replication=config.failover.replication, profile=options.profile),
         data_dir,
@@ -172,7 +169,7 @@ class _Sampler:
     """Every ``interval``: the control plane's summary, the room's counters and capacity
     held (from the writer region's zones), and each zone's micro-cache counters."""
 
-    def __init__(self, config: Config, plane: _Plane, interval: float = 0.5) -> None:
+    def __init__(self, config: Config, plane: Plane, interval: float = 0.5) -> None:
         self.config = config
         self.plane = plane
         self.interval = interval
@@ -280,9 +277,9 @@ class _Surge:
         self.config = config
         self.options = options
         self.say = progress
-        self.plane = _Plane(config)
+        self.plane = Plane(config)
         self.sampler = _Sampler(config, self.plane)
-        self.failover_timeout, _ = _timeouts(config, DrillOptions())
+        self.failover_timeout, _ = timeouts(config, DrillOptions())
 
     def records(self, fleet: ClientFleet) -> list[VisitorRecord]:
         return fleet.snapshot()  # type: ignore[return-value]
@@ -346,7 +343,7 @@ class _Surge:
         at = time.time()
         message = await asyncio.to_thread(send_command, self.config.run_dir, "kill", primary)
         moved = await self.plane.until(
-            _serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
+            serves_from(secondary), self.failover_timeout, f"failover to {secondary}"
         )
         return {"at": at, "message": message, "from": primary, "to": secondary,
                 "served_before": served,
@@ -493,9 +490,9 @@ def _objectives(options: SurgeOptions, result: dict[str, Any]) -> list[dict[str,
 
 async def run_surge(options: SurgeOptions, progress: Progress | None = None) -> dict[str, Any]:
     """Run the surge on a deployment of its own; the report (a JSON-able dict). Raises
-    :class:`~rideout.drill.runner.DrillError` when it cannot run."""
+    :class:`~rideout.drill.errors.DrillError` when it cannot run."""
     say: Progress = progress or (lambda _msg: None)
-    config = _load(DrillOptions(config_path=options.config_path, env=options.env))
+    config = drill_config(DrillOptions(config_path=options.config_path, env=options.env))
     tmp = Path(tempfile.mkdtemp(prefix="rideout-surge-"))
     own = surge_config(config, options, tmp / "data")
     report = report_head("surge", options)

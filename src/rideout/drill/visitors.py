@@ -37,7 +37,7 @@ from rideout.backoff import FullJitter
 from rideout.client.resolve import CachingResolver, NameserverResolver, ResolutionError
 from rideout.config import Config
 from rideout.drill.clients import flush_every, region_of
-from rideout.drill.runner import DrillError
+from rideout.drill.errors import DrillError
 from rideout.store.client import cancel_and_wait
 
 __all__ = [

@@ -28,18 +28,12 @@ from rideout.config import PROFILES, Config, load_config
 from rideout.drill._format import fmt_seconds
 from rideout.drill.analysis import account_bids, recovery_stats
 from rideout.drill.clients import ClientFleet
+from rideout.drill.deployment import drill_config, read_streams
+from rideout.drill.errors import DrillError
+from rideout.drill.options import DrillOptions, check_options, report_head
+from rideout.drill.plane import Plane
 from rideout.drill.records import AckRecord, DisconnectedRecord, RestoredRecord, of_kind
-from rideout.drill.runner import (
-    DrillError,
-    DrillOptions,
-    _load,
-    _plan,
-    _Plane,
-    _read_streams,
-    _restored,
-    check_options,
-    report_head,
-)
+from rideout.drill.runner import _plan, _restored
 
 __all__ = [
     "ZoneDrillOptions",
@@ -77,7 +71,7 @@ def _zones(body: dict[str, Any]) -> set[str]:
     return {z["zone"] for z in body.get("zones", []) if z.get("evacuated")}
 
 
-class _ZonePlane(_Plane):
+class _ZonePlane(Plane):
     """The control plane's summary, polled, with a timeline of the zones too."""
 
     def __init__(self, config: Config) -> None:
@@ -141,7 +135,7 @@ class _ZonePass:
             await self.plane.poll()
             await self.plane.aclose()
         records = self.fleet.snapshot()
-        entries = await _read_streams(self.config, self.region, list(self.plan.rooms))
+        entries = await read_streams(self.config, self.region, list(self.plan.rooms))
         result["bids"] = account_bids(of_kind(records, AckRecord), entries).as_dict()
         rows = [r for r in self.plane.zone_timeline if r.get("failovers") is not None]
         result["failovers"] = (
@@ -228,7 +222,7 @@ async def run_zone_outage(
 ) -> dict[str, Any]:
     """Run the drill; the report (a JSON-able dict). Raises :class:`DrillError`."""
     say: Progress = progress or (lambda _msg: None)
-    config = _load(
+    config = drill_config(
         dataclasses.replace(DrillOptions(), config_path=options.config_path, env=options.env)
     )
     running = read_lock_pid(config.run_dir)

@@ -3,7 +3,9 @@ expiry and abandonment, on the region's replicated Redis (AWS Virtual Waiting Ro
 contract; docs/waiting-room.md).
 
 :mod:`.model` is the pure core, :mod:`.store` the Redis side, :mod:`.api` the HTTP
-routes, :mod:`.extension` what mounts them on a zone's app server.
+routes (the private ones in :mod:`.private_api`, their plumbing in :mod:`.http`, the
+micro-cache in :mod:`.micro_cache`, batched touches in :mod:`.touches`), :mod:`.extension`
+what mounts them on a zone's app server.
 """
 
 from __future__ import annotations

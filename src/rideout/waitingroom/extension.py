@@ -27,8 +27,9 @@ from rideout.auth.keys import Algorithm
 from rideout.auth.oidc_secrets import load_or_create_oidc_secret
 from rideout.auth.room_tokens import RoomKeyWatcher, RoomTokenIssuer
 from rideout.config import Config
-from rideout.waitingroom.api import CACHE_PUBLIC_KEY, RoomAPI
+from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.errors import EventExists, RoomError, RoomNotWriter
+from rideout.waitingroom.http import CACHE_PUBLIC_KEY
 from rideout.waitingroom.inlets import RoomScheduler, control_plane_alarm_state
 from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import EventSettings, InletKind, InletSettings
