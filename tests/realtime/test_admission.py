@@ -100,7 +100,9 @@ async def test_replays_past_the_zone_s_places_are_refused_with_a_hint(
             assert set(kinds) == {"state", "throttled"}, kinds
             refused = [r for r in replies if r["type"] == "error"]
             assert all("replays are all taken" in r["message"] for r in refused)
-            assert {parse_retry_hint(r["message"]) for r in refused} == {config.timing.backoff_cap}
+            # Come back once the queue has moved (twice its wait), not after a backoff's cap.
+            hint = max(2 * config.realtime.replay_wait, config.timing.backoff_base)
+            assert {parse_retry_hint(r["message"]) for r in refused} == {hint}
             await send(sockets[0], action="getState", room="lot")  # the full state: cheap
             assert (await recv(sockets[0]))["type"] == "state"
         server = d.servers["a1"]
@@ -122,6 +124,7 @@ async def test_a_late_loop_sheds_replays_but_not_full_states(
             refused = await recv(ws)
             assert (refused["type"], refused["code"]) == ("error", "throttled")
             assert "event loop is running" in refused["message"]
+            assert parse_retry_hint(refused["message"]) == config.timing.backoff_cap
             await send(ws, action="getState", room="lot")
             assert (await recv(ws))["type"] == "state"
         assert d.servers["a1"].metrics.shed.labels("replay", "loop_lag")._value.get() == 1

@@ -512,16 +512,18 @@ class Connection:
     async def _admit_replay(self) -> str | None:
         """A place for a replay (None), or the outcome of its refusal, sent."""
         server = self.server
-        hint = server.config.timing.backoff_cap
         refusal = _shed(server, "replay")
-        if refusal is not None:
-            self._throttled(refusal.message, hint)
+        if refusal is not None:  # the loop runs late: back off as from any overload
+            self._throttled(refusal.message, server.config.timing.backoff_cap)
             return "overloaded"
         denied = await server.replays.enter()
         if denied is None:
             return None
         server.metrics.shed.labels("replay", denied).inc()
         policy = server.replays.policy
+        # The queue moves within about `wait`: come back after one or two of them (the
+        # client waits between half the hint and all of it), not after a backoff's cap.
+        hint = max(2 * policy.wait, server.config.timing.backoff_base)
         why = (
             f"this server's replays are all taken ({policy.concurrency} running, "
             f"{policy.queue} waiting)" if denied == "queue_full"

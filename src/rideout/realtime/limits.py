@@ -255,8 +255,9 @@ class LoadShedder:
     the typical lag of the last :attr:`samples` timers (:meth:`LoopLag.typical`). Under
     `start` seconds of lag every upgrade is let in; from there to `full` the share refused
     rises linearly from 0 to 1 (RED's ramp, the lag as the queue). The canary's probes
-    are never shed (the caller does not ask for them), nor heartbeats and state reads:
-    what a herd is refused, new connections and bids (each bid costs the store a script
+    are never shed (the caller does not ask for them), nor heartbeats and full-state
+    reads; replays are (:mod:`~rideout.realtime.admission`). What a herd is refused, new
+    connections and bids (each bid costs the store a script
     and, in sync mode, a WAIT, and an accepted one an update to every client of its room),
     is what keeps its region answering its canary. Those refused retry: a connection after
     its backoff, a bid (``unavailable``) with the same id after the client's bid delay.

@@ -77,6 +77,47 @@ def sent(frames: list[str]) -> list[str]:
     return [f.replace('"', "") for f in frames]
 
 
+class _Fixed(random.Random):
+    """`uniform(a, b)` gives the point `share` of the way from a to b."""
+
+    def __init__(self, share: float) -> None:
+        super().__init__(0)
+        self.share = share
+
+    def uniform(self, a: float, b: float) -> float:
+        return a + (b - a) * self.share
+
+
+@pytest.mark.parametrize("share", [0.0, 0.5, 1.0])
+def test_a_throttled_restore_is_asked_again_after_the_hint_spread_not_the_heartbeat(
+    share: float,
+) -> None:
+    """A herd refused at once (``throttled; retry-after=4``) comes back spread over the
+    hint's second half, each at its own time, not all at their next heartbeat."""
+    core = ClientCore(core_settings(heartbeat_interval=10.0, heartbeat_timeout=30.0),
+                      rooms=["lot"], rng=_Fixed(share))  # fmt: skip
+    core.connection_opened(0.0)
+    core.receive(
+        encode_error("throttled", "this server's replays are all taken; retry-after=4"), 0.5
+    )
+    due = 0.5 + 2.0 + 2.0 * share
+    assert core.next_wakeup() == due
+    assert core.tick(due - 0.01).send == []
+    assert sent(core.tick(due).send) == ["{action:getState,room:lot}"]
+    assert core.next_wakeup() == 10.0  # the heartbeat's, again
+
+
+def test_a_hint_over_the_cap_is_capped_and_other_refusals_wait_for_the_heartbeat() -> None:
+    core = ClientCore(core_settings(heartbeat_interval=10.0, heartbeat_timeout=30.0,
+                                    max_retry_hint=3.0), rooms=["a", "b"], rng=_Fixed(1.0))  # fmt: skip
+    core.connection_opened(0.0)
+    core.receive(encode_error("throttled", "budget spent; retry-after=600"), 0.0)  # a
+    core.receive(encode_error("unavailable", "degraded; retry-after=1"), 0.0)  # b: no hint read
+    assert core.next_wakeup() == 3.0
+    assert sent(core.tick(3.0).send) == ["{action:getState,room:a}"]
+    assert sent(core.tick(10.0).send) == ["{action:heartbeat}", "{action:getState,room:b}"]
+
+
 def test_heartbeats_failures_and_the_timeout() -> None:
     core = ClientCore(core_settings(), rooms=["lot"])
     opened = core.connection_opened(0.0)

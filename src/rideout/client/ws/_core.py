@@ -46,6 +46,7 @@ from rideout.protocol import (
     is_valid_name,
     is_valid_request_id,
     offset_key,
+    parse_retry_hint,
     parse_server_message,
 )
 
@@ -142,7 +143,11 @@ class ClientCore:
         """The address of the open connection (None when disconnected)."""
         self._rooms: dict[str, Room] = {}
         self._awaiting: set[str] = set()  # rooms whose restore is still awaited
-        self._failed: set[str] = set()  # rooms whose getState was answered with an error
+        # Rooms whose getState was answered with an error, and when to ask again: a
+        # ``throttled`` answer's ``retry-after`` hint (between half of it and all of it, so
+        # a herd refused at once does not come back at once), else None: the next heartbeat.
+        self._failed: dict[str, float | None] = {}
+        self._rng = rng
         self._replies: deque[tuple[str, str | None]] = deque()  # id-less requests in flight
         for room in rooms:
             self.follow(room, 0.0)
@@ -180,7 +185,7 @@ class ClientCore:
         """Stop tracking ``room`` (its updates are ignored from now on)."""
         self._rooms.pop(room, None)
         self._awaiting.discard(room)
-        self._failed.discard(room)
+        self._failed.pop(room, None)
 
     def submit_bid(self, room: str, amount: int, request_id: str, now: float) -> Feedback:
         """Queue a bid; it is in the feedback's frames when the connection is ready."""
@@ -269,12 +274,14 @@ class ClientCore:
         if self.heartbeat.timed_out(now):
             feedback.close = Cause.HEARTBEAT_TIMEOUT
             return feedback
-        if self.heartbeat.due(now):
+        beat = self.heartbeat.due(now)
+        if beat:
             feedback.send.append(_HEARTBEAT)
             self._replies.append(("heartbeat", None))
             self.heartbeat.sent(now)
-            for room in sorted(self._failed):  # a failed restore is asked again
-                self._failed.discard(room)
+        for room, at in sorted(self._failed.items()):  # a failed restore is asked again
+            if (at is None and beat) or (at is not None and at <= now):
+                del self._failed[room]
                 self._get_state(room, feedback)
         if self.heartbeat.check_healthy(now):
             feedback.healthy = True
@@ -283,7 +290,8 @@ class ClientCore:
 
     def next_wakeup(self) -> float:
         """When :meth:`tick` must run next (on the same clock as ``now``)."""
-        return min(self.heartbeat.next_wakeup(), self.bids.next_retry())
+        retries = (at for at in self._failed.values() if at is not None)
+        return min(self.heartbeat.next_wakeup(), self.bids.next_retry(), *retries)
 
     # ----------------------------------------------------------------- internals
 
@@ -404,10 +412,20 @@ class ClientCore:
         elif kind == "getState" and room is not None:
             log.warning("restoring room %s failed: %s: %s", room, error.code, error.message)
             if room in self._rooms:
-                self._failed.add(room)
+                self._failed[room] = self._retry_at(error, now)
             self._restore_answered(room, now, feedback)
         else:
             log.warning("server error: %s: %s", error.code, error.message)
+
+    def _retry_at(self, error: ErrorMsg, now: float) -> float | None:
+        """When to ask again for a room's state the server refused: for ``throttled``
+        with a ``retry-after`` hint, a uniform time between half the hint and all of it
+        (capped by ``max_retry_hint``); else None (the next heartbeat)."""
+        hint = parse_retry_hint(error.message) if error.code == ErrorCode.THROTTLED else None
+        if hint is None:
+            return None
+        wait = min(hint, self.settings.max_retry_hint)
+        return now + (self._rng or random).uniform(wait / 2, wait)
 
     def _bid_error(self, error: ErrorMsg, now: float, feedback: Feedback) -> None:
         assert error.id is not None

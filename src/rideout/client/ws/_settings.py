@@ -48,7 +48,7 @@ class ClientSettings:
     max_disconnected: float | None = None
     """Give up when no connection has been healthy for this long (seconds)."""
     max_retry_hint: float = 60.0
-    """Cap on a close-1013 ``retry-after`` hint (seconds)."""
+    """Cap on a ``retry-after`` hint (seconds): a close 1013's, or a refused ``getState``'s."""
     max_queued_bids: int = 100
     """Bids that may await their ack at once (queued, in flight or waiting to retry)."""
     bid_retry: DelayPolicy = _BID_RETRY
