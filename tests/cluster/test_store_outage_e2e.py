@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import connect
 
@@ -33,6 +35,15 @@ SECONDARY = ["127.0.2.1", "127.0.2.2"]
 def _config(workdir: Path) -> Config:
     shown = rideout("config", "show", "--json", "-c", "rideout.toml", cwd=workdir)
     return parse_config(json.loads(shown.stdout))
+
+
+async def _believes(config: Config, address: str, epoch: int) -> bool:
+    """Whether the app server at `address` believes in `epoch` (its ``rideout_epoch``,
+    learned from the control plane's ``/v1/writer``, not read from its own Redis)."""
+    async with httpx.AsyncClient(trust_env=False, timeout=2) as http:
+        text = (await http.get(f"http://{address}:{config.app_port}/metrics")).text
+    found = re.search(r"^rideout_epoch (\S+)$", text, re.M)
+    return found is not None and float(found.group(1)) == epoch
 
 
 def _token(workdir: Path, sub: str) -> str:
@@ -93,6 +104,13 @@ async def test_a_frozen_writer_redis_is_detected_failed_over_and_fenced_when_it_
             during = await session(config, token, [30], "redis-frozen")
             assert during["region"] == "us-west-2"
             assert (during["state"]["bid"], during["state"]["bids"]) == (30, 3)
+            # What fences the frozen writer once it resumes: its region's servers follow
+            # the control plane's epoch. They poll it; on a loaded machine the poll after
+            # the move can come after the test's next step (CI saw a bid acknowledged at
+            # epoch 1 then), so the test waits for it, as the claim below assumes.
+            for address in PRIMARY:
+                await until(lambda a=address: _believes(config, a, 2), 15, interval=0.2,
+                            message=f"{address} never learned epoch 2")  # fmt: skip
         finally:
             os.kill(pid, signal.SIGCONT)
         # Resumed, the old writer still believes it is a master at epoch 1; its region's

@@ -301,7 +301,7 @@ async def test_a_primary_straining_under_its_returning_clients_keeps_the_writer_
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rideout.cli._core import _print_control_plane
+    from rideout.cli._status import _print_control_plane
 
     config = make_config()
     clock = FakeClock(1_800_000_000.0)
@@ -354,7 +354,7 @@ async def test_a_primary_that_passes_again_as_its_grace_ends_keeps_the_writer(
     returning clients through most of the grace, passed its canary again, and was failed
     over at the grace's end anyway, its alarm still in ALARM for want of six good
     periods. Now it keeps the writer while it passes, and its alarm clears."""
-    from rideout.cli._core import _print_control_plane
+    from rideout.cli._status import _print_control_plane
 
     caplog.set_level(logging.INFO, logger="rideout.failover")
     config = make_config()
