@@ -199,7 +199,7 @@ def test_every_option_named_on_its_own_exists() -> None:
 
 # ---------------------------------------------------------------- repository paths
 
-REPO_PATH = re.compile(r"(?<![\w./-])((?:src|tests|docs|bench)/[\w./-]*[\w/])")
+REPO_PATH = re.compile(r"(?<![\w./-])((?:src|tests|docs|bench|deploy)/[\w./-]*[\w/])")
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -17,9 +17,10 @@ import redis
 from websockets.asyncio.client import connect
 
 from rideout._process import pid_alive
-from rideout.config import parse_config
+from rideout.config import Config, parse_config
 from rideout.store import keys
 from rideout.store.acl import RedisRole, credentials_dir
+from tests import alerting
 from tests.cluster.conftest import READY_WITHIN, STOP_WITHIN, assert_all_gone, rideout, started
 from tests.conftest import as_user
 
@@ -46,6 +47,7 @@ def test_up_serves_every_zone_refuses_a_second_up_and_stops_on_sigint(workdir: P
                         1,
                     )
         assert view["regions"][1]["redis"]["state"]["link"] == "up"
+        the_alerts_and_dashboard_use_what_it_exports(config, workdir / "declared")
         table = rideout("status", "-c", "rideout.toml", cwd=workdir)
         assert table.returncode == 0
         assert "use1-az1" in table.stdout
@@ -70,6 +72,45 @@ def test_up_serves_every_zone_refuses_a_second_up_and_stops_on_sigint(workdir: P
         assert "app-use1-az1 │" in output  # prefixed, streamed logs
     assert (config.logs_dir / "redis-us-east-1.log").exists()
     assert rideout("status", "-c", "rideout.toml", cwd=workdir).returncode == 1
+
+
+def the_alerts_and_dashboard_use_what_it_exports(config: Config, scratch: Path) -> None:
+    """Every metric and label deploy/'s alert rules and Grafana dashboard use, in the
+    /metrics of a running deployment: an app server of each region (the writer's exports
+    the waiting room's counters), the control plane (with the supervisor's processes),
+    the name server. (A local canary serves no HTTP.) A labelled metric nothing has
+    happened to yet (rideout_shed_total, rideout_task_deaths_total, ...) is exported
+    without samples, so without labels: its labels are checked against its declaration,
+    in-process (tests/alerting.py, declared_here)."""
+    cp = config.control_plane
+    urls = [
+        *(f"http://{r.zones[0].address}:{config.app_port}/metrics" for r in config.regions),
+        f"http://{cp.address}:{cp.port}/metrics",
+        f"http://{cp.address}:{cp.dns_metrics_port}/metrics",
+    ]
+    deadline = time.monotonic() + 10
+    with httpx.Client(trust_env=False, timeout=5) as http:
+        while True:  # until the room's scheduler has made its first pass
+            texts = [http.get(url).text for url in urls]
+            if 'rideout_room_queue_number{event="auction"}' in texts[0]:
+                break
+            assert time.monotonic() < deadline, "no rideout_room_queue_number sample"
+            time.sleep(0.2)
+    exported: dict[str, frozenset[str]] = {}
+    for text in texts:
+        for name, labels in alerting.scraped(text).items():
+            exported[name] = exported.get(name, frozenset()) | labels
+    used = alerting.used_metrics(alerting.queries())
+    assert used - exported.keys() == set(), "used, not exported"
+    declared = alerting.declared_here(scratch)
+    assert alerting.problems(alerting.queries(), exported, declared) == []
+    # What had no sample here (checked against the declarations): only labelled
+    # metrics that count events, never one the alerts or panels need to see at rest.
+    unseen = {m for m in used if not exported[m] and declared.get(m)}
+    assert unseen <= {"rideout_shed_total", "rideout_ws_closes_total", "rideout_store_errors_total",
+                      "rideout_task_deaths_total", "rideout_room_requests_total",
+                      "rideout_replays_total", "rideout_dns_dropped_total",
+                      "rideout_dns_truncated_total"}, unseen  # fmt: skip
 
 
 def test_data_survives_down_and_up(workdir: Path) -> None:

@@ -8,6 +8,7 @@ import asyncio
 import httpx
 import pytest
 import pytest_asyncio
+from prometheus_client import CollectorRegistry
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
@@ -15,6 +16,7 @@ from starlette.routing import Route
 
 from rideout.waitingroom.events import WAITING_ROOM_METRICS, follow_events, read_events
 from rideout.waitingroom.inlets import RoomScheduler, control_plane_alarm_state
+from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import InletSettings
 from tests.conftest import FakeClock
 from tests.waitingroom.conftest import Redis, new_event
@@ -116,6 +118,30 @@ async def test_a_periodic_inlet_never_raises_the_counter_past_the_queue(
     await scheduler.run_once()
     counters = await store.counters(event.event_id)
     assert (counters.queue, counters.serving) == (6, 6)
+
+
+async def test_each_pass_exports_the_counters_and_forgets_a_deleted_event(
+    redis_server: Redis, clock: FakeClock
+) -> None:
+    store, registry = redis_server.store(clock), CollectorRegistry()
+    scheduler = RoomScheduler(store, metrics_interval=3600, metrics=RoomMetrics(registry))
+    event = await new_event(
+        store, expiry=0, inlet=InletSettings("periodic", period=10, increment_by=2)
+    )
+    for _ in range(5):
+        await store.assign(event.event_id)
+    await scheduler.run_once()  # the inlet admits 2 of 5, then the gauges are read
+
+    def gauge(name: str) -> float | None:
+        return registry.get_sample_value(name, {"event": event.event_id})
+
+    assert gauge("rideout_room_queue_number") == 5
+    assert gauge("rideout_room_serving_number") == 2
+    assert gauge("rideout_room_waiting") == 5
+    assert gauge("rideout_room_tokens") == 0
+    await store.delete_event(event.event_id)
+    await scheduler.run_once()
+    assert gauge("rideout_room_queue_number") is None
 
 
 async def test_max_size_keeps_the_site_at_its_capacity(

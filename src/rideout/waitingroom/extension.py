@@ -111,6 +111,7 @@ class WaitingRoom:
             self.config.keys_dir, cast(Algorithm, room.token_algorithm)
         )
         issuer = routes.room_issuer(self.config)
+        metrics = RoomMetrics(server.metrics.registry)
         self.api = RoomAPI(
             store,
             admin_token=server.admin_token,
@@ -120,7 +121,7 @@ class WaitingRoom:
             micro_cache_ttl=room.micro_cache_ttl,
             position_cache_size=room.position_cache_size,
             max_body=room.max_body,
-            metrics=RoomMetrics(server.metrics.registry),
+            metrics=metrics,
         )
         await self._create_configured_events(store)
         self.oidc = self._oidc_providers(store, watcher, issuer)
@@ -136,6 +137,7 @@ class WaitingRoom:
                 interval=room.tick_interval,
                 metrics_interval=room.metrics_interval,
                 alarm_state=alarm_state,
+                metrics=metrics,
             )
             # Supervised by the zone's tasks, but not critical: every process of the
             # region runs a scheduler and one pass per period is claimed in Redis, so

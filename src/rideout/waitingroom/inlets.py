@@ -25,6 +25,7 @@ from rideout import _validate
 from rideout._tasks import Supervised, TaskSupervisor
 from rideout.waitingroom.errors import RoomError, RoomNotWriter, UnknownEvent
 from rideout.waitingroom.events import write_metrics
+from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import (
     EventSettings,
     InletKind,
@@ -84,9 +85,11 @@ class RoomScheduler:
         interval: float = 1.0,
         metrics_interval: float = 60.0,
         alarm_state: AlarmState | None = None,
+        metrics: RoomMetrics | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.store = store
+        self.metrics = metrics
         self.interval = _validate.seconds("interval", interval)
         self.metrics_interval = _validate.seconds("metrics_interval", metrics_interval)
         self.alarm_state = alarm_state
@@ -104,6 +107,8 @@ class RoomScheduler:
         except RoomError as exc:
             log.warning("waiting room: cannot list events: %s", exc)
             return report
+        if self.metrics is not None:
+            self.metrics.forget_others({event.event_id for event in events})
         for event in events:
             if self._stopping:
                 break
@@ -136,6 +141,10 @@ class RoomScheduler:
                 await write_metrics(store, event_id)
                 report.metrics += 1
             self._last_metrics_tick[event_id] = tick
+        if self.metrics is not None:
+            # One read per pass, last, for the counters' gauges (rideout_room_queue_number,
+            # ...); in the replica region a pass usually ends earlier, at a change refused.
+            self.metrics.observe(event_id, await store.counters(event_id))
 
     async def _inlet(self, event: EventSettings, now: float, report: PassReport) -> None:
         inlet = event.inlet
