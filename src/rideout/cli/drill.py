@@ -175,6 +175,49 @@ def drill_zone_outage(
     )  # fmt: skip
 
 
+@drill_app.command("overload")
+def drill_overload(
+    clients: Annotated[int, typer.Option(help="Ordinary bidders to run.", min=1)] = 200,
+    abusers: Annotated[
+        int, typer.Option(help="Users with valid tokens who misbehave within their caps.", min=1)
+    ] = 60,
+    duration: Annotated[float, typer.Option(help="Seconds the abuse lasts.", min=1)] = 60.0,
+    behaviours: Annotated[
+        str,
+        typer.Option(
+            help="What the abusers do, each in turn: some of replay, connect, bid, slow, "
+            "comma-separated."
+        ),
+    ] = "replay,connect,bid,slow",
+    profile: ProfileOption = None,
+    max_failovers: Annotated[int, typer.Option(help="Objective: regional failovers.")] = 0,
+    max_evacuations: Annotated[int, typer.Option(help="Objective: zones evacuated.")] = 0,
+    max_p99: Annotated[
+        float, typer.Option(help="Objective: the ordinary bidders' p99 bid round trip (s).")
+    ] = 1.0,
+    max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.")] = 0,
+    report: ReportOption = None,
+    config_path: ConfigOption = None,
+) -> None:
+    """Run ordinary bidders beside abusers with valid tokens (replay floods, connection
+    floods, bid floods, slow readers) on the serving region, and measure that it sheds
+    instead of failing over: the ordinary bid round trip, what each zone refused and why,
+    what each abuser was refused, alarms, failovers and evacuations (exit 1 when an
+    objective fails, 2 when the drill cannot run)."""
+    from rideout.drill.console import main_overload
+    from rideout.drill.overload import OverloadOptions
+
+    _run(
+        lambda: OverloadOptions(
+            clients=clients, abusers=abusers, duration=duration,
+            behaviours=tuple(b.strip() for b in behaviours.split(",") if b.strip()),
+            profile=profile, max_failovers=max_failovers, max_evacuations=max_evacuations,
+            max_p99=max_p99, max_lost=max_lost, report_dir=report, config_path=config_path,
+        ),
+        main_overload,
+    )  # fmt: skip
+
+
 @drill_app.command("surge")
 def drill_surge(
     visitors: Annotated[int, typer.Option(help="Visitors arriving in the burst.", min=1)] = 1000,

@@ -19,6 +19,7 @@ import queue
 import random
 import threading
 import time
+import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -68,7 +69,7 @@ __all__ = [
 Sink = Callable[[list[DrillRecord]], None]
 
 
-class _Flag(Protocol):
+class Flag(Protocol):
     def is_set(self) -> bool: ...
 
 
@@ -166,7 +167,7 @@ class _ClientRecorder:
     """One client's records: its events (:meth:`on_event`) and its connection attempts;
     it also passes the events to the client's :class:`_Resume` (``resume``)."""
 
-    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions", "_resume")
+    __slots__ = ("_bidder", "_cid", "_due", "_out", "_regions", "_resume", "_sent")
 
     def __init__(self, cid: int, bidder: str, regions: dict[str, str], out: list[DrillRecord]):
         self._cid = cid
@@ -175,6 +176,7 @@ class _ClientRecorder:
         self._out = out
         self._due: float | None = None  # when the pending reconnect's backoff ends
         self._resume = _Resume()
+        self._sent: dict[str, float] = {}  # bid id -> when it was submitted
 
     @property
     def resume(self) -> asyncio.Event:
@@ -186,17 +188,31 @@ class _ClientRecorder:
         """The highest bid the client has seen since its last restore (:class:`_Resume`)."""
         return self._resume.price
 
+    def submitting(self) -> str:
+        """The id of a bid submitted now: its ack's record carries the round trip."""
+        request_id = str(uuid.uuid4())
+        self._sent[request_id] = time.time()
+        return request_id
+
+    def not_submitted(self, request_id: str) -> None:
+        """The client refused the bid (its queue is full): no ack will come."""
+        self._sent.pop(request_id, None)
+
     def on_event(self, event: Event) -> None:
         now, cid = time.time(), self._cid
         self._resume.observe(event)
         if isinstance(event, Acked):
+            sent = self._sent.pop(event.id, None)
+            rtt = None if sent is None else now - sent
+            region = event.region or "?"
             if event.accepted:
                 offset = event.position.offset if event.position else None
-                region = event.region or "?"
-                ack = AckRecord(cid, now, event.room, self._bidder, event.amount, offset, region)
+                ack = AckRecord(
+                    cid, now, event.room, self._bidder, event.amount, offset, region, rtt
+                )
                 self._out.append(ack)
             else:
-                self._out.append(RejectedRecord(cid, now, event.reason or "?", event.region or "?"))
+                self._out.append(RejectedRecord(cid, now, event.reason or "?", region, rtt))
         elif isinstance(event, StateRestored):
             self._out.append(RestoredRecord(cid, now, event.region))
         elif isinstance(event, Connected):
@@ -276,7 +292,7 @@ def failed_bidders(outcomes: Sequence[object], first: int, t: float) -> list[Fai
     ]
 
 
-async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) -> None:
+async def run_group(spec: GroupSpec, sink: Sink, bidding: Flag, stop: Flag) -> None:
     """Run ``spec``'s clients until ``stop`` is set; bid while ``bidding`` is set."""
     config = spec.config
     regions = region_of(config)
@@ -308,8 +324,11 @@ async def run_group(spec: GroupSpec, sink: Sink, bidding: _Flag, stop: _Flag) ->
             base = max(last, current if isinstance(current, int) else 0, recorder.price)
             amount = base + local.randint(1, 5)
             last = amount
-            with contextlib.suppress(QueueFull, ValueError):
-                await client.bid(room, amount)
+            request_id = recorder.submitting()  # timed before the send: the ack may come first
+            try:
+                await client.bid(room, amount, request_id)
+            except (QueueFull, ValueError):
+                recorder.not_submitted(request_id)
 
     flusher = asyncio.create_task(flush_every(out, sink, 0.05))
     try:

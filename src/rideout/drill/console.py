@@ -16,6 +16,12 @@ from rideout.config import ConfigError, load_config
 from rideout.drill.analysis import HERDS
 from rideout.drill.errors import DrillError
 from rideout.drill.options import DrillOptions
+from rideout.drill.overload import (
+    OverloadOptions,
+    render_overload_markdown,
+    run_overload,
+    write_overload_report,
+)
 from rideout.drill.report import HEADERS, default_report_dir, move_lines, summary_rows, write_report
 from rideout.drill.runner import run_region_outage
 from rideout.drill.surge import SurgeOptions, run_surge
@@ -27,7 +33,7 @@ from rideout.drill.zone import (
     write_zone_report,
 )
 
-__all__ = ["main_region_outage", "main_surge", "main_zone_outage"]
+__all__ = ["main_overload", "main_region_outage", "main_surge", "main_zone_outage"]
 
 log = logging.getLogger("rideout.drill")
 
@@ -123,19 +129,39 @@ def _print_objectives(out: Console, report: dict[str, Any], files: list[Path]) -
     out.print(f"report: {', '.join(str(f) for f in files)}")
 
 
+def _main_drill(
+    out: Console,
+    options: ZoneDrillOptions | OverloadOptions,
+    run: Callable[[Callable[[str], None]], Coroutine[Any, Any, dict[str, Any]]],
+    write: Callable[[dict[str, Any], Path], list[Path]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """Run a drill whose summary is its Markdown report, write the report, print it; 0
+    when every objective holds, 1 when one failed, 2 when the drill could not run."""
+    done = _run_drill(out, options.config_path, options.report_dir, run)
+    if done is None:
+        return 2
+    report, directory = done
+    files = write(report, directory)
+    out.print(render(report), markup=False)
+    _print_objectives(out, report, files)
+    return 0 if report["ok"] else 1
+
+
 def main_zone_outage(options: ZoneDrillOptions, console: Console | None = None) -> int:
     """Run the zone-outage drill, write the report, print the summary; 0 when every
     objective holds, 1 when one failed, 2 when the drill could not run."""
     out = console or Console(highlight=False, soft_wrap=True)
-    done = _run_drill(out, options.config_path, options.report_dir,
-                      lambda progress: run_zone_outage(options, progress))  # fmt: skip
-    if done is None:
-        return 2
-    report, directory = done
-    files = write_zone_report(report, directory)
-    out.print(render_zone_markdown(report), markup=False)
-    _print_objectives(out, report, files)
-    return 0 if report["ok"] else 1
+    return _main_drill(out, options, lambda progress: run_zone_outage(options, progress),
+                       write_zone_report, render_zone_markdown)  # fmt: skip
+
+
+def main_overload(options: OverloadOptions, console: Console | None = None) -> int:
+    """Run the overload drill, write the report, print the summary; 0 when every
+    objective holds, 1 when one failed, 2 when the drill could not run."""
+    out = console or Console(highlight=False, soft_wrap=True)
+    return _main_drill(out, options, lambda progress: run_overload(options, progress),
+                       write_overload_report, render_overload_markdown)  # fmt: skip
 
 
 def main_surge(options: SurgeOptions, console: Console | None = None) -> int:

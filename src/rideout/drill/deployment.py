@@ -8,13 +8,17 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
+import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
 from rideout import _http, routes
 from rideout.auth.admin import load_or_create_admin_token
+from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
 from rideout.config import FAILOVER_PROFILES, PROFILES, Config, load_config
 from rideout.drill.analysis import StreamEntry, parse_stream_entry
 from rideout.drill.options import DrillOptions
@@ -26,6 +30,7 @@ from rideout.store.keys import room_stream
 __all__ = [
     "describe_deployment",
     "drill_config",
+    "on_a_deployment",
     "own_config",
     "read_streams",
     "set_zone_mode",
@@ -108,3 +113,47 @@ def describe_deployment(config: Config, *, own_cluster: bool) -> dict[str, Any]:
         "sync_timeout": config.failover.sync_timeout,
         "app_domain": config.app_domain,
     }
+
+
+_T = TypeVar("_T")
+
+
+async def on_a_deployment(
+    options: DrillOptions,
+    profile: str | None,
+    say: Callable[[str], None],
+    run: Callable[[Config], Awaitable[_T]],
+    check: Callable[[Config], None] | None = None,
+) -> tuple[_T, dict[str, Any]]:
+    """``run`` against the deployment ``options`` name when one is running, else against
+    one of the drill's own (``profile``, else the configuration's) in a temporary data
+    directory, stopped and removed after; its result and how the report describes the
+    deployment. ``check`` refuses the configuration before anything starts."""
+    from rideout.cluster.supervisor import LocalCluster
+
+    config = drill_config(options)
+    running = read_lock_pid(config.run_dir)
+    if running is not None and (config.run_dir / EFFECTIVE_CONFIG).exists():
+        config = load_config(config.run_dir / EFFECTIVE_CONFIG, env={})
+    if check is not None:
+        check(config)
+    cluster: LocalCluster | None = None
+    tmp: Path | None = None
+    try:
+        if running is None:
+            tmp = Path(tempfile.mkdtemp(prefix="rideout-drill-"))
+            chosen = profile or config.profile
+            config = dataclasses.replace(config, data_dir=tmp / "data", profile=chosen,
+                                         timing=PROFILES[chosen])  # fmt: skip
+            say(f"starting a local deployment ({chosen} profile)")
+            cluster = LocalCluster(config)
+            await cluster.start()
+        described = {"own_cluster": running is None, "profile": config.profile,
+                     "region": config.primary.name}  # fmt: skip
+        return await run(config), described
+    finally:
+        if cluster is not None:
+            say("stopping the local deployment")
+            await cluster.stop()
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)

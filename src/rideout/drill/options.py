@@ -25,6 +25,7 @@ __all__ = [
     "check_options",
     "check_profile",
     "report_head",
+    "report_tail",
 ]
 
 FAULTS = ("kill", "freeze", "throttle")
@@ -123,3 +124,15 @@ def report_head(drill: str, options: DataclassInstance) -> dict[str, Any]:
             if k != "env"
         },
     }
+
+
+def report_tail(
+    report: dict[str, Any], result: dict[str, Any], objectives: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """``report`` with its pass, the time it finished, its objectives and whether they
+    all held (``ok``)."""
+    report["pass"] = result
+    report["finished_at"] = time.time()
+    report["objectives"] = objectives
+    report["ok"] = all(o["ok"] for o in objectives)
+    return report

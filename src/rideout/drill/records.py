@@ -72,6 +72,9 @@ class AckRecord(NamedTuple):
     offset: str | None
     """The stream entry id the ack named (its position), when it had one."""
     region: str
+    rtt: float | None = None
+    """Seconds from the bid's submission to its ack (retries included): what the
+    bidder waited."""
 
 
 OUTBID: Final = "too_low"
@@ -86,6 +89,19 @@ class RejectedRecord(NamedTuple):
     reason: str
     region: str = "?"
     """The region whose server answered, when the client knew it."""
+    rtt: float | None = None
+    """Seconds from the bid's submission to its answer."""
+
+
+class AbuseRecord(NamedTuple):
+    """One thing an abuser of the overload drill tried, and what the server made of it:
+    ``outcome`` is ``served``, ``throttled``, ``refused:CODE`` (an HTTP status or an
+    error code), ``closed:CODE`` (a WebSocket close code) or ``held`` (never refused)."""
+
+    client: int
+    t: float
+    behaviour: str
+    outcome: str
 
 
 class GaveUpRecord(NamedTuple):
@@ -111,6 +127,7 @@ DrillRecord: TypeAlias = (
     | RestoredRecord
     | AckRecord
     | RejectedRecord
+    | AbuseRecord
     | GaveUpRecord
     | FailedRecord
 )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,7 @@ __all__ = [
     "render_markdown",
     "summary_rows",
     "write_report",
+    "write_report_files",
 ]
 
 
@@ -345,3 +347,24 @@ def write_report(report: dict[str, Any], directory: Path, *, png: bool = True) -
     else:
         md_path.write_text(render_markdown(report), encoding="utf-8")
     return [json_path, md_path, *written]
+
+
+def write_report_files(
+    report: dict[str, Any],
+    directory: Path,
+    markdown: Callable[[dict[str, Any]], str],
+    plot: Callable[[dict[str, Any], Path], None],
+) -> list[Path]:
+    """``report.json``, ``report.md`` (``markdown``) and, with matplotlib, ``timeline.png``
+    (``plot``), written into ``directory``: the zone-outage and overload drills' files."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written = [directory / "report.json", directory / "report.md"]
+    try:
+        plot(report, directory / "timeline.png")
+        written.append(directory / "timeline.png")
+        report["timeline_png"] = "timeline.png"
+    except ImportError:
+        report["timeline_note"] = "no timeline.png: install rideout[drill] (matplotlib)"
+    written[0].write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
+    written[1].write_text(markdown(report), encoding="utf-8")
+    return written

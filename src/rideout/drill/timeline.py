@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_surge", "plot_timeline"]
+__all__ = ["plot_acks", "plot_surge", "plot_timeline"]
 
 
 def plot_timeline(report: dict[str, Any], path: Path) -> None:
@@ -99,3 +99,14 @@ def plot_surge(report: dict[str, Any], path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
+
+
+def plot_acks(ax: Any, acks: list[float], start: float, label: str = "acked bids") -> None:
+    """Acknowledged bids per half second on ``ax`` (times since ``start``), in seconds."""
+    times = sorted(t - start for t in acks)
+    if times:
+        width = 0.5
+        bins = max(1, int((times[-1] - min(0.0, times[0])) / width) + 1)
+        ax.hist(times, bins=bins, color="purple")
+    ax.set_ylabel(f"{label} / 0.5 s")
+    ax.set_xlabel("seconds")

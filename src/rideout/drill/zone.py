@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import shutil
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,18 +20,18 @@ from pathlib import Path
 from typing import Any
 
 from rideout.cluster.chaos import send_command
-from rideout.cluster.runstate import EFFECTIVE_CONFIG, read_lock_pid
-from rideout.cluster.supervisor import LocalCluster
-from rideout.config import PROFILES, Config, load_config
-from rideout.drill._format import fmt_seconds
+from rideout.config import Config
+from rideout.drill._format import fmt_seconds, objective_lines
 from rideout.drill.analysis import account_bids, recovery_stats
 from rideout.drill.clients import ClientFleet
-from rideout.drill.deployment import drill_config, read_streams
+from rideout.drill.deployment import on_a_deployment, read_streams
 from rideout.drill.errors import DrillError
-from rideout.drill.options import DrillOptions, check_options, report_head
+from rideout.drill.options import DrillOptions, check_options, report_head, report_tail
 from rideout.drill.plane import Plane
 from rideout.drill.records import AckRecord, DisconnectedRecord, RestoredRecord, of_kind
+from rideout.drill.report import write_report_files
 from rideout.drill.runner import _plan, _restored
+from rideout.drill.timeline import plot_acks
 
 __all__ = [
     "ZoneDrillOptions",
@@ -222,42 +220,20 @@ async def run_zone_outage(
 ) -> dict[str, Any]:
     """Run the drill; the report (a JSON-able dict). Raises :class:`DrillError`."""
     say: Progress = progress or (lambda _msg: None)
-    config = drill_config(
-        dataclasses.replace(DrillOptions(), config_path=options.config_path, env=options.env)
-    )
-    running = read_lock_pid(config.run_dir)
-    if running is not None and (config.run_dir / EFFECTIVE_CONFIG).exists():
-        config = load_config(config.run_dir / EFFECTIVE_CONFIG, env={})
-    if not config.evacuate.autoshift:
-        raise DrillError(
-            "zonal autoshift is off ([evacuate] autoshift = false): nothing would evacuate the zone"
-        )
+
+    def check(config: Config) -> None:
+        if not config.evacuate.autoshift:
+            raise DrillError(
+                "zonal autoshift is off ([evacuate] autoshift = false): nothing would "
+                "evacuate the zone"
+            )
+
     report = report_head("zone-outage", options)
-    cluster: LocalCluster | None = None
-    tmp: Path | None = None
-    try:
-        if running is None:
-            tmp = Path(tempfile.mkdtemp(prefix="rideout-drill-"))
-            profile = options.profile or config.profile
-            config = dataclasses.replace(config, data_dir=tmp / "data", profile=profile,
-                                         timing=PROFILES[profile])  # fmt: skip
-            say(f"starting a local deployment ({profile} profile)")
-            cluster = LocalCluster(config)
-            await cluster.start()
-        report["deployment"] = {"own_cluster": running is None, "profile": config.profile,
-                                "region": config.primary.name}  # fmt: skip
-        result = await _ZonePass(config, options, say).run()
-    finally:
-        if cluster is not None:
-            say("stopping the local deployment")
-            await cluster.stop()
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-    report["pass"] = result
-    report["finished_at"] = time.time()
-    report["objectives"] = _objectives(options, result)
-    report["ok"] = all(o["ok"] for o in report["objectives"])
-    return report
+    result, report["deployment"] = await on_a_deployment(
+        dataclasses.replace(DrillOptions(), config_path=options.config_path, env=options.env),
+        options.profile, say, lambda config: _ZonePass(config, options, say).run(), check,
+    )  # fmt: skip
+    return report_tail(report, result, _objectives(options, result))
 
 
 def render_zone_markdown(report: dict[str, Any]) -> str:
@@ -280,26 +256,13 @@ def render_zone_markdown(report: dict[str, Any]) -> str:
         lines.append(
             f"| time to recovery after mending | {fmt_seconds(p['mend']['time_to_recovery'])} |"
         )
-    lines += ["", "## Objectives", "", "| objective | limit | value | ok |", "|---|---|---|---|"]
-    lines += [f"| {o['name']} | {o['limit']} | {o['value']} | {'yes' if o['ok'] else '**no**'} |"
-              for o in report["objectives"]]  # fmt: skip
-    return "\n".join(lines) + "\n"
+    lines += ["", *objective_lines(dict(report))]
+    return "\n".join(lines)
 
 
 def write_zone_report(report: dict[str, Any], directory: Path) -> list[Path]:
     """``report.json``, ``report.md`` and (with matplotlib) ``timeline.png``."""
-    import json
-
-    directory.mkdir(parents=True, exist_ok=True)
-    written = [directory / "report.json", directory / "report.md"]
-    try:
-        _plot(report, directory / "timeline.png")
-        written.append(directory / "timeline.png")
-    except ImportError:
-        report["timeline_note"] = "no timeline.png: install rideout[drill] (matplotlib)"
-    written[0].write_text(json.dumps(report, indent=2, default=str) + "\n", encoding="utf-8")
-    written[1].write_text(render_zone_markdown(report), encoding="utf-8")
-    return written
+    return write_report_files(report, directory, render_zone_markdown, _plot)
 
 
 def _plot(report: dict[str, Any], path: Path) -> None:
@@ -316,13 +279,7 @@ def _plot(report: dict[str, Any], path: Path) -> None:
              label=f"{p['zone']} evacuated")  # fmt: skip
     top.step(ts, [len(r["dns"] or []) for r in p["timeline"]], where="post", label="DNS addresses")
     top.legend(loc="best", fontsize="small")
-    acks = sorted(t - start for t in p["acks"])
-    if acks:
-        width = 0.5
-        bins = max(1, int((acks[-1] - min(0.0, acks[0])) / width) + 1)
-        low.hist(acks, bins=bins, color="purple")
-    low.set_ylabel("acked bids / 0.5 s")
-    low.set_xlabel("seconds")
+    plot_acks(low, p["acks"], start, "acked bids")
     for ax in (top, low):
         ax.axvline(p["fault_at"] - start, color="red", linestyle="--", linewidth=1)
         if p.get("mend"):
