@@ -61,6 +61,7 @@ def test_admissions_per_minute_from_successive_reads() -> None:
 def test_an_inlet_says_what_it_does_and_whether_an_alarm_holds_it() -> None:
     none = inlet_view({"kind": "none"}, ALARMS, 1000.0)
     assert (none["kind"], none["held"], none["alarm"]) == ("none", False, None)
+    assert none["doing"] == "only increment_serving_counter moves the counter"
     size = inlet_view({"kind": "max_size", "max_size": 50, "period": 1}, ALARMS, 1000.0)
     assert size["doing"] == "admits up to 50 less capacity held every 1 s"
     periodic = {"kind": "periodic", "increment_by": 5, "period": 2}

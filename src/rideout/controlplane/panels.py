@@ -124,7 +124,7 @@ def inlet_view(
     state = alarm_state_in(alarms, settings.alarm) if settings.alarm else None
     held = settings.kind is InletKind.PERIODIC and state == ALARM
     if settings.kind is InletKind.NONE:
-        doing = "none: only increment_serving_counter moves the counter"
+        doing = "only increment_serving_counter moves the counter"
     elif settings.kind is InletKind.MAX_SIZE:
         doing = f"admits up to {settings.max_size} less capacity held every {settings.period:g} s"
     elif held:
