@@ -14,6 +14,7 @@ PATHS = {
     "STREAM": "/v1/stream",
     "DASHBOARD": "/v1/dashboard",
     "CHAOS": "/v1/chaos",
+    "DASHBOARD_ZONES": "/v1/dashboard/zones",
     "LOGIN_CODES": "/v1/login-codes",
     "LOGIN": "/login",
     "STATUS": "/status",

@@ -14,6 +14,7 @@ __all__ = [
     "ADMIN_MODE",
     "CHAOS",
     "DASHBOARD",
+    "DASHBOARD_ZONES",
     "HEALTH",
     "LIVE",
     "LOGIN",
@@ -78,6 +79,9 @@ STREAM: Final = "/v1/stream"
 DASHBOARD: Final = "/v1/dashboard"
 """GET, same origin: what the dashboard's script needs (chaos on or off, the session's
 CSRF token); never a credential beyond that."""
+DASHBOARD_ZONES: Final = "/v1/dashboard/zones"
+"""POST ``{op: "evacuate" | "recover", zone}``, an operator session (as ``/v1/chaos``):
+the dashboard's zone buttons, through the evacuation engine and its ledger."""
 CHAOS: Final = "/v1/chaos"
 LOGIN_CODES: Final = "/v1/login-codes"
 """POST, admin token: a one-time dashboard login link (for ``rideout dashboard login``)."""

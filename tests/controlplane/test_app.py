@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 
 import httpx
@@ -312,3 +313,94 @@ async def test_an_expired_login_link_opens_nothing(make_config: Callable[..., Co
         assert (await http.get("/login")).status_code == 401  # no code at all
         assert (await http.get("/login?code=" + "x" * 43)).status_code == 401  # made up
         assert (await http.get("/v1/dashboard")).json()["session"] is False
+
+
+async def test_the_dashboards_zone_buttons_are_guarded_as_chaos_is(
+    make_config: Callable[..., Config],
+) -> None:
+    """POST /v1/dashboard/zones: an operator session with its CSRF token from the
+    dashboard's own Origin (or the admin token); then the evacuation engine, recorded in
+    the ledger as `rideout evacuate` records it."""
+    from rideout.auth.admin import load_or_create_admin_token
+    from rideout.evacuate.ledger import LEDGER_FILE, SqliteLedger
+
+    config = make_config()
+    cp = config.control_plane
+    own = f"http://{cp.address}:{cp.port}"
+    admin = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
+    evacuate = {"op": "evacuate", "zone": "use1-az1"}
+    ledger = config.data_dir / LEDGER_FILE
+    async with (
+        serving(create_app(config), cp.address, cp.port),
+        httpx.AsyncClient(trust_env=False, base_url=own) as http,
+    ):
+
+        async def evacuated() -> list[str]:
+            zones = (await http.get("/v1/zones")).json()["zones"]
+            return [z["zone"] for z in zones if z["evacuated"]]
+
+        no_session = await http.post("/v1/dashboard/zones", json=evacuate, headers={"Origin": own})
+        assert no_session.status_code == 401
+        link = (await http.post("/v1/login-codes", headers=admin)).json()["url"]
+        assert (await http.get(link)).status_code == 303
+        csrf = (await http.get("/v1/dashboard")).json()["csrf"]
+        good = {"Origin": own, "X-CSRF-Token": csrf}
+        for headers in [
+            {"Origin": own},  # no CSRF token
+            {"Origin": own, "X-CSRF-Token": csrf[:-1] + ("A" if csrf[-1] != "A" else "B")},
+            {"X-CSRF-Token": csrf},  # no Origin
+            {"Origin": "http://evil.example", "X-CSRF-Token": csrf},
+            {**good, "Host": "evil.example:9000"},  # DNS rebinding
+            {**admin, "Origin": "http://evil.example"},
+        ]:
+            answer = await http.post("/v1/dashboard/zones", json=evacuate, headers=headers)
+            assert answer.status_code == 403, (headers, answer.text)
+        plain = await http.post("/v1/dashboard/zones", content=json.dumps(evacuate),
+                                headers={**good, "Content-Type": "text/plain"})  # fmt: skip
+        assert plain.status_code == 415
+        for body in [{"op": "kill", "zone": "use1-az1"}, {"op": "evacuate"},
+                     {**evacuate, "operator": "mallory"}]:  # fmt: skip
+            assert (
+                await http.post("/v1/dashboard/zones", json=body, headers=good)
+            ).status_code == 400
+        unknown = await http.post("/v1/dashboard/zones", json={"op": "evacuate", "zone": "mars"},
+                                  headers=good)  # fmt: skip
+        assert unknown.status_code == 404
+        assert await evacuated() == []
+        assert not ledger.exists()  # nothing refused reached the engine
+
+        done = await http.post("/v1/dashboard/zones", json=evacuate, headers=good)
+        assert done.status_code == 200, done.text
+        assert done.json()["message"] == "evacuated use1-az1"
+        assert await evacuated() == ["use1-az1"]
+        zone = (await http.get("/v1/zones")).json()["zones"][0]
+        assert (zone["evacuation"]["operator"], zone["evacuation"]["reason"]) == (
+            "dashboard", "manual",
+        )  # fmt: skip
+        rows = SqliteLedger(ledger, create=False).records()
+        assert [(r.zone_id, r.resource, r.operator) for r in rows] == [
+            ("use1-az1", "us-east-1", "dashboard")
+        ]
+        last = await http.post("/v1/dashboard/zones", json={"op": "evacuate", "zone": "use1-az2"},
+                               headers=good)  # fmt: skip
+        assert last.status_code == 409  # the region's last serving zone
+        assert await evacuated() == ["use1-az1"]
+
+        back = await http.post("/v1/dashboard/zones", json={"op": "recover", "zone": "use1-az1"},
+                               headers=good)  # fmt: skip
+        assert back.status_code == 200, back.text
+        assert await evacuated() == []
+        assert SqliteLedger(ledger, create=False).records() == []
+        # A zone evacuated through /v1/zones alone has no ledger row: recovered directly.
+        await http.post("/v1/zones/usw2-az1/evacuate", json={}, headers=admin)
+        assert await evacuated() == ["usw2-az1"]
+        # The admin token (the CLI's credential) works too, as for chaos.
+        cli = await http.post("/v1/dashboard/zones", json={"op": "recover", "zone": "usw2-az1"},
+                              headers=admin)  # fmt: skip
+        assert cli.status_code == 200, cli.text
+        assert await evacuated() == []
+        # Another browser (no cookie) with the stolen CSRF token gets nowhere.
+        http.cookies.clear()
+        stolen = await http.post("/v1/dashboard/zones", json=evacuate, headers=good)
+        assert stolen.status_code == 401
+        assert await evacuated() == []

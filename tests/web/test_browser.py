@@ -346,3 +346,139 @@ async def test_a_fresh_login_link_and_no_chaos_from_another_site(
         summary = (await http.get(f"{base}/v1/summary")).json()
     assert summary["failover"]["writer"] == "us-east-1"  # nothing was killed
     await context.close()
+
+
+async def shown(page: Any, expression: str, arg: Any = None, timeout: float = 30000) -> None:
+    """`page.wait_for_function`, failing with what the dashboard's panels showed."""
+    try:
+        await page.wait_for_function(expression, arg=arg, timeout=timeout)
+    except Exception as exc:  # Playwright's TimeoutError
+        panels = await page.evaluate(
+            "['zones-card', 'ledger-card', 'rooms-card'].map((id) =>"
+            " document.getElementById(id).innerText).join('\\n')"
+        )
+        raise AssertionError(f"{expression}\n--- the panels showed:\n{panels}") from exc
+
+
+@pytest.mark.timeout(180)  # may first wait out an autoshift of the previous tests' outage
+async def test_the_dashboard_shows_zones_the_ledger_and_the_rooms(
+    browser: Any, deployment: tuple[Up, Config]
+) -> None:
+    """The zones, ledger and rooms panels fill; a zone evacuated with its button, and a
+    room's admissions, show within two periods (two frames of the feed); a zone
+    evacuated by the CLI shows with its operator in the panel, the ledger and the DNS
+    card; the page's own origin cannot use the admin token's zone endpoints."""
+    import httpx
+
+    from rideout.auth.admin import load_or_create_admin_token
+
+    up, config = deployment
+    await wait_region(config, "us-east-1")
+    link = rideout("dashboard", "login", "-c", "rideout.toml", cwd=up.workdir).stdout.strip()
+    context = await browser.new_context(viewport={"width": 1200, "height": 1400})
+    page = await context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    await page.goto(link)
+    await shown(page, "document.getElementById('operator').textContent === 'operator'")
+    # The panels fill: four zones with their canaries' verdicts, the ledger, the rooms
+    # (`rideout up` makes the auction's event).
+    await shown(
+        page,
+        """() => [...document.querySelectorAll('#zones tbody tr')].length === 4
+            && ['use1-az1', 'use1-az2', 'usw2-az1', 'usw2-az2'].every((z) =>
+                document.getElementById(`zone-canary-${z}`).textContent === 'healthy')
+            && document.getElementById('ledger-note').textContent.startsWith('empty')
+            && document.getElementById('room-auction')""",
+        timeout=60000,  # an autoshift of the previous tests' outage recovers meanwhile
+    )
+    assert "evacuations.sqlite3" in await page.inner_text("#ledger-where")
+
+    async def frames() -> int:
+        return int(await page.evaluate("window.dashboard.frames"))
+
+    # A zone evacuated with its button: in the panel and the ledger within two frames.
+    await page.click("button[data-zone-op=evacuate][data-zone=use1-az1]")
+    await shown(page, "window.dashboard.zoneAction")
+    answer = await page.evaluate("window.dashboard.zoneAction")
+    assert answer["status"] == 200, answer
+    answered = answer["frame"]  # frames drawn when the answer came
+    await shown(
+        page,
+        """() => document.getElementById('zone-state-use1-az1').textContent
+                   .startsWith('evacuated (manual, by dashboard')
+            && document.querySelector('#ledger tr[data-zone="use1-az1"]')""",
+        timeout=10000,
+    )
+    assert await frames() - answered <= 2
+    assert "dashboard" in await page.inner_text("#ledger")
+    assert await page.inner_text("#dns-evacuated") == "use1-az1 (manual, by dashboard)"
+    await shown(page, "!document.getElementById('dns-addresses').textContent.includes('127.0.1.1')")
+    assert "127.0.1.2" in await page.inner_text("#dns-addresses")
+    # The admin token's endpoints stay closed to the page (browser-shaped: 403).
+    refused = await page.evaluate(
+        """async () => (await fetch('/v1/zones/use1-az1/recover', {method: 'POST',
+            headers: {'content-type': 'application/json'}, body: '{}'})).status"""
+    )
+    assert refused == 403
+    await shot(page, "dashboard-zone-evacuated")
+    await page.evaluate("window.dashboard.zoneAction = null")
+    await page.click("button[data-zone-op=recover][data-zone=use1-az1]")
+    await shown(page, "window.dashboard.zoneAction")
+    assert (await page.evaluate("window.dashboard.zoneAction"))["status"] == 200
+    await shown(
+        page,
+        """() => document.getElementById('zone-state-use1-az1').textContent === 'serving'
+            && document.getElementById('ledger-note').textContent.startsWith('empty')""",
+        timeout=10000,
+    )
+    # The CLI's evacuation shows the same way, with its operator.
+    done = rideout("evacuate", "--zone-id", "use1-az2", "--operator", "alice",
+                   "-c", "rideout.toml", cwd=up.workdir, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    await shown(
+        page,
+        """() => document.getElementById('zone-state-use1-az2').textContent
+                   .startsWith('evacuated (manual, by alice')
+            && document.querySelector('#ledger tr[data-zone="use1-az2"]')""",
+        timeout=10000,
+    )
+    back = rideout("recover", "-c", "rideout.toml", cwd=up.workdir, timeout=60)
+    assert back.returncode == 0, back.stdout + back.stderr
+
+    # A room: an event, visitors through the public API, admissions through the private.
+    zone = f"http://{config.primary.zones[0].address}:{config.app_port}"
+    admin = {"Authorization": f"Bearer {load_or_create_admin_token(config.keys_dir)}"}
+    async with httpx.AsyncClient(trust_env=False, base_url=zone, timeout=10) as http:
+        created = await http.post("/private/events", json={"event_id": "dash-launch"},
+                                  headers=admin)  # fmt: skip
+        assert created.status_code == 201, created.text
+        try:
+            for _ in range(5):
+                arrived = await http.post("/assign_queue_num", json={"event_id": "dash-launch"})
+                assert arrived.status_code == 200, arrived.text
+            row = "document.getElementById('room-dash-launch')"
+            queued = f"{row}?.querySelector('[data-field=queue]').textContent === '5'"
+            await shown(page, f"() => {queued}", timeout=10000)
+            assert "0 (no cap)" in await page.inner_text("#room-dash-launch")
+            assert "nothing admitted" in await page.inner_text("#room-dash-launch")
+            moved = await http.post("/private/increment_serving_counter",
+                                    json={"event_id": "dash-launch", "increment_by": 3},
+                                    headers=admin)  # fmt: skip
+            assert moved.status_code == 200, moved.text
+            answered = await frames()
+            await shown(
+                page,
+                f"""() => {row}.querySelector('[data-field=serving]').textContent === '3'
+                    && Number({row}.querySelector('[data-field=admitted]').textContent) > 0""",
+                timeout=10000,
+            )
+            assert await frames() - answered <= 2
+            cells = await page.inner_text("#room-dash-launch")
+            assert "none: only increment_serving_counter" in cells
+            await shot(page, "dashboard-rooms")
+        finally:
+            await http.delete("/private/events/dash-launch", headers=admin)
+    await shown(page, "!document.getElementById('room-dash-launch')", timeout=10000)
+    assert errors == []
+    await context.close()

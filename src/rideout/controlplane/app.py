@@ -17,6 +17,7 @@
 | ``POST /v1/login-codes`` | the admin token, no browser | a one-time dashboard login link |
 | ``GET /login?code=`` | the link's holder, once | an operator session cookie, then ``/`` |
 | ``POST /v1/chaos`` | local mode: an operator session + CSRF token + own Origin, or the admin token | ``{"op": "kill", "region": R}`` for the chaos port |
+| ``POST /v1/dashboard/zones`` | as ``/v1/chaos`` (any mode) | ``{"op": "evacuate" | "recover", "zone": Z}``: the dashboard's zone buttons, through the evacuation engine and its ledger (operator ``dashboard``) |
 | ``GET /v1/zones`` | anyone | every zone: evacuated or not, since when, by whom, why, its drain |
 | ``POST /v1/zones/{zone_id}/evacuate`` | the admin token, no browser | ``{"operator"?, "reason"?, "expires_in"?}``: out of DNS, clients drained (409: the region's last serving zone) |
 | ``POST /v1/zones/{zone_id}/recover`` | the admin token, no browser | back into DNS |
@@ -65,6 +66,7 @@ from rideout.auth.request_signing import RequestVerifier, SignatureError
 from rideout.config import Config
 from rideout.controlplane.errors import ChaosFailed, IngestError, IngestForbidden
 from rideout.controlplane.guards import browser_shaped
+from rideout.controlplane.panels import DashboardPanels
 from rideout.controlplane.ports import ChaosPort, ConfigInventory, Inventory
 from rideout.controlplane.runtime import ControlPlane
 from rideout.controlplane.sessions import OperatorSession, OperatorSessions
@@ -216,6 +218,7 @@ class ControlPlaneApi:
         period = plane.period
         self._poll_timeout = min(0.5, 0.5 * period)
         self._clients: dict[str, int | None] = {r.name: None for r in config.regions}
+        self.panels = DashboardPanels(config, plane, self.http, timeout=self._poll_timeout * 1.5)
         self.feed = SharedFeed(
             self._dashboard_frame,
             period,
@@ -252,6 +255,7 @@ class ControlPlaneApi:
             Route(routes.LOGIN_CODES, self.login_codes, methods=["POST"]),
             Route(routes.LOGIN, self.login),
             Route(routes.CHAOS, self.chaos, methods=["POST"]),
+            Route(routes.DASHBOARD_ZONES, self.dashboard_zones, methods=["POST"]),
             Route(routes.ZONES, self.zones),
             Route(routes.ZONE_EVACUATE, self.zone_evacuate, methods=["POST"]),
             Route(routes.ZONE_RECOVER, self.zone_recover, methods=["POST"]),
@@ -382,11 +386,18 @@ class ControlPlaneApi:
         return JSONResponse({"stored": stored})
 
     async def dashboard_view(self) -> dict[str, object]:
-        """The summary, plus what the dashboard draws: canary history, clients per region."""
+        """The summary, plus what the dashboard draws: canary history, clients per
+        region, and the zones, ledger and rooms panels (:mod:`.panels`)."""
         plane = self.plane
         view = plane.summary()
         view["canary"] = plane.canary_history()
         view["now"] = time.time()
+        await asyncio.gather(self._poll_clients(), self.panels.add_to(view, plane.zones_status()))
+        view["clients"] = self._clients
+        view["period"] = plane.period
+        return view
+
+    async def _poll_clients(self) -> None:
         try:
             # The zones' answers within one bound; a late round keeps the last counts.
             async with asyncio.timeout(self._poll_timeout * 1.5):
@@ -396,9 +407,6 @@ class ControlPlaneApi:
                 )  # fmt: skip
         except TimeoutError:
             pass
-        view["clients"] = self._clients
-        view["period"] = plane.period
-        return view
 
     async def _dashboard_frame(self) -> bytes:
         view = await self.dashboard_view()
@@ -477,30 +485,48 @@ class ControlPlaneApi:
         )  # fmt: skip
         return response
 
-    def _chaos_refusal(self, request: Request) -> JSONResponse | None:
-        """Who may run chaos: the admin token (the CLI), or an operator session whose
-        POST comes from the dashboard's own origin with the session's CSRF token."""
+    def _operator_refusal(self, request: Request, endpoint: str) -> JSONResponse | None:
+        """Who may press the dashboard's buttons (chaos, zones): the admin token (the
+        CLI), or an operator session whose POST comes from the dashboard's own origin
+        with the session's CSRF token."""
         origin = request.headers.get("origin")
         if origin is not None and origin != self._own_origin:
-            return self._refuse("chaos", "origin", 403, "forbidden", "wrong Origin")
+            return self._refuse(endpoint, "origin", 403, "forbidden", "wrong Origin")
         if request.headers.get("authorization") is not None:
             if self._admin(request):
                 return None
-            return self._refuse("chaos", "unauthorized", 401, "unauthorized", "wrong admin token")
+            return self._refuse(endpoint, "unauthorized", 401, "unauthorized",
+                                "wrong admin token")  # fmt: skip
         session = self._session(request)
         if session is None:
             return self._refuse(
-                "chaos", "unauthorized", 401, "unauthorized",
+                endpoint, "unauthorized", 401, "unauthorized",
                 "an operator session (open the link `rideout dashboard login` prints) or "
                 "the admin token is required",
             )  # fmt: skip
         if origin is None:
-            return self._refuse("chaos", "origin", 403, "forbidden",
+            return self._refuse(endpoint, "origin", 403, "forbidden",
                                 "a session's request must carry the dashboard's Origin")  # fmt: skip
         if not session.csrf_matches(request.headers.get(CSRF_HEADER)):
-            return self._refuse("chaos", "csrf", 403, "forbidden",
+            return self._refuse(endpoint, "csrf", 403, "forbidden",
                                 f"missing or wrong {CSRF_HEADER}")  # fmt: skip
         return None
+
+    async def _operator_body(
+        self, request: Request, endpoint: str, limit: int
+    ) -> dict[str, Any] | JSONResponse:
+        """A dashboard button's POST (chaos, zones): the control plane's own Host, an
+        operator's credential (:meth:`_operator_refusal`), a JSON object within `limit`
+        bytes; else the refusal to answer with."""
+        if not self._from_own_origin(request):
+            return self._refuse(endpoint, "host", 403, "forbidden", "wrong Host")
+        refusal = self._operator_refusal(request, endpoint)
+        if refusal is not None:
+            return refusal
+        try:
+            return await _body.read_json(request, limit, media_type=_body.JSON)
+        except _body.BodyRefused as exc:
+            return self._body_refused(endpoint, exc)
 
     async def chaos(self, request: Request) -> Response:
         """Local mode, same Host, an operator's credential: one chaos command."""
@@ -514,15 +540,9 @@ class ControlPlaneApi:
                 "chaos needs the local supervisor (`rideout up`), and this control plane "
                 "runs without one",
             )
-        if not self._from_own_origin(request):
-            return self._refuse("chaos", "host", 403, "forbidden", "wrong Host")
-        refusal = self._chaos_refusal(request)
-        if refusal is not None:
-            return refusal
-        try:
-            body = await _body.read_json(request, MAX_CHAOS_BYTES, media_type=_body.JSON)
-        except _body.BodyRefused as exc:
-            return self._body_refused("chaos", exc)
+        body = await self._operator_body(request, "chaos", MAX_CHAOS_BYTES)
+        if isinstance(body, JSONResponse):
+            return body
         op, region = body.get("op"), body.get("region")
         if not isinstance(op, str) or not isinstance(region, str):
             return _error(400, "bad_request", 'send {"op": "kill" | ..., "region": REGION}')
@@ -531,6 +551,19 @@ class ControlPlaneApi:
         except ChaosFailed as exc:
             return _error(409, "chaos_failed", str(exc))
         return JSONResponse({"message": message})
+
+    async def dashboard_zones(self, request: Request) -> Response:
+        """Same Host, an operator's credential (as chaos): evacuate or recover a zone
+        through the evacuation engine, recorded in the ledger (operator ``dashboard``)."""
+        self._count("dashboard_zones")
+        body = await self._operator_body(request, "dashboard_zones", MAX_ZONE_BYTES)
+        if isinstance(body, JSONResponse):
+            return body
+        op, zone = body.get("op"), body.get("zone")
+        if op not in ("evacuate", "recover") or not isinstance(zone, str) or len(body) != 2:
+            return _error(400, "bad_request", 'send {"op": "evacuate" | "recover", "zone": ZONE}')
+        status, answer = await self.panels.zone_action(op, zone)
+        return JSONResponse(answer, status_code=status, headers=_NO_STORE)
 
     async def zones(self, request: Request) -> Response:
         self._count("zones")

@@ -30,7 +30,7 @@ from rideout.failover.controller import FailoverController
 from rideout.health.metrics import MetricStore, aggregate
 from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
 
-__all__ = ["Autoshift", "InProcessSwitch", "Plane"]
+__all__ = ["Autoshift", "InProcessSwitch", "Plane", "run_engine"]
 
 log = logging.getLogger("rideout.controlplane.autoshift")
 
@@ -73,11 +73,13 @@ class InProcessSwitch:
         *,
         reason: str,
         expires_in: float | None,
+        operator: str = OPERATOR,
     ) -> None:
         self.plane = plane
         self.loop = loop
         self.reason = reason
         self.expires_in = expires_in
+        self.operator = operator
 
     def _call(self, factory: Callable[[], Coroutine[Any, Any, _T]]) -> _T:
         return asyncio.run_coroutine_threadsafe(factory(), self.loop).result(_CALL_TIMEOUT)
@@ -94,12 +96,35 @@ class InProcessSwitch:
         try:
             if evacuated:
                 self._call(lambda: self.plane.evacuate_zone(
-                    zone, operator=OPERATOR, reason=self.reason, expires_in=self.expires_in
+                    zone, operator=self.operator, reason=self.reason, expires_in=self.expires_in
                 ))  # fmt: skip
             else:
                 self._call(lambda: self.plane.recover_zone(zone))
         except ZoneRefused as exc:
             raise ProviderError(str(exc)) from exc
+
+
+async def run_engine(
+    plane: Plane,
+    action: str,
+    zone: str,
+    ledger: SqliteLedger,
+    *,
+    operator: str,
+    reason: str,
+    expires_in: float | None,
+    owner: str,
+) -> Outcome:
+    """Evacuate or recover (`action`) `zone` of this control plane through the engine
+    and the local provider over an :class:`InProcessSwitch`, locked and recorded in
+    `ledger` as ``rideout evacuate`` records it; the engine runs in a worker thread.
+    Autoshift's path, and the dashboard's buttons'."""
+    switch = InProcessSwitch(plane, asyncio.get_running_loop(), reason=reason,
+                             expires_in=expires_in, operator=operator)  # fmt: skip
+    engine = Engine(LocalProvider(switch), ledger, owner=owner)
+    options = Options(kinds=(KIND,), operator=operator, lock_ttl=plane.config.evacuate.lock_ttl)
+    run = engine.evacuate if action == "evacuate" else engine.recover
+    return await asyncio.to_thread(run, zone, options)
 
 
 class Autoshift:
@@ -179,14 +204,12 @@ class Autoshift:
             self._event(d, "extended")
             return
         reason = self.plane.zones.evacuations[d.zone].reason if d.action == "recover" else OPERATOR
-        switch = InProcessSwitch(self.plane, asyncio.get_running_loop(), reason=reason,
-                                 expires_in=expiry)  # fmt: skip
-        engine = Engine(LocalProvider(switch), self._ledger(), owner=f"{OPERATOR}:{id(self)}")
-        options = Options(kinds=(KIND,), operator=OPERATOR, lock_ttl=self.settings.lock_ttl)
-        run = engine.evacuate if d.action == "evacuate" else engine.recover
         self.busy = True
         try:
-            outcome: Outcome = await asyncio.to_thread(run, d.zone, options)
+            outcome = await run_engine(
+                self.plane, d.action, d.zone, self._ledger(), operator=OPERATOR,
+                reason=reason, expires_in=expiry, owner=f"{OPERATOR}:{id(self)}",
+            )  # fmt: skip
         except EvacuationError as exc:
             self._event(d, f"failed: {exc}")
             return

@@ -29,6 +29,7 @@ from rideout.waitingroom.metrics import RoomMetrics
 from rideout.waitingroom.model import (
     EventSettings,
     InletKind,
+    alarm_state_in,
     periodic_increment,
     tick_of,
 )
@@ -49,13 +50,9 @@ async def control_plane_alarm_state(client: httpx.AsyncClient, url: str, name: s
     try:
         response = await client.get(url)
         alarms: dict[str, Any] = response.json().get("alarms", {})
+        return alarm_state_in(alarms, name)
     except (httpx.HTTPError, ValueError, AttributeError):
         return None
-    for key, alarm in alarms.items():
-        if isinstance(alarm, dict) and name in (key, alarm.get("name")):
-            state = alarm.get("state")
-            return state if isinstance(state, str) else None
-    return None
 
 
 @dataclass

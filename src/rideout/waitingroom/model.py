@@ -63,6 +63,7 @@ __all__ = [
     "TokenGrant",
     "abandon_slack",
     "admits_at_once",
+    "alarm_state_in",
     "capacity_held",
     "check_event_id",
     "check_request_id",
@@ -476,6 +477,17 @@ def max_size_increment(max_size: int, held: int, queue: int, serving: int) -> in
     """A MaxSize inlet's admission: ``max_size - held``, never negative (AWS's can go
     negative and decrement the counter), never past the queue (:func:`queue_cap`)."""
     return queue_cap(max_size - held, queue, serving)
+
+
+def alarm_state_in(alarms: Mapping[str, object], name: str) -> str | None:
+    """The state of alarm `name` among a control plane's ``alarms`` (its summary's:
+    keyed by region, each with its ``name`` and ``state``), looked up by either; None
+    when none is named so (an inlet then counts it as OK, as AWS's a missing alarm)."""
+    for key, alarm in alarms.items():
+        if isinstance(alarm, Mapping) and name in (key, alarm.get("name")):
+            state = alarm.get("state")
+            return state if isinstance(state, str) else None
+    return None
 
 
 def periodic_increment(inlet: InletSettings, now: float, alarm_state: str | None) -> int:

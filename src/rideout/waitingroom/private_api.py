@@ -137,16 +137,17 @@ class PrivateAPI(abc.ABC):
         return event_id_of(request.path_params["event_id"])
 
     async def show_event(self, request: Request) -> Response:
-        """``{event, counters, active_tokens, holding}``."""
+        """``{event, counters, active_tokens, holding}``: the counters, active sessions
+        and capacity held read at one moment (one script), beside the settings."""
         event_id = self._path_event(request)
         event = await self.store.get_event(event_id)
-        counters = await self.store.counters(event_id)
+        counters, active, holding = await self.store.status(event_id)
         return json_response(
             {
                 "event": event.to_dict(),
                 "counters": counters.to_dict(),
-                "active_tokens": await self.store.num_active_tokens(event_id),
-                "holding": await self.store.holding(event_id),
+                "active_tokens": active,
+                "holding": holding,
             },
             public=False,
         )

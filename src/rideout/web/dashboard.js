@@ -1,4 +1,5 @@
-// The ops dashboard: a live view of the failover loop, fed by server-sent events.
+// The ops dashboard: a live view of the failover loop, the zones, the evacuation ledger and
+// the waiting rooms, fed by server-sent events.
 const $ = (id) => document.getElementById(id);
 const SVG = "http://www.w3.org/2000/svg";
 const el = (tag, attrs = {}, ...children) => {
@@ -38,21 +39,140 @@ function regionCard(name) {
   return card;
 }
 
+// A button's POST with the operator session: its cookie, its CSRF token, this Origin.
+async function operatorPost(path, payload) {
+  const response = await fetch(path, {
+    method: "POST",
+    credentials: "same-origin",
+    headers: { "x-csrf-token": settings.csrf, "content-type": "application/json" },
+    body: JSON.stringify(payload),
+  });
+  return { status: response.status, ...(await response.json()) };
+}
+
 async function chaosAction(op, region, button) {
   button.disabled = true;
   try {
-    const response = await fetch("/v1/chaos", {
-      method: "POST",
-      credentials: "same-origin",
-      headers: { "x-csrf-token": settings.csrf, "content-type": "application/json" },
-      body: JSON.stringify({ op, region }),
-    });
-    const body = await response.json();
-    window.dashboard.chaos = { op, region, status: response.status, ...body }; // the last answer
+    const body = await operatorPost("/v1/chaos", { op, region });
+    window.dashboard.chaos = { op, region, ...body }; // the last answer
     addEvent({ at: Date.now() / 1000, kind: "chaos", message: body.message || body.error });
   } finally {
     button.disabled = false;
   }
+}
+
+// The zones panel: one row per zone, kept (its buttons too) and updated each frame.
+function zoneRow(zone) {
+  const cell = (what, ...children) => el("td", { id: `zone-${what}-${zone.zone}` }, ...children);
+  const row = el("tr", { id: `zone-${zone.zone}` }, el("td", {}, el("b", {}, zone.zone)), el("td", {}, zone.region),
+    cell("canary", "—"), cell("full", "—"), cell("state", "—"), cell("drain", "—"), cell("actions"));
+  if (settings.session) {
+    const buttons = el("div", { class: "chaos" });
+    for (const [op, kind] of [["evacuate", "danger"], ["recover", "mend"]]) {
+      const button = el("button", { class: kind, "data-zone-op": op, "data-zone": zone.zone }, op);
+      button.onclick = () => zoneAction(op, zone.zone, button);
+      buttons.append(button);
+    }
+    row.querySelector(`#zone-actions-${zone.zone}`).append(buttons);
+  }
+  return row;
+}
+
+const zoneBusy = new Set();
+async function zoneAction(op, zone, button) {
+  zoneBusy.add(zone);
+  button.disabled = true;
+  try {
+    const body = await operatorPost("/v1/dashboard/zones", { op, zone });
+    // The last answer, and how many frames the page had drawn when it came.
+    window.dashboard.zoneAction = { op, zone, frame: window.dashboard.frames, ...body };
+    addEvent({ at: Date.now() / 1000, kind: `zone ${op}`, message: body.message || body.error });
+  } finally {
+    zoneBusy.delete(zone);
+    button.disabled = false;
+  }
+}
+
+const clock = (t) => new Date(t * 1000).toLocaleTimeString();
+
+function evacuationText(e) {
+  if (!e) return "serving";
+  const until = e.expires_at ? `, until ${clock(e.expires_at)}` : "";
+  return `evacuated (${e.reason}, by ${e.operator}, since ${clock(e.since)}${until})`;
+}
+
+function drainText(d) {
+  if (!d) return "—";
+  const left = d.left == null ? "" : `, ${d.left} left`;
+  return `${d.state}${left}`;
+}
+
+function renderZones(zones) {
+  const body = $("zones").tBodies[0];
+  for (const zone of zones) {
+    if (!$(`zone-${zone.zone}`)) body.append(zoneRow(zone));
+    const canary = zone.healthy == null ? ["no data", "INSUFFICIENT_DATA"] : zone.healthy ? ["healthy", "OK"] : ["UNHEALTHY", "ALARM"];
+    $(`zone-canary-${zone.zone}`).replaceChildren(el("span", { class: `pill ${canary[1]}` }, canary[0]));
+    $(`zone-full-${zone.zone}`).replaceChildren(zone.full ? el("span", { class: "pill full" }, "full") : "room");
+    $(`zone-state-${zone.zone}`).replaceChildren(zone.evacuated
+      ? el("span", { class: "pill evacuated" }, evacuationText(zone.evacuation)) : "serving");
+    $(`zone-drain-${zone.zone}`).textContent = zone.evacuated ? drainText(zone.drain) : "—";
+    for (const button of document.querySelectorAll(`button[data-zone="${zone.zone}"]`)) {
+      const pointless = button.dataset.zoneOp === "evacuate" ? zone.evacuated : !zone.evacuated;
+      button.disabled = zoneBusy.has(zone.zone) || pointless;
+    }
+  }
+}
+
+let ledgerShown = "";
+function renderLedger(ledger) {
+  if (!ledger) return;
+  const shown = JSON.stringify(ledger);
+  if (shown === ledgerShown) return;
+  ledgerShown = shown;
+  $("ledger-where").textContent = `${ledger.kind}: ${ledger.where}`;
+  $("ledger").tBodies[0].replaceChildren(...ledger.rows.map((r) => el("tr", { "data-zone": r.zone },
+    el("td", {}, r.zone), el("td", {}, r.type), el("td", { class: "mono" }, r.resource),
+    el("td", { class: "mono" }, r.removed.join(", ")), el("td", {}, r.operator),
+    el("td", {}, clock(r.since)), el("td", {}, r.outcome || "—"))));
+  $("ledger-note").textContent = ledger.error ? `cannot read the ledger: ${ledger.error}`
+    : ledger.exists === null ? "not read yet"
+    : !ledger.exists ? "empty: no evacuation recorded yet (the first one creates the file)"
+    : ledger.total === 0 ? "empty: nothing evacuated"
+    : `${ledger.total} row${ledger.total === 1 ? "" : "s"}${ledger.total > ledger.rows.length ? ` (the first ${ledger.rows.length} shown)` : ""}`;
+}
+
+function inletText(inlet) {
+  const alarm = inlet.alarm ? `; alarm ${inlet.alarm}: ${inlet.alarm_state || "unknown"}` : "";
+  return `${inlet.kind}: ${inlet.doing}${alarm}`;
+}
+
+function renderRooms(rooms) {
+  if (!rooms) return;
+  const body = $("rooms").tBodies[0];
+  const ids = new Set(rooms.events.map((e) => `room-${e.event_id}`));
+  for (const row of [...body.rows]) if (!ids.has(row.id)) row.remove();
+  for (const e of rooms.events) {
+    let row = $(`room-${e.event_id}`);
+    if (!row) {
+      row = el("tr", { id: `room-${e.event_id}` });
+      body.append(row);
+    }
+    const capacity = e.capacity == null ? `${e.active} (no cap)` : `${e.active} / ${e.capacity}`;
+    const wait = e.estimated_wait == null ? "— (nothing admitted)" : `${e.estimated_wait} s`;
+    const inlet = el("td", {}, inletText(e.inlet));
+    if (e.inlet.held) inlet.className = "bad";
+    row.replaceChildren(el("td", {}, el("b", {}, e.event_id)), el("td", {}, e.open ? "open" : "closed"),
+      el("td", { "data-field": "queue" }, String(e.queue)), el("td", { "data-field": "serving" }, String(e.serving)),
+      el("td", { "data-field": "waiting" }, String(e.waiting)),
+      el("td", { "data-field": "active", title: `holding ${e.holding} (active sessions plus admitted positions without their token yet)` }, capacity),
+      el("td", { "data-field": "admitted" }, String(e.admitted_per_minute)), el("td", { "data-field": "wait" }, wait), inlet);
+  }
+  $("rooms-where").textContent = rooms.server ? `read from ${rooms.server}` : "";
+  $("rooms-note").textContent = !rooms.enabled ? "the waiting room is off ([waitingroom] enabled = false)"
+    : rooms.error ? `cannot read the rooms: ${rooms.error}`
+    : rooms.events.length === 0 ? "no events"
+    : rooms.more ? `${rooms.more} more event(s) not shown` : "";
 }
 
 function strip(name, points, now, window = 60) {
@@ -133,6 +253,9 @@ function render(view) {
     }
     strip(name, view.canary[name] || [], view.now);
   }
+  renderZones(view.zones || []);
+  renderLedger(view.ledger);
+  renderRooms(view.rooms);
   for (const event of failover.events) addEvent(event);
   const autoshift = view.autoshift || {};
   for (const e of autoshift.events || []) {
@@ -144,6 +267,10 @@ async function main() {
   settings = await (await fetch("/v1/dashboard", { credentials: "same-origin" })).json();
   $("operator").textContent = settings.session ? "operator" : "view only";
   $("operator").className = `status ${settings.session ? "connected" : ""}`;
+  if (!settings.session) {
+    $("zones-login").append("Evacuate and recover buttons need an operator session: open the link ",
+      el("code", {}, "rideout dashboard login"), " prints.");
+  }
   connect();
 }
 
@@ -155,6 +282,7 @@ function connect() {
     $("feed").className = "status connected";
     $("feed").textContent = "live";
     render(JSON.parse(e.data));
+    window.dashboard.frames = (window.dashboard.frames || 0) + 1; // frames drawn (tests count periods)
   });
   source.onerror = () => {
     $("feed").className = "status reconnecting";
