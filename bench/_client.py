@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +36,8 @@ from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
+
+from rideout.protocol import parse_retry_hint
 
 HEARTBEAT = '{"action":"heartbeat"}'
 UPDATE_PREFIX = '{"type":"update"'
@@ -179,6 +182,88 @@ class Client:
         conns, self.conns = self.conns, []
         await asyncio.gather(*(one(c) for c in conns))
         return {"closed": len(conns), "seconds": monotonic() - started}
+
+    # ------------------------------------------------------------------ the herd
+
+    async def tickets(self, url: str, tokens: list[str], concurrency: int = 32) -> dict[str, Any]:
+        """A resumption ticket for each token (a connection each, closed after)."""
+        gate = asyncio.Semaphore(concurrency)
+        request = json.dumps({"action": "ticket"})
+
+        async def one(token: str) -> str | None:
+            async with gate:
+                try:
+                    async with connect(
+                        f"{url}/ws", additional_headers={"Authorization": f"Bearer {token}"},
+                        compression=None, open_timeout=30, ping_interval=None, proxy=None,
+                    ) as ws:  # fmt: skip
+                        await ws.send(request)
+                        reply = json.loads(await asyncio.wait_for(ws.recv(), 30))
+                except Exception:
+                    return None
+                return reply.get("ticket") if reply.get("type") == "ticket" else None
+
+        got = await asyncio.gather(*(one(t) for t in tokens))
+        return {"tickets": got}
+
+    async def herd(
+        self,
+        url: str,
+        credentials: list[str],
+        room: str,
+        since: dict[str, Any] | None,
+        concurrency: int = 64,
+        retry: bool = True,
+    ) -> dict[str, Any]:
+        """Every credential reconnects at once (`concurrency` handshakes in flight), and
+        each connection sends getState (from `since`) as soon as it is open: when each
+        was accepted and answered (seconds from the start), and what went wrong. A
+        getState refused with a retry hint (the replay gate) is sent again after it."""
+        gate = asyncio.Semaphore(concurrency)
+        message = {"action": "getState", "room": room}
+        if since is not None:
+            message["since"] = since
+        request = json.dumps(message)
+        accepted: list[float] = []
+        answered: list[float] = []
+        errors: list[str] = []
+        start = monotonic()
+
+        async def one(credential: str) -> None:
+            async with gate:
+                try:
+                    ws = await connect(
+                        f"{url}/ws", additional_headers={"Authorization": f"Bearer {credential}"},
+                        compression=None, open_timeout=60, ping_interval=None, close_timeout=2,
+                        max_size=2**22, proxy=None,
+                    )  # fmt: skip
+                except Exception as exc:
+                    errors.append(f"{type(exc).__name__}: {exc}"[:200])
+                    return
+            accepted.append(monotonic() - start)
+            try:
+                await ws.send(request)
+                while True:
+                    text = await asyncio.wait_for(ws.recv(), 60)
+                    if isinstance(text, str) and text.startswith('{"type":"state"'):
+                        answered.append(monotonic() - start)
+                        break
+                    if isinstance(text, str) and text.startswith('{"type":"error"'):
+                        errors.append(text[:200])
+                        hint = parse_retry_hint(json.loads(text).get("message"))
+                        if not retry or hint is None:
+                            break
+                        await asyncio.sleep(
+                            hint * (0.5 + random.random() / 2)
+                        )  # as rideout's client
+                        await ws.send(request)
+            except Exception as exc:
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+            finally:
+                self.conns.append(Conn(len(self.conns), ws))
+
+        await asyncio.gather(*(one(c) for c in credentials))
+        return {"accepted": accepted, "answered": answered, "errors": errors}
 
     def collect(self) -> dict[str, Any]:
         """Every update received so far as [receive time, amount], then forget them."""

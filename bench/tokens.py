@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rideout.auth.keys import JWKSet, SigningKey
+from rideout.auth.resume import ResumeKey, ResumeKeyRing, ResumeTickets
 from rideout.auth.tokens import TokenIssuer, TokenVerifier
 from rideout.drill.machine import cpu_rate as rate
 
@@ -55,10 +56,18 @@ def main() -> None:
             bare_token, public, algorithms=["EdDSA"], audience=AUDIENCE, issuer=ISSUER
         )
 
-    rows: dict[str, list[float]] = {k: [] for k in ("issue", "bare issue", "verify", "bare verify")}
+    # A resumption ticket (rideout.auth.resume): what a reconnect presents instead.
+    tickets = ResumeTickets(ResumeKeyRing(ResumeKey.generate()), 300.0)
+    ticket = tickets.mint(verifier.verify(token))
+    assert ticket is not None
+
+    rows: dict[str, list[float]] = {
+        k: [] for k in ("issue", "bare issue", "verify", "bare verify", "ticket verify")
+    }
     for i in range(args.rounds):
         pairs = [("issue", lambda: issuer.issue("visitor-123456")), ("bare issue", bare_issue),
-                 ("verify", lambda: verifier.verify(token)), ("bare verify", bare_verify)]  # fmt: skip
+                 ("verify", lambda: verifier.verify(token)), ("bare verify", bare_verify),
+                 ("ticket verify", lambda: tickets.verify(ticket.value))]  # fmt: skip
         if i % 2:
             pairs.reverse()
         for name, work in pairs:
@@ -69,6 +78,10 @@ def main() -> None:
     for op in ("issue", "verify"):
         ours, bare = statistics.median(rows[op]), statistics.median(rows[f"bare {op}"])
         table.add_row(op, f"{ours:,.0f}", f"{bare:,.0f}", f"{ours / bare:.2f}", f"{1e6 / ours:.0f}")
+    ours = statistics.median(rows["ticket verify"])
+    verify = statistics.median(rows["verify"])
+    table.add_row("verify a resumption ticket", f"{ours:,.0f}", "", f"{ours / verify:.1f}× verify",
+                  f"{1e6 / ours:.1f}")  # fmt: skip
     console.print(table)
 
 

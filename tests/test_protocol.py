@@ -34,6 +34,8 @@ from rideout.protocol import (
     ProtocolError,
     ServerMessage,
     StateMsg,
+    TicketMsg,
+    TicketRequest,
     Update,
     encode_ack,
     encode_client_message,
@@ -96,6 +98,7 @@ _DROP = object()
     [
         (Heartbeat(), '{"action":"heartbeat"}'),
         (Probe(), '{"action":"probe"}'),
+        (TicketRequest(), '{"action":"ticket"}'),
         (GetState("lot-1"), '{"action":"getState","room":"lot-1"}'),
         (
             GetState("a.b:c_D-9", Position(3, "1700000000000-0")),
@@ -568,7 +571,28 @@ server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
         st.none() | st.integers(0, 16),
         st.booleans(),  # full
     ),
+    st.builds(
+        TicketMsg,
+        st.from_regex(r"rt1\.[A-Za-z0-9_.-]{1,200}", fullmatch=True),
+        st.integers(0, 3_600_000).map(lambda ms: ms / 1000),
+        st.integers(0, 2**40),
+    ),
 )
+
+
+def test_a_ticket_reply_is_checked() -> None:
+    good = {"type": "ticket", "ticket": "rt1.a.b.c", "ttl": 300, "expires": 1_700_000_300}
+    assert parse_server_message(json.dumps(good)) == TicketMsg("rt1.a.b.c", 300.0, 1_700_000_300)
+    for bad, fragment in (
+        ({"ticket": ""}, "'ticket' must be"),
+        ({"ticket": "rt1.\u00e9"}, "'ticket' must be"),
+        ({"ticket": "x" * 1025}, "'ticket' must be"),
+        ({"ttl": -1}, "'ttl' must be"),
+        ({"ttl": True}, "'ttl' must be"),
+        ({"expires": 1.5}, "'expires' must be"),
+    ):
+        with pytest.raises(ProtocolError, match=fragment):
+            parse_server_message(json.dumps(good | bad))
 
 
 def test_a_probe_answer_without_full_is_from_an_older_server_and_not_full() -> None:

@@ -34,6 +34,7 @@ __all__ = [
     "MAX_NAME_LENGTH",
     "MAX_REQUEST_ID_LENGTH",
     "MAX_RETRY_HINT",
+    "MAX_TICKET_LENGTH",
     "MESSAGE_TOO_BIG",
     "PONG",
     "Ack",
@@ -52,13 +53,17 @@ __all__ = [
     "ProtocolError",
     "ServerMessage",
     "StateMsg",
+    "TicketMsg",
+    "TicketRequest",
     "Update",
     "encode_ack",
     "encode_client_message",
     "encode_error",
+    "encode_missed",
     "encode_probe",
     "encode_server_message",
     "encode_state",
+    "encode_ticket",
     "encode_update",
     "is_valid_name",
     "is_valid_offset",
@@ -88,6 +93,9 @@ MAX_AMOUNT: Final = 2**53 - 1
 
 MAX_EPOCH: Final = 2**63 - 1
 """Largest epoch (a Redis integer)."""
+
+MAX_TICKET_LENGTH: Final = 1024
+"""Longest resumption ticket a server sends (``rideout.auth.resume.MAX_TICKET_LENGTH``)."""
 
 MAX_RETRY_HINT: Final = 3600.0
 """Largest retry hint, in seconds, that :func:`overloaded_reason` writes."""
@@ -203,7 +211,14 @@ class Probe:
     write and a read of the zone's probe key went through the state store."""
 
 
-ClientMessage: TypeAlias = Heartbeat | GetState | Bid | Probe
+@dataclass(frozen=True, slots=True)
+class TicketRequest:
+    """``{action:"ticket"}``: a resumption ticket for this connection's identity, to
+    present instead of the access token on the next handshake (answered with
+    :class:`TicketMsg`; servers before 2026-12-07 answer ``bad_request``)."""
+
+
+ClientMessage: TypeAlias = Heartbeat | GetState | Bid | Probe | TicketRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +302,22 @@ class ProbeMsg:
     full: bool = False
 
 
-ServerMessage: TypeAlias = Pong | StateMsg | Ack | Update | ErrorMsg | ProbeMsg
+@dataclass(frozen=True, slots=True)
+class TicketMsg:
+    """``{type:"ticket", ticket, ttl, expires}``: the reply to ``{action:"ticket"}``.
+
+    ``ticket`` is the resumption ticket (opaque text, at most
+    :data:`MAX_TICKET_LENGTH` characters); ``ttl`` the seconds it is valid for from now
+    (measure its life with this, not the client's wall clock), ``expires`` the same as
+    seconds since the epoch.
+    """
+
+    ticket: str
+    ttl: float
+    expires: int
+
+
+ServerMessage: TypeAlias = Pong | StateMsg | Ack | Update | ErrorMsg | ProbeMsg | TicketMsg
 
 
 # ------------------------------------------------------------------------- validation
@@ -463,7 +493,11 @@ def _client_message(obj: dict[str, Any]) -> ClientMessage:
         return Bid(room=_name(obj, "room"), amount=_amount(obj), id=_request_id(obj, "id"))
     if action == "probe":
         return Probe()
-    raise _Invalid(f"unknown action {_preview(action)}; expected heartbeat, getState, bid or probe")
+    if action == "ticket":
+        return TicketRequest()
+    raise _Invalid(
+        f"unknown action {_preview(action)}; expected heartbeat, getState, bid, probe or ticket"
+    )
 
 
 def parse_server_message(data: str | bytes) -> ServerMessage:
@@ -550,7 +584,24 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             region=_name(obj, "region"), zone=_name(obj, "zone"), role=role,
             epoch=epoch, replicas=replicas, full=full,
         )  # fmt: skip
-    raise _Invalid(f"unknown type {_preview(kind)}; expected state, ack, update, error or probe")
+    if kind == "ticket":
+        ticket = _str(obj, "ticket")
+        if (
+            not 0 < len(ticket) <= MAX_TICKET_LENGTH
+            or not ticket.isascii()
+            or not ticket.isprintable()
+        ):
+            raise _Invalid(f"'ticket' must be 1-{MAX_TICKET_LENGTH} printable ASCII characters")
+        ttl = _require(obj, "ttl")
+        expires = _require(obj, "expires")
+        if isinstance(ttl, bool) or not isinstance(ttl, int | float) or not 0 <= ttl <= 2**31:
+            raise _Invalid("'ttl' must be a number of seconds")
+        if not _is_int(expires) or not 0 <= expires <= MAX_EPOCH:
+            raise _Invalid("'expires' must be an integer time (seconds since the epoch)")
+        return TicketMsg(ticket=ticket, ttl=float(ttl), expires=expires)
+    raise _Invalid(
+        f"unknown type {_preview(kind)}; expected state, ack, update, error, probe or ticket"
+    )
 
 
 _PROBE_ROLES: Final = ("writer", "replica")
@@ -588,9 +639,14 @@ def encode_state(
     position: Position,
     recovered: bool,
     missed: Iterable[Update] = (),
+    missed_json: str | None = None,
 ) -> str:
-    """Encode the reply to ``getState``. ``state`` and ``user`` must be JSON-serializable."""
-    return _dump(
+    """Encode the reply to ``getState``. ``state`` and ``user`` must be JSON-serializable.
+
+    ``missed_json``, when given, is ``missed`` already encoded by :func:`encode_missed`
+    (many replies of one room from one position share it; ``missed`` is then ignored).
+    """
+    text = _dump(
         {
             "type": "state",
             "region": region,
@@ -599,9 +655,21 @@ def encode_state(
             "user": user,
             "position": _position_json(position),
             "recovered": recovered,
-            "missed": [_update_json(u.room, u.state, u.position, u.region) for u in missed],
+            "missed": [] if missed_json is not None else
+            [_update_json(u.room, u.state, u.position, u.region) for u in missed],
         }
-    )
+    )  # fmt: skip
+    if missed_json is None:
+        return text
+    return text[: -len(_NO_MISSED)] + missed_json + "}"
+
+
+_NO_MISSED: Final = "[]}"
+
+
+def encode_missed(missed: Iterable[Update]) -> str:
+    """The ``missed`` list of a ``state`` reply, encoded once for many replies."""
+    return _dump([_update_json(u.room, u.state, u.position, u.region) for u in missed])
 
 
 def encode_ack(
@@ -651,10 +719,17 @@ def encode_probe(
     )  # fmt: skip
 
 
+def encode_ticket(*, ticket: str, ttl: float, expires: int) -> str:
+    """Encode the reply to ``{action:"ticket"}`` (``ttl`` kept to the millisecond)."""
+    return _dump({"type": "ticket", "ticket": ticket, "ttl": round(ttl, 3), "expires": expires})
+
+
 def encode_server_message(message: ServerMessage) -> str:
     """Encode any server → client message object."""
     if isinstance(message, Pong):
         return PONG
+    if isinstance(message, TicketMsg):
+        return encode_ticket(ticket=message.ticket, ttl=message.ttl, expires=message.expires)
     if isinstance(message, ProbeMsg):
         return encode_probe(
             region=message.region, zone=message.zone, role=message.role,
@@ -693,6 +768,8 @@ def encode_client_message(message: ClientMessage) -> str:
         return _dump({"action": "heartbeat"})
     if isinstance(message, Probe):
         return _dump({"action": "probe"})
+    if isinstance(message, TicketRequest):
+        return _dump({"action": "ticket"})
     if isinstance(message, GetState):
         obj: dict[str, object] = {"action": "getState", "room": message.room}
         if message.since is not None:

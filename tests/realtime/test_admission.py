@@ -84,7 +84,9 @@ async def test_replays_past_the_zone_s_places_are_refused_with_a_hint(
 ) -> None:
     """Many users, each within its own replay budget, ask for a full replay at once: one
     runs, one waits, the rest are refused at once with ``throttled`` and the hint to
-    come back after; counted as shed. A getState with no position is no replay."""
+    come back after; counted as shed. A getState with no position is no replay. (Each
+    from a position of its own: identical replays share one read and one place,
+    tests/realtime/test_coalesced_reads.py.)"""
     config = make_config(realtime={"max_replays": 1, "replay_queue": 1})
     async with running_deployment(config) as d:
         since = await fill_room(d, "lot", 200)
@@ -92,8 +94,10 @@ async def test_replays_past_the_zone_s_places_are_refused_with_a_hint(
         async with contextlib.AsyncExitStack() as stack:
             sockets = [await stack.enter_async_context(d.connect(sub=u, max_size=None))
                        for u in users]  # fmt: skip
-            for ws in sockets:
-                await send(ws, action="getState", room="lot", since=since)
+            ms, _, seq = str(since["offset"]).partition("-")
+            for n, ws in enumerate(sockets):
+                position = {"epoch": since["epoch"], "offset": f"{ms}-{int(seq) + n}"}
+                await send(ws, action="getState", room="lot", since=position)
             replies = [await recv(ws) for ws in sockets]
             kinds = sorted(r["type"] if r["type"] == "state" else r["code"] for r in replies)
             assert kinds.count("state") >= 2, kinds  # the one running and the one waiting

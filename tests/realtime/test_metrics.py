@@ -10,6 +10,7 @@ NAMES = {
     "rideout_ws_closes", "rideout_fanout_latency_seconds", "rideout_replays",
     "rideout_slow_consumers", "rideout_shed", "rideout_store_errors", "rideout_sync_replication",
     "rideout_zone_mode", "rideout_store_backend_up", "rideout_event_loop_lag_seconds",
+    "rideout_ws_credentials", "rideout_state_reads",
 }  # fmt: skip
 
 

@@ -536,6 +536,31 @@ async def test_state_written_on_the_primary_reads_on_the_replica(pair: Pair) -> 
     assert view.session["last_bid_id"] == "r3"
 
 
+async def test_read_room_and_read_session_are_get_state_in_two_parts(pair: Pair) -> None:
+    """The room's part is the same for every user (so identical reads can share it);
+    the session is read apart, on the primary or the replica alike."""
+    store, room = pair.store(), fresh()
+    results = [await store.bid(room, "alice", 10 * i, f"r{i}", epoch=1) for i in range(1, 4)]
+    assert await pair.writer.wait(1, 1000) == 1
+    for reader in (store, pair.replica_store()):
+        for since in (
+            None,
+            results[0].position,
+            Position(0, "1-0"),
+            Position(1, "9999999999999-0"),
+        ):
+            whole = await reader.get_state(room, "alice", since)
+            part = await reader.read_room(room, since)
+            assert part == dataclasses.replace(whole, session={})
+            assert await reader.read_session("alice") == whole.session
+    assert await store.read_session("nobody") == {}
+    assert (await store.read_room(fresh())).state == empty_state()
+    with pytest.raises(ValueError, match="room"):
+        await store.read_room("")
+    with pytest.raises(ValueError, match="sub"):
+        await store.read_session("")
+
+
 # ------------------------------------------------------------------------------ replay
 
 

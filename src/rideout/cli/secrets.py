@@ -10,6 +10,7 @@ import typer
 from rideout.auth import SigningKey
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.canary_keys import load_or_create_canary_key
+from rideout.auth.resume import load_resume_keys
 from rideout.cli._core import ConfigOption, app, console, fail, load
 from rideout.errors import RideoutError
 
@@ -31,10 +32,11 @@ def init(
     ] = None,
     config_path: ConfigOption = None,
 ) -> None:
-    """Make the signing key, the admin token and each region's canary key (mode 0600),
-    keeping any that exist. Mount the directory read-only on every host: app servers
-    need the signing key and admin token, canaries the signing key and their region's
-    canary key, control planes the admin token and every canary key.
+    """Make the signing key, the admin token, the resume key and each region's canary
+    key (mode 0600), keeping any that exist. Mount the directory read-only on every
+    host: app servers need the signing key, admin token and resume key, canaries the
+    signing key and their region's canary key, control planes the admin token and every
+    canary key.
 
     Exit codes: 0 made or already there, 1 a file could not be made, 2 bad config.
     """
@@ -43,9 +45,10 @@ def init(
     try:
         SigningKey.load_or_create(target)
         load_or_create_admin_token(target)
+        load_resume_keys(target, create=True)
         for region in config.regions:
             load_or_create_canary_key(target, region.name)
     except (RideoutError, OSError) as exc:
         fail(str(exc))
-    console.print(f"secrets in {target}: signing key, admin token, canary keys for "
+    console.print(f"secrets in {target}: signing key, admin token, resume key, canary keys for "
                   f"{', '.join(r.name for r in config.regions)}")  # fmt: skip

@@ -138,6 +138,11 @@ class AuthConfig:
     room_events: tuple[str, ...] = ("auction",)
     # Seconds /ws trusts a session status it read from the room's store (bounded staleness).
     room_session_ttl: float = field(default=1.0, metadata={"zero_ok": True})
+    # Seconds a resumption ticket lives (rideout.auth.resume): each app server hands its
+    # connections one on request, a reconnect presents it instead of the access token
+    # (an HMAC checked in microseconds instead of an Ed25519 signature). Never past the
+    # token's own exp. 0: no tickets are issued or accepted.
+    resume_ttl: float = field(default=300.0, metadata={"zero_ok": True})
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +182,10 @@ class RealtimeConfig:
     # bids (error/unavailable) while the process's event loop runs late: from a quarter
     # of timing.canary_timeout, all of them from half of it (realtime.limits.LoadShedder).
     shed_load: bool = True
+    # getState's identical concurrent reads (a room, from one position) share one Redis
+    # read, and a replay that waits for one needs no place of `max_replays`
+    # (rideout._singleflight; docs/realtime-api.md, "Admission").
+    coalesce_reads: bool = True
     history_size: int = 1000  # updates kept per room for replay
     history_ttl: float = 3600.0  # seconds of updates kept per room for replay
     min_bid: int = 1

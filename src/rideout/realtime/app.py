@@ -38,9 +38,11 @@ from starlette.types import Receive, Scope, Send
 from rideout import _body, _http, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
+from rideout._singleflight import SingleFlight
 from rideout._tasks import TaskSupervisor
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
+from rideout.auth.resume import ResumeTickets, load_resume_keys
 from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
 from rideout.realtime import demo
@@ -357,7 +359,8 @@ async def _open_zone(
         ),
         revocations=RevocationList(auth.leeway), authorities=tuple(authorities),
         replays=ReplayGate(AdmissionPolicy.for_config(config.realtime)), probe_store=probe_store,
-        tasks=tasks,
+        tasks=tasks, tickets=_resume_tickets(config),
+        reads=SingleFlight() if config.realtime.coalesce_reads else None,
     )  # fmt: skip
     # Which tasks turn /health and /ready red while down (docs/realtime-api.md): the
     # epoch, revocation and store-probe followers and the hub (without them the zone
@@ -383,6 +386,23 @@ async def _open_zone(
     )
     stack.push_async_callback(watcher.stop)
     return server
+
+
+def _resume_tickets(config: Config) -> ResumeTickets | None:
+    """The zone's resumption tickets: off when ``auth.resume_ttl`` is 0, or in external
+    mode before ``rideout secrets init`` made the deployment's resume key (never made
+    here: a key made on one host alone would differ from every other's)."""
+    auth = config.auth
+    if auth.resume_ttl <= 0:
+        return None
+    ring = load_resume_keys(config.keys_dir, create=config.mode != "external")
+    if ring is None:
+        log.warning(
+            "no resume key in %s: resumption tickets are off (run `rideout secrets init`)",
+            config.keys_dir,
+        )
+        return None
+    return ResumeTickets(ring, auth.resume_ttl, leeway=auth.leeway, max_ttl=auth.max_token_ttl)
 
 
 def _on_lag(server: ZoneServer) -> Callable[[float], None]:

@@ -19,11 +19,14 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from rideout._eager import Resumption, run_eagerly
 from rideout.auth import AuthError, AuthUnavailable, Claims, extract_token
+from rideout.auth.resume import is_ticket
 from rideout.health.names import CANARY_PROBE, PROBE_CLAIM
 from rideout.protocol import (
     MESSAGE_TOO_BIG,
@@ -34,22 +37,27 @@ from rideout.protocol import (
     GetState,
     Heartbeat,
     OffsetKey,
+    Position,
     Probe,
     ProtocolError,
+    TicketRequest,
     Update,
     encode_ack,
     encode_error,
+    encode_missed,
     encode_probe,
     encode_state,
+    encode_ticket,
     offset_key,
     overloaded_reason,
     parse_client_message,
 )
+from rideout.realtime.admission import Denied
 from rideout.realtime.backend import probe_store, record_failure, record_ok
 from rideout.realtime.demo import DEMO_CLAIM
 from rideout.realtime.limits import Refusal, Shed, TokenBucket
 from rideout.realtime.zone import ZoneMode, ZoneServer
-from rideout.store.auction import NotWriter, Reason, StoreCorrupt, StoreError
+from rideout.store.auction import NotWriter, Reason, StateResult, StoreCorrupt, StoreError
 
 __all__ = ["REPLAY_YIELD", "Connection", "WebSocketEndpoint", "close_revoked"]
 
@@ -107,7 +115,7 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         return None
     try:
         bearer = extract_token(scope.get("query_string", b""), scope["headers"])
-        claims = await _authorize(server, bearer.token)
+        claims, kind = await _authorize(server, bearer.token)
         _refuse_revoked(server, claims.sub, claims.jti, claims.iat)
     except AuthError as exc:
         await _deny(scope, send, server, exc.status, exc.reason, exc.message)
@@ -142,9 +150,11 @@ async def _handshake(server: ZoneServer, scope: Message, send: Send) -> Connecti
         server.caps.release(claims.sub, address, probe=probe, demo=demo)
         raise
     server.metrics.handshakes.labels("accepted").inc()
+    server.metrics.credentials.labels(kind).inc()
     return Connection(
         send, claims.sub, claims.exp, server,
         address=address, probe=probe, demo=demo, jti=claims.jti, issued=claims.iat,
+        resumable=kind != "authority",
     )  # fmt: skip
 
 
@@ -160,16 +170,25 @@ def _shed(server: ZoneServer, kind: Shed = "connection") -> Refusal | None:
     return refusal
 
 
-async def _authorize(server: ZoneServer, token: str) -> Claims:
-    """The token's claims from the auction's verifier or, when it refuses the token,
-    from the first authority that owns it; else the verifier's refusal."""
+async def _authorize(server: ZoneServer, token: str) -> tuple[Claims, str]:
+    """The credential's claims and kind: a resumption ticket's (``ticket``), else the
+    token's from the auction's verifier (``token``) or, when it refuses the token, from
+    the first authority that owns it (``authority``); else the verifier's refusal.
+
+    A ticket refused (tampered, expired, under a key this server does not hold, or
+    tickets off here) gets a token's 401, so the client retries with its token."""
+    if is_ticket(token):
+        tickets = server.tickets
+        if tickets is None:
+            raise AuthError.of("unknown_kid", "resumption tickets are not accepted here")
+        return tickets.verify(token), "ticket"
     try:
-        return server.verifier.verify(token)
+        return server.verifier.verify(token), "token"
     except AuthError as refusal:
         for authority in server.authorities:
             claims = await authority.authorize(token)
             if claims is not None:
-                return claims
+                return claims, "authority"
         raise refusal from None
 
 
@@ -235,13 +254,14 @@ class Connection:
 
     __slots__ = (
         "_asgi_send", "_bucket", "_close", "_flusher", "_limit", "_pending", "_queue",
-        "_seen", "address", "demo", "expires", "issued", "jti", "probe", "server", "sub",
+        "_seen", "address", "demo", "expires", "issued", "jti", "probe", "resumable", "server",
+        "sub",
     )  # fmt: skip
 
     def __init__(
         self, send: Send, sub: str, expires: float, server: ZoneServer,
         *, address: str = "", probe: bool = False, demo: bool = False, jti: str = "",
-        issued: float = 0.0,
+        issued: float = 0.0, resumable: bool = False,
     ) -> None:  # fmt: skip
         self._asgi_send = send
         self.sub = sub
@@ -252,6 +272,9 @@ class Connection:
         self.address = address  # the client's, as the caps count it
         self.probe = probe  # the canary's: counted in the reserve
         self.demo = demo  # a demo identity's: counted in the demo share
+        # Opened with the auction's own token or a ticket: may be given tickets
+        # (an authority's tokens depend on live state a ticket would skip).
+        self.resumable = resumable and not probe
         realtime = server.config.realtime
         self._limit = realtime.send_queue
         self._bucket = TokenBucket(realtime.rate_limit, realtime.rate_burst)
@@ -407,6 +430,8 @@ class Connection:
                 outcome = await self._probe()
             elif isinstance(msg, GetState):
                 outcome = await self._get_state(msg)
+            elif isinstance(msg, TicketRequest):
+                outcome = self._ticket()
             else:
                 outcome = await self._bid(msg)
                 if outcome in _STORE_ANSWERED:  # the writer took it (a read alone proves less)
@@ -469,6 +494,22 @@ class Connection:
         )  # fmt: skip
         return "ok"
 
+    def _ticket(self) -> str:
+        """A resumption ticket for this connection's token (``ticket``), or
+        ``error/forbidden`` where there is none to give."""
+        tickets = self.server.tickets
+        ticket = None
+        if tickets is not None and self.resumable:
+            claims = Claims(self.sub, self.expires, self.issued, self.jti, _NO_CLAIMS)
+            ticket = tickets.mint(claims, _DEMO_CARRY if self.demo else None)
+        if ticket is None:
+            self._send(
+                encode_error(ErrorCode.FORBIDDEN, "no resumption ticket for this connection")
+            )
+            return "forbidden"
+        self._send(encode_ticket(ticket=ticket.value, ttl=ticket.ttl, expires=ticket.expires))
+        return "ok"
+
     def _throttled(self, why: str, wait: float, request_id: str | None = None) -> None:
         """``error/throttled``; the message carries the hint: ``…; retry-after=0.25``."""
         hint = overloaded_reason(wait).partition("; ")[2]
@@ -498,27 +539,29 @@ class Connection:
         # Admission: a replay (a position at the current epoch: one at an older epoch gets
         # the full state, cheap) is refused while the loop runs late, and otherwise runs
         # when one of the process's few places for replays is free (realtime.admission).
+        # With coalesced reads the place is taken by the read itself, which identical
+        # replays then share without one of their own: they cost Redis nothing more,
+        # and the server a session read and an answer spliced around the `missed`
+        # encoded once (rideout._singleflight).
         replay = msg.since is not None and msg.since.epoch == server.epoch.value
         if replay:
-            refused = await self._admit_replay()
-            if refused is not None:
-                return refused
-        try:
-            return await self._read_state(msg, fresh)
-        finally:
-            if replay:
-                server.replays.leave()
+            refusal = _shed(server, "replay")
+            if refusal is not None:
+                self._throttled(refusal.message, server.config.timing.backoff_cap)
+                return "overloaded"
+            if server.reads is None:
+                denied = await server.replays.enter()
+                if denied is not None:
+                    return self._replay_refused(denied)
+                try:
+                    return await self._read_state(msg, fresh, replay)
+                finally:
+                    server.replays.leave()
+        return await self._read_state(msg, fresh, replay)
 
-    async def _admit_replay(self) -> str | None:
-        """A place for a replay (None), or the outcome of its refusal, sent."""
+    def _replay_refused(self, denied: Denied) -> str:
+        """Answer a replay the gate refused (``error/throttled``); its outcome."""
         server = self.server
-        refusal = _shed(server, "replay")
-        if refusal is not None:  # the loop runs late: back off as from any overload
-            self._throttled(refusal.message, server.config.timing.backoff_cap)
-            return "overloaded"
-        denied = await server.replays.enter()
-        if denied is None:
-            return None
         server.metrics.shed.labels("replay", denied).inc()
         policy = server.replays.policy
         # The queue moves within about `wait`: come back after one or two of them (the
@@ -532,7 +575,7 @@ class Connection:
         self._throttled(why, hint)
         return "overloaded"
 
-    async def _read_state(self, msg: GetState, fresh: bool) -> str:
+    async def _read_state(self, msg: GetState, fresh: bool, replay: bool) -> str:
         room = msg.room
         server = self.server
         budget = server.budget
@@ -546,7 +589,17 @@ class Connection:
         try:
             if fresh:
                 await server.hub.subscribe(room, self)
-            result = await server.store.get_state(room, self.sub, msg.since)
+            if server.reads is None:
+                result = await server.store.get_state(room, self.sub, msg.since)
+                missed_json = None
+            else:
+                read = await self._shared_read(msg, replay)
+                if isinstance(read, str):  # the replay gate refused the read
+                    self._pending.pop(room, None)
+                    server.hub.unsubscribe(room, self)
+                    return self._replay_refused(read)
+                result, missed_json = read
+                result = replace(result, session=await server.store.read_session(self.sub))
             cost += len(result.missed)
         except BaseException:
             self._pending.pop(room, None)
@@ -554,14 +607,18 @@ class Connection:
             raise
         finally:
             budget.charge(self.sub, cost - most)
-        if len(result.missed) > REPLAY_YIELD:
-            await asyncio.sleep(0)  # let others' messages through between read and encode
         region = server.region.name
-        missed = [Update(room, e.state, e.position, region) for e in result.missed]
+        if missed_json is None:
+            if len(result.missed) > REPLAY_YIELD:
+                await asyncio.sleep(0)  # let others' messages through between read and encode
+            missed = [Update(room, e.state, e.position, region) for e in result.missed]
+        else:
+            missed = []
         self._send(
             encode_state(
                 region=region, room=room, state=result.state, user=result.session,
                 position=result.position, recovered=result.recovered, missed=missed,
+                missed_json=missed_json,
             )
         )  # fmt: skip
         seen = offset_key(result.position.offset)
@@ -575,6 +632,38 @@ class Connection:
                 "recovered" if result.recovered else result.reason or "not_recovered"
             ).inc()
         return "ok"
+
+    async def _shared_read(self, msg: GetState, replay: bool) -> _Read:
+        """The room's part of the state from `msg.since`: a read of this room from this
+        position in flight, else a read of its own that identical requests may share;
+        a replay's read takes a place of the replay gate (or is refused: the reason).
+
+        A shared read may have reached Redis before this connection subscribed (hence
+        before the hub's cursor it subscribed at); if its position is older than that
+        cursor, the updates between were delivered to others but not here, so it is
+        read again, by a flight started after the cursor was taken (later ones share it).
+        """
+        server = self.server
+        reads = server.reads
+        assert reads is not None
+        key = (msg.room, msg.since)
+        floor = server.hub.cursor(msg.room)
+        after = reads.sequence  # a flight started from now on reads at or after `floor`
+
+        def work() -> Awaitable[_Read]:
+            return _read_room(server, msg.room, msg.since, gated=replay)
+
+        flight = reads.run(key, work)
+        shared = flight.sequence <= after  # begun by someone else (else: by this call)
+        read = await flight.result()
+        labels = server.metrics.state_reads
+        if isinstance(read, str):
+            return read
+        if floor is not None and offset_key(read[0].position.offset) < offset_key(floor):
+            labels.labels("again").inc()
+            return await reads.run(key, work, after=after).result()
+        labels.labels("shared" if shared else "redis").inc()
+        return read
 
     async def _bid(self, msg: Bid) -> str:
         server = self.server
@@ -635,9 +724,38 @@ class Connection:
         return outcome
 
 
+async def _read_room(
+    server: ZoneServer, room: str, since: Position | None, *, gated: bool
+) -> _Read:
+    """One read of a room from a position, with its `missed` encoded once for everyone
+    who shares it (a flight of ``server.reads``). A replay's (`gated`) first takes a
+    place of the process's replay gate, and gives it back once encoded; refused, the
+    reason is every sharer's answer."""
+    if gated:
+        denied = await server.replays.enter()
+        if denied is not None:
+            return denied
+    try:
+        result = await server.store.read_room(room, since)
+        if len(result.missed) > REPLAY_YIELD:
+            await asyncio.sleep(0)  # let others' messages through between read and encode
+        region = server.region.name
+        missed = encode_missed(Update(room, e.state, e.position, region) for e in result.missed)
+    finally:
+        if gated:
+            server.replays.leave()
+    return result, missed
+
+
+_Read = tuple[StateResult, str] | Denied
+"""A shared read: the room's state and its `missed` encoded, or why the gate refused it."""
+
 _STORE_ANSWERED = frozenset({"accepted", "rejected", "unreplicated", "accepted_async"})
 """The outcomes of a bid the writer's store answered: they prove the backend works."""
 
 _ACTIONS: dict[type[Any], str] = {
     Heartbeat: "heartbeat", GetState: "getState", Bid: "bid", Probe: "probe",
+    TicketRequest: "ticket",
 }  # fmt: skip
+_NO_CLAIMS: Mapping[str, Any] = MappingProxyType({})
+_DEMO_CARRY: Mapping[str, bool] = MappingProxyType({DEMO_CLAIM: True})

@@ -73,6 +73,11 @@ class Hub:
     def rooms(self) -> frozenset[str]:
         return frozenset(self._subscribers)
 
+    def cursor(self, room: str) -> str | None:
+        """The offset the hub has delivered `room` up to (None while not following it):
+        a subscriber's state must be at least this new, or it misses what lies between."""
+        return self._cursors.get(room)
+
     def subscriber_count(self, room: str) -> int:
         return len(self._subscribers.get(room, ()))
 

@@ -41,6 +41,13 @@ class AppMetrics:
         self.handshakes = Counter(
             "rideout_ws_handshakes", "WebSocket handshakes, by outcome.", ["outcome"], registry=r
         )
+        self.credentials = Counter(
+            "rideout_ws_credentials",
+            "Accepted handshakes, by credential: token (the auction's own), ticket (a "
+            "resumption ticket) or authority (another issuer's, such as the waiting room's).",
+            ["kind"],
+            registry=r,
+        )
         self.messages = Counter(
             "rideout_ws_messages",
             "Messages received, by action and outcome.",
@@ -77,6 +84,14 @@ class AppMetrics:
             "bid, replay) and why (loop_lag: its event loop runs late; queue_full, "
             "queue_timeout: replays' admission, realtime.admission).",
             ["work", "reason"],
+            registry=r,
+        )
+        self.state_reads = Counter(
+            "rideout_state_reads",
+            "getState's reads of a room, by how: redis (a read of its own), shared (it "
+            "waited for an identical read in flight: realtime.coalesce_reads), again (a "
+            "shared read older than the connection's subscription, read again).",
+            ["how"],
             registry=r,
         )
         self.slow_consumers = Counter(

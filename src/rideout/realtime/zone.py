@@ -37,10 +37,11 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Final, Protocol
 
 from rideout._looplag import LoopLag
+from rideout._singleflight import SingleFlight
 from rideout._tasks import TaskSupervisor
 from rideout.config import RealtimeConfig
 from rideout.protocol import CloseCode
-from rideout.realtime.admission import AdmissionPolicy, ReplayGate
+from rideout.realtime.admission import AdmissionPolicy, Denied, ReplayGate
 from rideout.realtime.limits import ConnectionCaps, CostBudget, LoadShedder
 from rideout.store.sync import SyncRule, rule_for
 
@@ -48,12 +49,14 @@ if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
     from rideout.auth import Claims, TokenIssuer, TokenVerifier
+    from rideout.auth.resume import ResumeTickets
     from rideout.auth.revocation import RevocationList
     from rideout.config import Config, RegionConfig, ZoneConfig
+    from rideout.protocol import Position
     from rideout.realtime.epoch import EpochTracker
     from rideout.realtime.hub import Hub
     from rideout.realtime.metrics import AppMetrics
-    from rideout.store.auction import AuctionStore
+    from rideout.store.auction import AuctionStore, StateResult
 
 __all__ = [
     "DEGRADE_SIGNAL",
@@ -217,6 +220,15 @@ class ZoneServer:
     probe_store: AuctionStore | None = None
     # The process's background tasks (hub, followers, prober, lag watcher): rideout._tasks.
     tasks: TaskSupervisor = field(default_factory=TaskSupervisor)
+    # getState's reads of a room from one position in flight, shared by identical ones
+    # (rideout._singleflight): the read and its `missed` encoded once. None: each reads.
+    # A replay's read holds a place of `replays` (or is refused: the reason, to all).
+    reads: SingleFlight[tuple[str, Position | None], tuple[StateResult, str] | Denied] | None = (
+        field(default_factory=SingleFlight)
+    )
+    # Resumption tickets (rideout.auth.resume): minted for connections opened with the
+    # auction's own tokens, accepted at the handshake instead of one. None: off.
+    tickets: ResumeTickets | None = None
 
     def __post_init__(self) -> None:
         # (Unit tests build servers without a config: no sync rule for them.)

@@ -416,6 +416,38 @@ def _session(fields: Mapping[str, str], what: str) -> dict[str, Any]:
     return session
 
 
+def _state_result(
+    room: str,
+    epoch_reply: object,
+    state_reply: object,
+    session: dict[str, Any],
+    status_reply: object,
+    entries: object,
+    what: str,
+) -> StateResult:
+    """A StateResult from the parts of a GET_STATE or GET_ROOM reply."""
+    epoch = _epoch(epoch_reply, keys.EPOCH)
+    fields = _pairs(state_reply, f"{what}: room state")
+    status = _text(status_reply, what)
+    missed: list[RoomEntry] = []
+    if status == "recovered":
+        if not isinstance(entries, list):
+            raise StoreCorrupt(f"{what}: unexpected entries {entries!r:.80}")
+        for entry in entries:
+            if not isinstance(entry, list) or len(entry) != 2:
+                raise StoreCorrupt(f"{what}: unexpected entry {entry!r:.80}")
+            missed.append(decode_stream_entry(room, entry[0], _pairs(entry[1], f"{what}: entry")))
+    return StateResult(
+        room=room,
+        state=_room_state(fields, f"{what}: room state"),
+        session=session,
+        position=Position(epoch, _offset_field(fields, f"{what}: room state")),
+        recovered=status == "recovered",
+        missed=tuple(missed),
+        reason=None if status in ("none", "recovered") else status,
+    )
+
+
 def _position_of(ack: Mapping[str, Any], what: str) -> Position:
     epoch, offset = ack.get("epoch"), ack.get("offset")
     if isinstance(epoch, bool) or not isinstance(epoch, int) or not is_valid_offset(offset):
@@ -515,6 +547,8 @@ class AuctionStore:
         # Reads too: a herd of reconnecting clients restores its state in one pipeline
         # per loop iteration, not one pooled connection (opened on demand) per client.
         self._states = ScriptPipeliner(client, StoreFunction(client, functions.GET_STATE))
+        self._rooms = ScriptPipeliner(client, StoreFunction(client, functions.GET_ROOM))
+        self._sessions = ScriptPipeliner(client, StoreFunction(client, functions.GET_SESSION))
         self._probes = ScriptPipeliner(client, StoreFunction(client, functions.PROBE))
         # A failover's herd subscribes to every room at once on the new region's servers.
         self._offsets = ScriptPipeliner(client, StoreFunction(client, functions.LAST_OFFSET))
@@ -639,6 +673,8 @@ class AuctionStore:
         await self._bids.close()
         await self._probes.close()
         await self._states.close()
+        await self._rooms.close()
+        await self._sessions.close()
         await self._offsets.close()
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
@@ -650,8 +686,40 @@ class AuctionStore:
         room's newest entry, no entry after it was trimmed, and at most
         ``settings.replay_limit`` entries follow it.
         """
-        _check_text("room", room)
         _check_text("sub", sub)
+        what = f"get_state of room {room!r}"
+        reply = await self._read(self._states, room, since, [keys.user_session(sub)], what)
+        if not isinstance(reply, list) or len(reply) != 5:
+            raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
+        session = _session(_pairs(reply[2], f"{what}: session"), f"{what}: session")
+        return _state_result(room, reply[0], reply[1], session, reply[3], reply[4], what)
+
+    async def read_room(self, room: str, since: Position | None = None) -> StateResult:
+        """:meth:`get_state` without a user: the same for every caller (its ``session``
+        is ``{}``), so that identical concurrent reads can share one
+        (:mod:`rideout._singleflight`); :meth:`read_session` reads the user's part."""
+        what = f"read_room of room {room!r}"
+        reply = await self._read(self._rooms, room, since, [], what)
+        if not isinstance(reply, list) or len(reply) != 4:
+            raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
+        return _state_result(room, reply[0], reply[1], {}, reply[2], reply[3], what)
+
+    async def read_session(self, sub: str) -> dict[str, Any]:
+        """``sub``'s session (``{}`` before its first accepted bid)."""
+        what = "read_session"
+        with self._errors(what):
+            reply, _ = await self._sessions.call([keys.user_session(_check_text("sub", sub))], [])
+        return _session(_pairs(reply, what), what)
+
+    async def _read(
+        self,
+        pipeliner: ScriptPipeliner,
+        room: str,
+        since: Position | None,
+        more_keys: list[str],
+        what: str,
+    ) -> Any:
+        _check_text("room", room)
         if since is not None:
             if not isinstance(since, Position):
                 raise ValueError(f"since must be a Position or None, not {since!r}")
@@ -661,37 +729,12 @@ class AuctionStore:
             )
         else:
             since_epoch, since_offset = "", ""
-        what = f"get_state of room {room!r}"
         with self._errors(what):
-            reply, _ = await self._states.call(
-                [keys.room_state(room), keys.room_stream(room), keys.user_session(sub)],
+            reply, _ = await pipeliner.call(
+                [keys.room_state(room), keys.room_stream(room), *more_keys],
                 [since_epoch, since_offset, str(self.settings.replay_limit)],
             )
-        if not isinstance(reply, list) or len(reply) != 5:
-            raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
-        epoch = _epoch(reply[0], keys.EPOCH)
-        fields = _pairs(reply[1], f"{what}: room state")
-        status = _text(reply[3], what)
-        missed: list[RoomEntry] = []
-        if status == "recovered":
-            entries = reply[4]
-            if not isinstance(entries, list):
-                raise StoreCorrupt(f"{what}: unexpected entries {entries!r:.80}")
-            for entry in entries:
-                if not isinstance(entry, list) or len(entry) != 2:
-                    raise StoreCorrupt(f"{what}: unexpected entry {entry!r:.80}")
-                missed.append(
-                    decode_stream_entry(room, entry[0], _pairs(entry[1], f"{what}: entry"))
-                )
-        return StateResult(
-            room=room,
-            state=_room_state(fields, f"{what}: room state"),
-            session=_session(_pairs(reply[2], f"{what}: session"), f"{what}: session"),
-            position=Position(epoch, _offset_field(fields, f"{what}: room state")),
-            recovered=status == "recovered",
-            missed=tuple(missed),
-            reason=None if status in ("none", "recovered") else status,
-        )
+        return reply
 
     async def read_updates(
         self, offsets: Mapping[str, str], *, count: int = 100, block_ms: int | None = None

@@ -39,6 +39,8 @@ __all__ = [
     "BID",
     "DEMO_NAME_CLAIM",
     "FUNCTIONS_SINCE",
+    "GET_ROOM",
+    "GET_SESSION",
     "GET_STATE",
     "IDEMPOTENCY_CLAIM",
     "IDEMPOTENCY_FINISH",
@@ -107,6 +109,8 @@ class Routine:
 
 BID: Final = Routine("rideout_bid", scripts.BID)
 GET_STATE: Final = Routine("rideout_get_state", scripts.GET_STATE)
+GET_ROOM: Final = Routine("rideout_get_room", scripts.GET_ROOM)
+GET_SESSION: Final = Routine("rideout_get_session", scripts.GET_SESSION)
 LAST_OFFSET: Final = Routine("rideout_last_offset", scripts.LAST_OFFSET)
 PROBE: Final = Routine("rideout_probe", scripts.PROBE)
 READ_REVOCATIONS: Final = Routine("rideout_read_revocations", scripts.READ_REVOCATIONS)
@@ -126,7 +130,7 @@ OIDC: Final[Mapping[str, Routine]] = {
 DEMO_NAME_CLAIM: Final = Routine("rideout_demo_name_claim", scripts.DEMO_NAME_CLAIM)
 
 ROUTINES: Final[tuple[Routine, ...]] = (
-    BID, GET_STATE, LAST_OFFSET, PROBE, READ_REVOCATIONS, IDEMPOTENCY_CLAIM,
+    BID, GET_STATE, GET_ROOM, GET_SESSION, LAST_OFFSET, PROBE, READ_REVOCATIONS, IDEMPOTENCY_CLAIM,
     IDEMPOTENCY_FINISH, DEMO_NAME_CLAIM, *ROOM.values(), *OIDC.values(),
 )  # fmt: skip
 """Every script the app user runs; the controller's own (REVOKE, the epoch's, the

@@ -35,6 +35,8 @@ __all__ = [
     "BID",
     "DEMO_NAME_CLAIM",
     "EPOCH_KEY",
+    "GET_ROOM",
+    "GET_SESSION",
     "GET_STATE",
     "IDEMPOTENCY_CLAIM",
     "IDEMPOTENCY_FINISH",
@@ -246,22 +248,12 @@ return {'new', ack}
 )
 """Place one bid: fence on the epoch, replay a stored ack, validate, apply, trim."""
 
-GET_STATE: Final = (
-    _COMMON
-    + r"""
--- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash); the epoch is read
---       from EPOCH_KEY
--- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
---       (canonical id), 3 most entries to replay
--- Returns {epoch, room state fields, session fields, status, entries}; status is
--- 'none' (no since), 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'.
--- Read-only: runs on a replica as well as on the writer.
+_READ_ROOM: Final = r"""
 local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
 if epoch == nil then
   return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
 end
 local state = redis.call('HGETALL', KEYS[1])
-local session = redis.call('HGETALL', KEYS[3])
 local pos = redis.call('HMGET', KEYS[1], 'offset', 'trimmed')
 local last = str(pos[1]) or '0-0'
 local trimmed = str(pos[2]) or '0-0'
@@ -293,10 +285,48 @@ if ARGV[1] ~= '' then
     end
   end
 end
-return {epoch, state, session, status, entries}
+"""
+# A room's state and what was missed since a position (GET_STATE and GET_ROOM).
+
+GET_STATE: Final = (
+    _COMMON
+    + r"""
+-- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash); the epoch is read
+--       from EPOCH_KEY
+-- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
+--       (canonical id), 3 most entries to replay
+-- Returns {epoch, room state fields, session fields, status, entries}; status is
+-- 'none' (no since), 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'.
+-- Read-only: runs on a replica as well as on the writer.
+"""
+    + _READ_ROOM
+    + r"""
+return {epoch, state, redis.call('HGETALL', KEYS[3]), status, entries}
 """
 )
 """Read a room's state, a user's session and what was missed since a position."""
+
+GET_ROOM: Final = (
+    _COMMON
+    + r"""
+-- KEYS: 1 room state (hash), 2 room stream; ARGV as GET_STATE's.
+-- Returns {epoch, room state fields, status, entries}: GET_STATE without the session,
+-- the same for every user, so that a herd's identical reads can share one.
+-- Read-only: runs on a replica as well as on the writer.
+"""
+    + _READ_ROOM
+    + r"""
+return {epoch, state, status, entries}
+"""
+)
+"""Read a room's state and what was missed since a position (no user's session)."""
+
+GET_SESSION: Final = r"""
+-- KEYS: 1 user session (hash). Returns its fields. Read-only. A script only so that a
+-- herd's reads share one pipeline per loop iteration (store.pipelining).
+return redis.call('HGETALL', KEYS[1])
+"""
+"""A user's session (its latest accepted bid)."""
 
 LAST_OFFSET: Final = r"""
 -- KEYS: 1 room state (hash). Returns the id of the room's newest entry, or false.

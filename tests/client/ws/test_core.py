@@ -41,6 +41,7 @@ from rideout.protocol import (
     encode_ack,
     encode_error,
     encode_state,
+    encode_ticket,
     encode_update,
 )
 
@@ -68,6 +69,7 @@ def core_settings(**overrides: Any) -> ClientSettings:
         "backoff": NoJitter(1.0, 60.0),
         "bid_retry": NoJitter(0.5, 4.0),
         "bid_retries": 2,
+        "resume_tickets": False,  # on by default; its own tests below turn it on
     }
     return ClientSettings(**(values | overrides))
 
@@ -465,3 +467,68 @@ def test_the_core_imports_neither_websockets_nor_asyncio() -> None:
     assert all(f"'rideout.client.ws.{name}'" in loaded for name in CORE_MODULES)
     assert "rideout.client.ws._asyncio" not in loaded
     assert forbidden == "[]"
+
+
+# ------------------------------------------------------------------ resumption tickets
+
+
+def test_a_ticket_is_asked_for_kept_renewed_at_half_life_and_presented() -> None:
+    core = ClientCore(core_settings(resume_tickets=True), rooms=["lot"])
+    assert core.resume_ticket(0.0) is None
+    opened = core.connection_opened(0.0, "a")
+    assert sent(opened.send) == ["{action:getState,room:lot}", "{action:ticket}"]
+    core.receive(state_msg("lot", 1, pos(1)), 0.1)
+    core.receive(encode_ticket(ticket="rt1.one", ttl=4.0, expires=4), 0.2)
+    assert core.stats.tickets_received == 1
+    assert core.resume_ticket(2.0) == "rt1.one"
+    assert sent(core.tick(1.0).send) == ["{action:heartbeat}"]  # not half spent yet
+    core.receive(PONG, 1.1)
+    assert sent(core.tick(2.3).send) == ["{action:heartbeat}", "{action:ticket}"]
+    core.receive(PONG, 2.4)
+    assert sent(core.tick(3.4).send) == ["{action:heartbeat}"]  # one request at a time
+    core.receive(encode_ticket(ticket="rt1.two", ttl=4.0, expires=7), 3.5)
+    core.receive(PONG, 3.5)
+    core.connection_lost(Cause.CLOSED, 1012)
+    assert core.resume_ticket(4.0) == "rt1.two"
+    assert core.resume_ticket(6.6) is None  # within a second of its end: the token instead
+    # A reconnect with a ticket more than half good asks for none.
+    assert sent(core.connection_opened(4.5, "b").send) == [
+        "{action:getState,room:lot,since:{epoch:1,offset:1-0}}"
+    ]
+
+
+def test_a_refused_ticket_is_forgotten_and_the_token_used() -> None:
+    core = ClientCore(core_settings(resume_tickets=True))
+    core.connection_opened(0.0, "a")
+    core.receive(encode_ticket(ticket="rt1.one", ttl=60.0, expires=60), 0.1)
+    core.connection_lost(Cause.CLOSED, 1012)
+    assert core.resume_ticket(1.0) == "rt1.one"
+    core.ticket_presented()
+    core.ticket_refused()
+    assert core.resume_ticket(1.0) is None
+    assert (core.stats.tickets_presented, core.stats.tickets_refused) == (1, 1)
+
+
+@pytest.mark.parametrize("code", ["bad_request", "forbidden"])
+def test_a_server_without_tickets_is_not_asked_again_on_that_connection(code: str) -> None:
+    core = ClientCore(core_settings(resume_tickets=True))
+    assert sent(core.connection_opened(0.0, "old").send) == ["{action:ticket}"]
+    core.receive(encode_error(code, "unknown action 'ticket'"), 0.1)  # an older server
+    assert sent(core.tick(1.0).send) == ["{action:heartbeat}"]
+    core.receive(PONG, 1.1)
+    assert sent(core.tick(2.0).send) == ["{action:heartbeat}"]
+    core.connection_lost(Cause.CLOSED, 1012)
+    assert sent(core.connection_opened(3.0, "new").send) == ["{action:ticket}"]  # the next one is
+
+
+def test_a_ticket_request_answered_unavailable_is_asked_again_with_a_heartbeat() -> None:
+    core = ClientCore(core_settings(resume_tickets=True))
+    core.connection_opened(0.0, "a")
+    core.receive(encode_error("unavailable", "degraded"), 0.1)
+    assert sent(core.tick(1.0).send) == ["{action:heartbeat}", "{action:ticket}"]
+    assert core.stats.heartbeat_failures == 0  # the error was the ticket's, not a heartbeat's
+
+
+def test_tickets_off_asks_for_none() -> None:
+    core = ClientCore(core_settings(resume_tickets=False), rooms=["lot"])
+    assert sent(core.connection_opened(0.0, "a").send) == ["{action:getState,room:lot}"]

@@ -46,6 +46,13 @@ with 401/403 asks the token provider once more and retries; a second refusal cou
 as a failed attempt. Any other connect failure (refused, timeout, 503 draining) moves
 on to the next address before backing off.
 
+**Resumption tickets** (``resume_tickets``, on by default): each connection asks the
+server for a ticket (``{"action":"ticket"}``) when the client holds none or the one it
+holds is half spent, and the next connect presents the ticket instead of the token (no
+token provider call): the server checks an HMAC instead of a signature. A ticket the
+server refuses (401/403) is forgotten and the token presented at once, on the same
+address. A ticket resumes the identity of the token whose connection it came from.
+
 **State restore**: on every connection, for every room followed (``rooms=`` or
 ``await client.follow(room)``), ``getState`` with
 the last position seen. ``recovered: true``: the ``missed`` updates are applied in

@@ -522,12 +522,21 @@ class AuctionClient:
         # wss: verify the certificate against the name, not the address.
         tls: dict[str, Any] = {"server_hostname": self.name} if self.scheme == "wss" else {}
         refreshed = False
+        # A resumption ticket the last connection gave, presented instead of the token
+        # (cheaper for the server to check); refused, the token is presented at once.
+        ticket = self._core.resume_ticket(self._loop_time())
         while True:
-            try:
-                token = await self._get_token()
-            except Exception as exc:
-                log.exception("the token provider failed")
-                return _ConnectResult(Cause.TOKEN_FAILED, address=address, detail=f"token: {exc!r}")
+            if ticket is not None:
+                token = ticket
+                self._core.ticket_presented()
+            else:
+                try:
+                    token = await self._get_token()
+                except Exception as exc:
+                    log.exception("the token provider failed")
+                    return _ConnectResult(
+                        Cause.TOKEN_FAILED, address=address, detail=f"token: {exc!r}"
+                    )
             try:
                 return await connect(
                     uri,
@@ -545,6 +554,12 @@ class AuctionClient:
                 status = exc.response.status_code
                 detail = f"{address}: HTTP {status} {_body(exc.response.body)}".rstrip()
                 if status in (401, 403):
+                    if ticket is not None:
+                        log.info("%s refused the resumption ticket (%s); presenting the token",
+                                 address, status)  # fmt: skip
+                        self._core.ticket_refused()
+                        ticket = None
+                        continue
                     if not refreshed:
                         refreshed = True
                         log.info(

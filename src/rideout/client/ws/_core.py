@@ -41,6 +41,8 @@ from rideout.protocol import (
     Position,
     ProtocolError,
     StateMsg,
+    TicketMsg,
+    TicketRequest,
     Update,
     encode_client_message,
     is_valid_name,
@@ -55,6 +57,8 @@ __all__ = ["ClientCore", "Feedback", "Room", "is_newer", "order_addresses"]
 log = logging.getLogger("rideout.client.ws")
 
 _HEARTBEAT: Final = encode_client_message(Heartbeat())
+_TICKET: Final = encode_client_message(TicketRequest())
+_TICKET_MARGIN: Final = 1.0  # seconds: a ticket this close to its end is not presented
 
 
 def is_newer(position: Position, than: Position | None) -> bool:
@@ -149,6 +153,15 @@ class ClientCore:
         self._failed: dict[str, float | None] = {}
         self._rng = rng
         self._replies: deque[tuple[str, str | None]] = deque()  # id-less requests in flight
+        # The resumption ticket (rideout.auth.resume): its text, when it stops being
+        # presented and when to ask for the next (on `now`'s clock), and whether to ask
+        # this connection (not once it said no: an older server, or a token of another
+        # issuer).
+        self._ticket: str | None = None
+        self._ticket_until = 0.0
+        self._ticket_renew = 0.0
+        self._ticket_asked = False
+        self._ticket_here = settings.resume_tickets
         for room in rooms:
             self.follow(room, 0.0)
 
@@ -168,6 +181,22 @@ class ClientCore:
     def ready(self) -> bool:
         """Connected, and every room followed at the connect has its state back."""
         return self.connected and not self._awaiting
+
+    def resume_ticket(self, now: float) -> str | None:
+        """The resumption ticket to present instead of the token on the next connect,
+        if one is held and still good at ``now``."""
+        if self._ticket is not None and now < self._ticket_until:
+            return self._ticket
+        return None
+
+    def ticket_presented(self) -> None:
+        """The driver presented :meth:`resume_ticket` at a handshake (counted)."""
+        self.stats.tickets_presented += 1
+
+    def ticket_refused(self) -> None:
+        """The handshake refused the ticket: forget it (the token is presented instead)."""
+        self._ticket = None
+        self.stats.tickets_refused += 1
 
     # ------------------------------------------------------------------ inputs
 
@@ -209,6 +238,9 @@ class ClientCore:
         self._failed.clear()
         for room in self._rooms:
             self._get_state(room, feedback)
+        self._ticket_asked = False
+        self._ticket_here = self.settings.resume_tickets
+        self._ask_ticket(now, feedback)
         if not self._awaiting:
             feedback.ready = True
         self._release_bids(now, feedback)
@@ -259,6 +291,13 @@ class ClientCore:
             self._apply_ack(message, feedback)
         elif isinstance(message, ErrorMsg):
             self._apply_error(message, now, feedback)
+        elif isinstance(message, TicketMsg):
+            self._pop_reply("ticket", None)
+            self._ticket_asked = False
+            self._ticket = message.ticket
+            self._ticket_until = now + message.ttl - _TICKET_MARGIN
+            self._ticket_renew = now + message.ttl / 2
+            self.stats.tickets_received += 1
         else:  # a probe reply: this client sends no probes
             log.warning("ignoring an unrequested %s", type(message).__name__)
         if self.heartbeat.degraded:
@@ -283,6 +322,7 @@ class ClientCore:
             if (at is None and beat) or (at is not None and at <= now):
                 del self._failed[room]
                 self._get_state(room, feedback)
+            self._ask_ticket(now, feedback)
         if self.heartbeat.check_healthy(now):
             feedback.healthy = True
         self._release_bids(now, feedback)
@@ -299,6 +339,17 @@ class ClientCore:
         since = self._rooms[room].position
         feedback.send.append(encode_client_message(GetState(room, since)))
         self._replies.append(("getState", room))
+
+    def _ask_ticket(self, now: float, feedback: Feedback) -> None:
+        """Ask for a ticket when none is held or the one held is half spent (at a
+        connect, then with the heartbeats), one request at a time."""
+        if not self._ticket_here or self._ticket_asked:
+            return
+        if self._ticket is not None and now < self._ticket_renew:
+            return
+        feedback.send.append(_TICKET)
+        self._replies.append(("ticket", None))
+        self._ticket_asked = True
 
     def _pop_reply(self, kind: str, room: str | None) -> None:
         for index, entry in enumerate(self._replies):
@@ -409,6 +460,12 @@ class ClientCore:
             failures = self.heartbeat.failure()
             self.stats.heartbeat_failures += 1
             feedback.events.append(HeartbeatFailed(failures, error.code))
+        elif kind == "ticket":
+            self._ticket_asked = False
+            if error.code in (ErrorCode.BAD_REQUEST, ErrorCode.FORBIDDEN):
+                # An older server (no such action), or no ticket for this token: ask the
+                # next connection, not this one. Anything else: ask with a heartbeat.
+                self._ticket_here = False
         elif kind == "getState" and room is not None:
             log.warning("restoring room %s failed: %s: %s", room, error.code, error.message)
             if room in self._rooms:

@@ -70,6 +70,9 @@ class ClientSettings:
     (False: in the answer's order)."""
     event_buffer: int = 1000
     """Events each :meth:`AuctionClient.events` stream holds before dropping the oldest."""
+    resume_tickets: bool = True
+    """Ask each connection for a resumption ticket and present it, instead of the token,
+    on the next connect (a refused ticket falls back to the token at once)."""
 
     def __post_init__(self) -> None:
         interval = seconds("heartbeat_interval", self.heartbeat_interval)

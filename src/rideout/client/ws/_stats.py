@@ -30,3 +30,9 @@ class ClientStats:
     bids_rejected: int = 0
     events_dropped: int = 0
     """Events an :class:`~rideout.client.ws.EventStream` dropped, its reader behind."""
+    tickets_received: int = 0
+    """Resumption tickets the servers handed out."""
+    tickets_presented: int = 0
+    """Handshakes that presented a resumption ticket instead of the token."""
+    tickets_refused: int = 0
+    """Of those, refused: the client then presented its token."""
