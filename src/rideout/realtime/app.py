@@ -23,7 +23,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import redis.asyncio as aioredis
@@ -35,7 +35,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import _body, _http, routes
+from rideout import _body, _http, openapi, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
 from rideout._tasks import TaskSupervisor
@@ -43,6 +43,7 @@ from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
 from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
+from rideout.openapi.zone import zone_fragment
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
 from rideout.realtime.admission import AdmissionPolicy, ReplayGate
@@ -70,7 +71,14 @@ from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
 from rideout.store.sync import placements
 
-__all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app", "drain_for_exit"]
+__all__ = [
+    "ZoneApp",
+    "ZoneExtension",
+    "auction_settings",
+    "create_app",
+    "drain_for_exit",
+    "zone_document",
+]
 
 log = logging.getLogger("rideout.realtime")
 
@@ -230,7 +238,9 @@ class ZoneExtension(Protocol):
     """Another part's routes and start-up work on a zone (the waiting room's, say).
 
     Passed to :func:`create_app` by whoever composes the deployment, so ``realtime``
-    never imports the part: anything with these three methods will do.
+    never imports the part: anything with these three methods will do. One that also has
+    ``openapi()``, returning its routes' OpenAPI fragment (``{"paths", "components",
+    "tags"}``), is described in the zone's ``/openapi.json`` (:func:`zone_document`).
     """
 
     def routes(self, server: ZoneServer) -> Sequence[BaseRoute]:
@@ -441,6 +451,23 @@ def _switch_on_signals(stack: contextlib.AsyncExitStack, server: ZoneServer) -> 
         server.set_mode(requested)
 
 
+def zone_document(extensions: Sequence[object] = ()) -> dict[str, Any]:
+    """The zone's OpenAPI document: its own routes, then each extension's that describes
+    its own (an ``openapi()`` method returning a fragment: see :mod:`rideout.openapi`)."""
+    fragments = [zone_fragment()]
+    for extension in extensions:
+        describe = getattr(extension, "openapi", None)
+        if callable(describe):
+            fragments.append(describe())
+    return openapi.document(
+        "rideout zone",
+        "One zone's app server: probes, the auction's keys and page settings, the admin "
+        "switch, and what its extensions mount (the waiting room's public and private API, "
+        "the OpenID adapter). The WebSocket API at `/ws` is docs/realtime-api.md.",
+        *fragments,
+    )
+
+
 def create_app(
     config: Config,
     region_name: str,
@@ -467,10 +494,10 @@ def create_app(
         Route(routes.LIVE, live),
         Route(routes.READY, ready),
         Route(routes.METRICS, metrics),
-        Route("/.well-known/jwks.json", jwks),
+        Route(routes.JWKS, jwks),
         Route(routes.ADMIN_MODE, admin_mode, methods=["GET", "POST"]),
-        Route("/config.json", browser_config),
-        Route("/auth/demo-token", demo_token, methods=["POST"]),
+        Route(routes.BROWSER_CONFIG, browser_config),
+        Route(routes.DEMO_TOKEN, demo_token, methods=["POST"]),
     ]
     page = Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
 
@@ -484,7 +511,8 @@ def create_app(
                 await extension.start(server)
                 stack.push_async_callback(extension.stop)
             added = [route for extension in extensions for route in extension.routes(server)]
-            app.router.routes[:] = [*own, *added, page]
+            described = openapi.document_route(openapi.encode(zone_document(extensions)))
+            app.router.routes[:] = [*own, described, *added, page]
             if signals:
                 _switch_on_signals(stack, server)
             yield
