@@ -108,7 +108,7 @@ class _Servers(threading.Thread):
         self.join(60)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     config = live_config(tmp_path_factory.mktemp("openapi") / ".rideout")
     servers = _Servers(config)

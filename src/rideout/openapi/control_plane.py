@@ -82,7 +82,9 @@ def _paths() -> dict[str, Any]:
     machine = "Refused to browsers (`Origin`, `Sec-Fetch-*`: 403) and to another `Host`."
     unauthorized = _error("No or a wrong admin token")
     zone_id = path(
-        "zone_id", string(pattern="^[a-z0-9][a-z0-9-]{0,62}$"), "A configured zone (`use1-az1`)"
+        "zone_id",
+        string(pattern="^[a-z0-9][a-z0-9-]{0,62}$", examples=["use1-az1"]),
+        "A configured zone (`use1-az1`)",
     )
     tasks = obj(
         {

@@ -38,6 +38,7 @@ __all__ = ["room_fragment"]
 EVENT_ID: Final = string(
     "1 to 64 letters, digits, `_ . -`, starting with a letter or digit",
     pattern="^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+    examples=["auction"],
 )
 REQUEST_ID: Final = string(
     "A UUID's shape, letters and digits",
