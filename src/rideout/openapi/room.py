@@ -160,6 +160,39 @@ def _json(description: str, schema: Schema, **headers: Schema) -> Schema:
     return answer(description, schema, headers=headers or None)
 
 
+def _linked(response: Schema, links: dict[str, Schema]) -> Schema:
+    return {**response, "links": links}
+
+
+def _to(operation_ids: Sequence[str], field: str, value: Schema) -> dict[str, Schema]:
+    """Links to each of `operation_ids`, its `field` (parameters, requestBody) `value`."""
+    return {op[0].upper() + op[1:]: {"operationId": op, field: value} for op in operation_ids}
+
+
+_BODY_EVENT: Final = "$response.body#/event_id"
+_POSITION: Final = {"event_id": _BODY_EVENT, "request_id": "$response.body#/api_request_id"}
+_POSITION_LINKS: Final = {
+    # A client follows an arrival with its polls, its token, and (the site) its end.
+    **_to(("queueNum", "queuePosExpiry", "estimatedWait"), "parameters", _POSITION),
+    **_to(("generateToken", "privateGenerateToken"), "requestBody", _POSITION),
+    **_to(("updateSession",), "requestBody", {**_POSITION, "status": 1}),
+}
+_TOKEN_LINKS: Final = _to(
+    ("refreshToken",),
+    "requestBody",
+    {"event_id": "$request.body#/event_id", "refresh_token": "$response.body#/refresh_token"},
+)
+_EVENT_LINKS: Final = {
+    **_to(
+        ("showEvent", "changeEvent", "openEvent", "closeEvent", "deleteEvent"),
+        "parameters",
+        {"event_id": _BODY_EVENT},
+    ),
+    **_to(("assignQueueNum",), "requestBody", {"event_id": _BODY_EVENT}),
+    **_to(
+        ("incrementServingCounter",), "requestBody", {"event_id": _BODY_EVENT, "increment_by": 1}
+    ),
+}
 _Q_EVENT: Final = query("event_id", EVENT_ID, "The event", required=True)
 _Q_REQUEST: Final = query("request_id", REQUEST_ID, "The position's request id", required=True)
 
@@ -176,7 +209,10 @@ def _public() -> dict[str, Any]:
                 "A queue position for a new arrival",
                 _keyed(
                     {
-                        "200": _json("The position (no number while pre-queued)", arrival),
+                        "200": _linked(
+                            _json("The position (no number while pre-queued)", arrival),
+                            _POSITION_LINKS,
+                        ),
                         "400": _error("Unknown event, a bad body, or proof of work required"),
                         "403": _error("The room is closed"),
                         "503": _unavailable(),
@@ -269,7 +305,7 @@ def _public() -> dict[str, Any]:
                 "The token set of a served position (the same claims on every call)",
                 _keyed(
                     {
-                        "200": _json("The tokens", ref("TokenSet")),
+                        "200": _linked(_json("The tokens", ref("TokenSet")), _TOKEN_LINKS),
                         "202": _error("Not served yet"),
                         "400": _error("Bad or unknown ids, or a bad body"),
                         "404": _error("Unknown request id"),
@@ -535,7 +571,7 @@ def _private() -> dict[str, Any]:
             "post": private(
                 "Create an event",
                 {
-                    "201": _json("Created", ref("EventSettings")),
+                    "201": _linked(_json("Created", ref("EventSettings")), _EVENT_LINKS),
                     "400": _error("A bad setting (named)"),
                     "409": _error("The event exists", problem=True),
                 },
