@@ -69,11 +69,8 @@ def nullable(schema: Schema) -> Schema:
     return {"anyOf": [schema, {"type": "null"}]}
 
 
-def array(items: Schema, description: str | None = None) -> Schema:
-    out: Schema = {"type": "array", "items": items}
-    if description is not None:
-        out["description"] = description
-    return out
+def array(items: Schema, description: str | None = None, **kw: Any) -> Schema:
+    return _typed("array", description, {"items": items, **kw})
 
 
 def enum(values: Iterable[str], description: str | None = None) -> Schema:

@@ -191,17 +191,24 @@ def _paths() -> dict[str, Any]:
                 body=json_body(
                     obj(
                         {
-                            "Namespace": string(),
+                            "Namespace": string(minLength=1, examples=["App"]),
                             "MetricData": array(
                                 obj(
-                                    {"MetricName": string(), "Value": number()},
+                                    {
+                                        "MetricName": string(
+                                            minLength=1, examples=["WebSocketHealth", "ZoneFull"]
+                                        ),
+                                        "Value": number(examples=[1, 0]),
+                                    },
                                     {
                                         "Dimensions": array(
                                             obj({"Name": string(), "Value": string()})
                                         ),
-                                        "Timestamp": number(),
+                                        "Timestamp": number("Unix seconds"),
                                     },
-                                )
+                                ),
+                                minItems=1,
+                                maxItems=1000,
                             ),
                         }
                     ),

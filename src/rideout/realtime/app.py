@@ -12,7 +12,9 @@ Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /live``, ``GET /
 ``GET /.well-known/jwks.json`` (the keys tokens are verified with), ``GET /config.json``
 (what the browser client needs), the auction page and its scripts at ``/``, and in local
 mode ``GET|POST /admin/mode`` (degrade or drain the zone for drills), and
-``POST /auth/demo-token`` (the demo page's sign-in, when ``[auth] demo_tokens`` is on).
+``POST /auth/demo-token`` (the demo page's sign-in, when ``[auth] demo_tokens`` is on),
+and ``GET /openapi.json``: the zone's OpenAPI document, its own routes and what its
+extensions describe (:func:`zone_document`, docs/openapi.md).
 """
 
 from __future__ import annotations
