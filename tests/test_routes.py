@@ -23,7 +23,11 @@ PATHS = {
     "METRICS": "/metrics",
     "LIVE": "/live",
     "READY": "/ready",
+    "OPENAPI": "/openapi.json",
     "ADMIN_MODE": "/admin/mode",
+    "JWKS": "/.well-known/jwks.json",
+    "BROWSER_CONFIG": "/config.json",
+    "DEMO_TOKEN": "/auth/demo-token",
     # the waiting room: AWS's public paths, then rideout's private API
     "ROOM_ASSIGN_QUEUE_NUM": "/assign_queue_num",
     "ROOM_QUEUE_NUM": "/queue_num",

@@ -12,10 +12,13 @@ from rideout.config import Config
 
 __all__ = [
     "ADMIN_MODE",
+    "BROWSER_CONFIG",
     "CHAOS",
     "DASHBOARD",
     "DASHBOARD_ZONES",
+    "DEMO_TOKEN",
     "HEALTH",
+    "JWKS",
     "LIVE",
     "LOGIN",
     "LOGIN_CODES",
@@ -30,6 +33,7 @@ __all__ = [
     "OIDC_TOKEN",
     "OIDC_USERINFO",
     "OIDC_WAIT",
+    "OPENAPI",
     "READY",
     "RESOLVE",
     "ROOM_ASSIGN_QUEUE_NUM",
@@ -106,8 +110,17 @@ LIVE: Final = "/live"
 READY: Final = "/ready"
 """GET: 200 while the process can do its job (send it traffic), else 503 and why."""
 
+OPENAPI: Final = "/openapi.json"
+"""GET: the server's OpenAPI 3.1 document (an app server's, or the control plane's)."""
+
 # An app server.
 ADMIN_MODE: Final = "/admin/mode"
+JWKS: Final = "/.well-known/jwks.json"
+"""GET: the auction's token keys (the room's are at :data:`ROOM_JWKS`)."""
+BROWSER_CONFIG: Final = "/config.json"
+"""GET: what the auction page needs (the name to resolve, where, the timings)."""
+DEMO_TOKEN: Final = "/auth/demo-token"
+"""POST ``{name}``: the demo page's sign-in (``[auth] demo_tokens``)."""
 
 # The waiting room (rideout.waitingroom.api), on every app server: the public API at
 # AWS Virtual Waiting Room's paths, plus rideout's own.

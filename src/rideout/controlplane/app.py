@@ -21,6 +21,7 @@
 | ``GET /v1/zones`` | anyone | every zone: evacuated or not, since when, by whom, why, its drain |
 | ``POST /v1/zones/{zone_id}/evacuate`` | the admin token, no browser | ``{"operator"?, "reason"?, "expires_in"?}``: out of DNS, clients drained (409: the region's last serving zone) |
 | ``POST /v1/zones/{zone_id}/recover`` | the admin token, no browser | back into DNS |
+| ``GET /openapi.json`` | anyone | this API's OpenAPI 3.1 document (:mod:`rideout.openapi`) |
 
 DNS itself is served on UDP and TCP at ``control_plane.address:dns_port``. What only a
 host can provide (fault injection, the process inventory) is injected as ports
@@ -59,7 +60,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import _body, _http, routes
+from rideout import _body, _http, openapi, routes
 from rideout.auth.admin import check_admin_token, load_or_create_admin_token
 from rideout.auth.canary_keys import load_canary_keys
 from rideout.auth.request_signing import RequestVerifier, SignatureError
@@ -73,6 +74,7 @@ from rideout.controlplane.sessions import OperatorSession, OperatorSessions
 from rideout.controlplane.shared import FeedFull, SharedFeed, SharedResult, Subscription
 from rideout.controlplane.zones import ZoneRefused
 from rideout.dns.doh import doh_route
+from rideout.openapi.control_plane import control_plane_document
 
 __all__ = [
     "CSRF_HEADER",
@@ -260,6 +262,7 @@ class ControlPlaneApi:
             Route(routes.ZONE_EVACUATE, self.zone_evacuate, methods=["POST"]),
             Route(routes.ZONE_RECOVER, self.zone_recover, methods=["POST"]),
             Route("/", self.dashboard_page),
+            openapi.document_route(openapi.encode(control_plane_document())),
             Mount("/static", StaticFiles(directory=DASHBOARD_DIR), name="static"),
         ]
 

@@ -12,7 +12,9 @@ Routes: ``GET /ws`` (the WebSocket API), ``GET /health``, ``GET /live``, ``GET /
 ``GET /.well-known/jwks.json`` (the keys tokens are verified with), ``GET /config.json``
 (what the browser client needs), the auction page and its scripts at ``/``, and in local
 mode ``GET|POST /admin/mode`` (degrade or drain the zone for drills), and
-``POST /auth/demo-token`` (the demo page's sign-in, when ``[auth] demo_tokens`` is on).
+``POST /auth/demo-token`` (the demo page's sign-in, when ``[auth] demo_tokens`` is on),
+and ``GET /openapi.json``: the zone's OpenAPI document, its own routes and what its
+extensions describe (:func:`zone_document`, docs/openapi.md).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import httpx
 import redis.asyncio as aioredis
@@ -35,7 +37,7 @@ from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
-from rideout import _body, _http, routes
+from rideout import _body, _http, openapi, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
 from rideout._singleflight import SingleFlight
@@ -45,6 +47,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.resume import ResumeTickets, load_resume_keys
 from rideout.auth.revocation import RevocationList
 from rideout.config import Config, RegionConfig, ZoneConfig
+from rideout.openapi.zone import zone_fragment
 from rideout.realtime import demo
 from rideout.realtime.admin import admin_mode
 from rideout.realtime.admission import AdmissionPolicy, ReplayGate
@@ -72,7 +75,14 @@ from rideout.store.replication import read_epoch, replication_status
 from rideout.store.revocations import RevocationStore
 from rideout.store.sync import placements
 
-__all__ = ["ZoneApp", "ZoneExtension", "auction_settings", "create_app", "drain_for_exit"]
+__all__ = [
+    "ZoneApp",
+    "ZoneExtension",
+    "auction_settings",
+    "create_app",
+    "drain_for_exit",
+    "zone_document",
+]
 
 log = logging.getLogger("rideout.realtime")
 
@@ -232,7 +242,9 @@ class ZoneExtension(Protocol):
     """Another part's routes and start-up work on a zone (the waiting room's, say).
 
     Passed to :func:`create_app` by whoever composes the deployment, so ``realtime``
-    never imports the part: anything with these three methods will do.
+    never imports the part: anything with these three methods will do. One that also has
+    ``openapi()``, returning its routes' OpenAPI fragment (``{"paths", "components",
+    "tags"}``), is described in the zone's ``/openapi.json`` (:func:`zone_document`).
     """
 
     def routes(self, server: ZoneServer) -> Sequence[BaseRoute]:
@@ -461,6 +473,23 @@ def _switch_on_signals(stack: contextlib.AsyncExitStack, server: ZoneServer) -> 
         server.set_mode(requested)
 
 
+def zone_document(extensions: Sequence[object] = ()) -> dict[str, Any]:
+    """The zone's OpenAPI document: its own routes, then each extension's that describes
+    its own (an ``openapi()`` method returning a fragment: see :mod:`rideout.openapi`)."""
+    fragments = [zone_fragment()]
+    for extension in extensions:
+        describe = getattr(extension, "openapi", None)
+        if callable(describe):
+            fragments.append(describe())
+    return openapi.document(
+        "rideout zone",
+        "One zone's app server: probes, the auction's keys and page settings, the admin "
+        "switch, and what its extensions mount (the waiting room's public and private API, "
+        "the OpenID adapter). The WebSocket API at `/ws` is docs/realtime-api.md.",
+        *fragments,
+    )
+
+
 def create_app(
     config: Config,
     region_name: str,
@@ -487,10 +516,10 @@ def create_app(
         Route(routes.LIVE, live),
         Route(routes.READY, ready),
         Route(routes.METRICS, metrics),
-        Route("/.well-known/jwks.json", jwks),
+        Route(routes.JWKS, jwks),
         Route(routes.ADMIN_MODE, admin_mode, methods=["GET", "POST"]),
-        Route("/config.json", browser_config),
-        Route("/auth/demo-token", demo_token, methods=["POST"]),
+        Route(routes.BROWSER_CONFIG, browser_config),
+        Route(routes.DEMO_TOKEN, demo_token, methods=["POST"]),
     ]
     page = Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
 
@@ -504,7 +533,8 @@ def create_app(
                 await extension.start(server)
                 stack.push_async_callback(extension.stop)
             added = [route for extension in extensions for route in extension.routes(server)]
-            app.router.routes[:] = [*own, *added, page]
+            described = openapi.document_route(openapi.encode(zone_document(extensions)))
+            app.router.routes[:] = [*own, described, *added, page]
             if signals:
                 _switch_on_signals(stack, server)
             yield

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 import httpx
 import redis.asyncio as aioredis
@@ -27,6 +27,7 @@ from rideout.auth.keys import Algorithm
 from rideout.auth.oidc_secrets import load_or_create_oidc_secret
 from rideout.auth.room_tokens import RoomKeyWatcher, RoomTokenIssuer
 from rideout.config import Config
+from rideout.openapi.room import room_fragment
 from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.errors import EventExists, RoomError, RoomNotWriter
 from rideout.waitingroom.http import CACHE_PUBLIC_KEY
@@ -38,9 +39,13 @@ from rideout.waitingroom.store import RoomStore
 if TYPE_CHECKING:
     from rideout.waitingroom.oidc import OidcProvider
 
-__all__ = ["WaitingRoom", "configured_event"]
+__all__ = ["OIDC_OTHER", "WaitingRoom", "configured_event"]
 
 log = logging.getLogger("rideout.waitingroom")
+
+OIDC_OTHER: Final = routes.OIDC_PREFIX + "/{rest:path}"
+"""Every other path under the OpenID adapter's prefix: a JSON 404 (mounted after the
+providers' routes, when there is one)."""
 
 
 class _Region(Protocol):
@@ -195,7 +200,28 @@ class WaitingRoom:
         if self.api is None:
             raise RuntimeError("WaitingRoom.routes() before start()")
         oidc = [route for provider in self.oidc for route in provider.routes()]
+        if oidc:  # the rest of /oidc/: an OpenID answer, not the pages' 404 or 405
+            oidc.append(Route(OIDC_OTHER, self.no_oidc_endpoint, methods=["GET", "POST"]))
         return [*self.api.routes(), Route(routes.ROOM_JWKS, self.jwks, methods=["GET"]), *oidc]
+
+    async def no_oidc_endpoint(self, request: Request) -> Response:
+        """404 in RFC 6749's shape for a path under ``/oidc/`` that no event's provider
+        has (an event without a registered client, say); before, the pages' mount
+        answered it (a 405 to a POST)."""
+        event_id = request.path_params["event_id"]
+        return JSONResponse(
+            {
+                "error": "invalid_request",
+                "error_description": f"No such OpenID endpoint: {event_id[:64]!r} has no "
+                "registered client, or its provider has no such path",
+            },
+            404,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    def openapi(self) -> dict[str, Any]:
+        """The OpenAPI fragment of :meth:`routes` (the zone's ``/openapi.json`` has it)."""
+        return room_fragment([provider.event_id for provider in self.oidc])
 
     async def jwks(self, request: Request) -> Response:
         """The room's current and previous public keys."""

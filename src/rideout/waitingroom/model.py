@@ -46,6 +46,7 @@ __all__ = [
     "DEFAULT_VALIDITY",
     "EVENT_ID_RE",
     "LATE_DRAW",
+    "MAX_EPOCH",
     "MAX_VALIDITY",
     "POW_WINDOW",
     "REQUEST_ID_RE",
@@ -112,6 +113,9 @@ _POW_RE: Final = re.compile(r"([0-9]{1,12}):([A-Za-z0-9]{1,64})")
 _ALARM_NAME_RE: Final = re.compile(r"[A-Za-z0-9_.:/-]{1,255}")
 _MAX_COUNT: Final = 10**12
 _MAX_SECONDS: Final = 10.0**9
+MAX_EPOCH: Final = 253_402_300_799.0
+"""The latest time a setting may name (9999-12-31T23:59:59Z): its milliseconds stay
+exact in a double, as the scripts read them (a larger one overflowed to a 500)."""
 
 
 def check_event_id(value: object) -> str:
@@ -175,6 +179,8 @@ class InletSettings:
         _validate.count("inlet.increment_by", self.increment_by, high=_MAX_COUNT)
         for name in ("start", "end"):
             value = _validate.seconds(f"inlet.{name}", getattr(self, name), zero_ok=True)
+            if value > MAX_EPOCH:
+                raise InvalidArgument(f"inlet.{name} must be at most {MAX_EPOCH:.0f} (9999)")
             object.__setattr__(self, name, value)
         if self.end and self.end <= self.start:
             raise InvalidArgument("inlet.end must be after inlet.start (or 0: no end)")
@@ -254,6 +260,8 @@ class EventSettings:
             value = _validate.seconds(name, getattr(self, name), zero_ok=True)
             if name != "prequeue_until" and value > _MAX_SECONDS:
                 raise InvalidArgument(f"{name} must be at most {_MAX_SECONDS:g} seconds")
+            if name == "prequeue_until" and value > MAX_EPOCH:
+                raise InvalidArgument(f"prequeue_until must be at most {MAX_EPOCH:.0f} (9999)")
             object.__setattr__(self, name, value)
         for name in ("incr_on_expiry", "open"):
             if not isinstance(getattr(self, name), bool):
