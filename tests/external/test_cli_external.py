@@ -65,6 +65,7 @@ def test_secrets_init_makes_them_once(tmp_path: Path) -> None:
         "admin-token",
         "canary-us-east-1.key",
         "canary-us-west-2.key",
+        "resume.key",
         "signing-key.pem",
     ]
     before = {p.name: p.read_bytes() for p in (tmp_path / "s").iterdir()}

@@ -210,6 +210,17 @@ async def _three(config: Config) -> AsyncIterator[dict[str, EmbeddedRedis]]:
         for server in servers.values():
             await stack.enter_async_context(server)
         await load_library(servers["A1"].spec)
+        # A replica's link is up before its writer counts it online (Redis 7.0 waits for
+        # its first REPLCONF ACK), and WAIT counts only those: CI saw a bid's WAIT answered
+        # by one replica of two on 7.0. Both online first, as the tests assume.
+        writer = probe_client(*a1, credentials=credentials(config, RedisRole.CONTROLLER))
+        stack.push_async_callback(writer.aclose)
+
+        async def both_online() -> bool:
+            _, found = replica_acks(await writer.info("replication"))
+            return sum(r.online for r in found) == 2
+
+        await until(both_online, message="the writer counts both replicas online")
         yield servers
 
 

@@ -322,6 +322,7 @@ class ClientCore:
             if (at is None and beat) or (at is not None and at <= now):
                 del self._failed[room]
                 self._get_state(room, feedback)
+        if beat:  # a ticket is renewed with the heartbeats
             self._ask_ticket(now, feedback)
         if self.heartbeat.check_healthy(now):
             feedback.healthy = True
