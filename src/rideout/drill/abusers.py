@@ -98,9 +98,9 @@ class _Abuser:
                 await act()
             except InvalidStatus as exc:
                 self.record(f"refused:{exc.response.status_code}")
-            except ConnectionClosed as exc:
-                code = exc.rcvd.code if exc.rcvd is not None else 1006
-                self.record(f"closed:{code}")
+            except ConnectionClosed as exc:  # the server's close frame first: its refusal
+                by_server = exc.rcvd is not None and exc.rcvd_then_sent
+                self.record(f"closed:{exc.rcvd.code}" if by_server and exc.rcvd else "dropped")
             except (OSError, TimeoutError):
                 self.record("refused:connect")
             await asyncio.sleep(_PAUSE)
@@ -175,8 +175,11 @@ class _Abuser:
             for room in rooms[: self.spec.config.realtime.max_rooms_per_connection]:
                 await ws.send(json.dumps({"action": "getState", "room": room}))
             await ws.wait_closed()  # never read: only the server can end this
-            code = ws.close_code if ws.close_code is not None else 1006
-            self.record(f"closed:{code}")
+            # Refused only if the server closed it (its close frame first); a connection
+            # that dropped, or that this side closed, says nothing of the server.
+            rcvd = ws.protocol.close_rcvd
+            by_server = rcvd is not None and ws.protocol.close_rcvd_then_sent
+            self.record(f"closed:{rcvd.code}" if by_server and rcvd is not None else "dropped")
 
 
 async def run_abusers(spec: AbuserSpec, sink: Sink, attacking: Flag, stop: Flag) -> None:

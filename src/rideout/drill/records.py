@@ -96,7 +96,9 @@ class RejectedRecord(NamedTuple):
 class AbuseRecord(NamedTuple):
     """One thing an abuser of the overload drill tried, and what the server made of it:
     ``outcome`` is ``served``, ``throttled``, ``refused:CODE`` (an HTTP status or an
-    error code), ``closed:CODE`` (a WebSocket close code) or ``held`` (never refused)."""
+    error code), ``closed:CODE`` (the server closed the connection with that code),
+    ``dropped`` (it ended without the server's close frame) or ``held`` (a slow reader
+    still connected at the end)."""
 
     client: int
     t: float
