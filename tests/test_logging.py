@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -82,4 +83,9 @@ def test_per_request_lines_of_http_libraries_are_left_out_and_their_warnings_kep
     logging.getLogger("httpx").info('HTTP Request: POST http://cp/v1/metrics "200 OK"')
     logging.getLogger("httpx").warning("a warning")
     logging.getLogger("rideout.test.text").info("started")
-    assert capsys.readouterr().err.splitlines() == ["WARNING: a warning", "INFO: started"]
+    lines = capsys.readouterr().err.splitlines()
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z"
+    assert [re.fullmatch(stamp + " (.*)", line)[1] for line in lines] == [  # type: ignore[index]
+        "WARNING: a warning",
+        "INFO: started",
+    ]

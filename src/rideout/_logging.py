@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import time
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
@@ -21,6 +22,10 @@ __all__ = ["LOG_FORMATS", "JsonFormatter", "configure_logging", "log_format"]
 LogFormat = Literal["text", "json"]
 LOG_FORMATS: Final = ("text", "json")
 ENV: Final = "RIDEOUT_LOG_FORMAT"
+
+# Plain lines: when (UTC, to the millisecond), how bad, what.
+TEXT_FORMAT: Final = "%(asctime)s.%(msecs)03dZ %(levelname)s: %(message)s"
+TEXT_DATEFMT: Final = "%Y-%m-%dT%H:%M:%S"
 
 # Libraries that log every request at INFO (httpx: "HTTP Request: POST ... 200 OK"): a
 # canary pushes its probes every period, so at INFO they would be most of its log.
@@ -60,11 +65,16 @@ def log_format(flag: str | None) -> LogFormat:
     return "json" if value == "json" else "text"
 
 
+def _utc(formatter: logging.Formatter) -> logging.Formatter:
+    formatter.converter = time.gmtime
+    return formatter
+
+
 def configure_logging(fmt: LogFormat, level: int = logging.INFO) -> None:
     """Send every logger's records to stderr in `fmt` (replaces the root's handlers)."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
-        JsonFormatter() if fmt == "json" else logging.Formatter("%(levelname)s: %(message)s")
+        JsonFormatter() if fmt == "json" else _utc(logging.Formatter(TEXT_FORMAT, TEXT_DATEFMT))
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]

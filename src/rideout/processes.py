@@ -85,11 +85,6 @@ def setup_logging(flag: str | None) -> LogFormat:
     return fmt
 
 
-def _own_logging(flag: str | None) -> LogFormat | None:
-    """The format, configured, when one was asked for; else None (uvicorn's own lines)."""
-    return setup_logging(flag) if flag or os.environ.get("RIDEOUT_LOG_FORMAT") else None
-
-
 def require_secrets(config: Config, part: str, regions: list[str] | None = None) -> None:
     """External mode: the secrets `part` reads must already be in the keys directory.
 
@@ -167,7 +162,7 @@ def run_zone(
     from rideout._serve import serve as run
     from rideout.realtime.app import create_app, drain_for_exit
 
-    fmt = _own_logging(log_format)
+    setup_logging(log_format)
     require_secrets(config, "serve")
     extensions, authorities = zone_extensions(config)
     try:
@@ -189,7 +184,7 @@ def run_zone(
         # Local mode keeps `rideout up`'s quick stop (it stops every zone at once).
         drain=(lambda: drain_for_exit(app.state.zone)) if config.mode == "external" else None,
         drain_timeout=drain_timeout,
-        own_logging=fmt is not None,
+        own_logging=True,
     )
 
 
@@ -264,7 +259,7 @@ def run_control_plane(
             managed = ElastiCacheWriter(config)
         except AwsError as exc:
             raise ProcessSetupError(str(exc)) from None
-    fmt = _own_logging(log_format)
+    setup_logging(log_format)
     require_secrets(config, "control-plane")
     cp = config.control_plane
     host, port = parse_listen(listen, (cp.address, cp.port))
@@ -296,7 +291,7 @@ def run_control_plane(
         app = create_app(config, runtime=runtime, inventory=ExternalInventory(config))
     limits = ServerLimits(handshake_timeout=config.timing.handshake_timeout)
     drain = _nothing if config.mode == "external" else None
-    run(app, host, port, limits=limits, drain=drain, own_logging=fmt is not None)
+    run(app, host, port, limits=limits, drain=drain, own_logging=True)
 
 
 def run_dns(config: Config) -> None:
@@ -310,7 +305,7 @@ def run_dns(config: Config) -> None:
     from rideout.dns.records import DnsZoneConfig
     from rideout.dns.service import DnsService
 
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s: %(message)s")
+    setup_logging(None)  # text, or $RIDEOUT_LOG_FORMAT
     cp = config.control_plane
     service = DnsService(
         DnsZoneConfig.from_config(config),

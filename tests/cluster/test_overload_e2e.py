@@ -28,8 +28,11 @@ from rideout.drill.overload import OverloadOptions, overload_objectives
 
 pytestmark = pytest.mark.slow
 
+# The clients run at nice 10, as the drill's --client-nice: on this one machine the load
+# must not take the cores the deployment's canary needs, as clients on hosts of their own
+# would not. What is tested is the zones' shedding, not how 120 clients share 2 cores.
 OPTIONS = OverloadOptions(clients=20, abusers=120, duration=20.0, behaviours=("replay",),
-                          max_p99=None, warmup=1.0)  # fmt: skip
+                          max_p99=None, warmup=1.0, client_nice=10)  # fmt: skip
 
 # The pass runs in a process of its own: its worker processes (multiprocessing's spawn)
 # leave a resource tracker that only its parent's exit ends.
@@ -49,7 +52,8 @@ async def test_replaying_users_are_shed_and_the_region_keeps_the_writer(
 ) -> None:
     fields = {"clients": OPTIONS.clients, "abusers": OPTIONS.abusers,
               "duration": OPTIONS.duration, "behaviours": list(OPTIONS.behaviours),
-              "max_p99": None, "warmup": OPTIONS.warmup}  # fmt: skip
+              "max_p99": None, "warmup": OPTIONS.warmup,
+              "client_nice": OPTIONS.client_nice}  # fmt: skip
     done = await asyncio.to_thread(
         subprocess.run,
         [sys.executable, "-c", PASS, str(cluster.config.run_dir / EFFECTIVE_CONFIG),
@@ -62,7 +66,10 @@ async def test_replaying_users_are_shed_and_the_region_keeps_the_writer(
     assert not failed, (failed, result["abuse"], result["refused"])
     # Stricter than the drill's objectives: no alarm left OK while the abuse lasted.
     assert result["attack_polls"] > 0
-    assert result["alarm_polls"] == 0, [r["alarms"] for r in result["timeline"]]
+    during = [r for r in result["timeline"]
+              if result["attack_at"] <= r["t"] <= result["attack_end"]]  # fmt: skip
+    assert result["alarm_polls"] == 0, [(round(r["t"] - result["attack_at"], 2), r["alarms"],
+                                         r["epoch"], r["evacuated"]) for r in during]  # fmt: skip
     # It was load, and it was refused: replays were served, and others throttled (by the
     # replay gate, or, identical replays sharing one read, by each user's replay budget).
     outcomes = result["abuse"]["replay"]["outcomes"]

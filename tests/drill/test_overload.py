@@ -143,3 +143,17 @@ def test_the_report_says_every_figure() -> None:
     assert "| replay | 2 | 2 | throttled 2 |" in text
     assert "| `rideout_shed_total{}` | 3 |" in text
     assert "| abusers refused at least once (slow readers aside) | 6 | 5 | **FAILED** |" in text
+
+
+def test_the_report_says_when_the_clients_ran_nicer() -> None:
+    for nice, said in ((0, False), (10, True)):
+        p = _pass(client_nice=nice)
+        report = {"deployment": {"profile": "fast"}, "pass": p,
+                  "objectives": overload_objectives(OverloadOptions(), p)}  # fmt: skip
+        assert ("the clients at nice 10." in render_overload_markdown(report)) is said
+
+
+def test_a_niceness_outside_what_os_nice_takes_is_refused() -> None:
+    with pytest.raises(DrillError, match="--client-nice must be 0-19"):
+        OverloadOptions(client_nice=20)
+    assert OverloadOptions(client_nice=19).client_nice == 19

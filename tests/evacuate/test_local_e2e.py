@@ -149,8 +149,12 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
                           cwd=workdir)  # fmt: skip
             assert f"killed zone {zone}" in out.stdout, out.stdout + out.stderr
             shifted = await until(lambda: answers(config, [other]), 30, interval=0.1)
-            # About failover_datapoints periods of failed probes, then one round.
-            assert shifted < (timing.failover_datapoints + 4) * timing.canary_interval + 10
+            # About failover_datapoints periods of failed probes, then one round; if not,
+            # the control plane's own account says why (its log has every decision).
+            assert shifted < (timing.failover_datapoints + 4) * timing.canary_interval + 10, (
+                shifted,
+                await _account(config),
+            )
             state = await summary(config)
             assert [z["evacuation"]["reason"] for z in state["zones"] if z["evacuated"]] == [
                 "autoshift"
@@ -162,7 +166,7 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
             await until(lambda: all(b.accepted > counts[id(b)] + 2 for b in bidders), 60)
             state = await summary(config)
             assert state["failover"]["writer"] == "us-east-1"
-            assert state["failover"]["failovers"] == 0
+            assert state["failover"]["failovers"] == 0, await _account(config)
             assert state["alarms"]["us-east-1"]["state"] == "OK"
 
             rideout("chaos", "restore", "us-east-1", "-c", "rideout.toml", cwd=workdir)
@@ -171,9 +175,26 @@ async def test_autoshift_evacuates_a_failing_zone_and_the_region_stays(
             assert cli(workdir, "evacuate", "list", "--json")[1] == []
             state = await summary(config)
             assert state["failover"]["failovers"] == 0
+            # The operator reads both decisions in the control plane's log, with their time.
+            log = (await _account(config))["log"]
+            for action in ("evacuate", "recover"):
+                assert any(f"INFO: autoshift {action} {zone} (" in line for line in log), log
         finally:
             await stop_bidders(bidders, tasks)
         await assert_no_acked_bid_lost(config, token, bidders, other)
+
+
+async def _account(config: Config) -> dict[str, Any]:
+    """What the control plane did and why: its autoshift and failover events, each
+    region's alarm history, and its log's lines other than requests."""
+    state = await summary(config)
+    log = (config.logs_dir / "control-plane.log").read_text(errors="replace").splitlines()
+    return {
+        "autoshift": state["autoshift"]["events"],
+        "failover": state["failover"].get("events"),
+        "alarms": {r: a["history"] for r, a in state["alarms"].items()},
+        "log": [line for line in log if '"GET ' not in line and '"POST ' not in line][-40:],
+    }
 
 
 async def _alarms_ok(config: Config) -> bool:

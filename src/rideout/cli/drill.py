@@ -196,6 +196,16 @@ def drill_overload(
         float, typer.Option(help="Objective: the ordinary bidders' p99 bid round trip (s).")
     ] = 1.0,
     max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.")] = 0,
+    client_nice: Annotated[
+        int,
+        typer.Option(
+            help="Run the bidders' and abusers' worker processes this much nicer (0-19), "
+            "so that on one machine they yield the cores to the deployment, as clients on "
+            "other hosts would.",
+            min=0,
+            max=19,
+        ),
+    ] = 0,
     report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
@@ -213,6 +223,7 @@ def drill_overload(
             behaviours=tuple(b.strip() for b in behaviours.split(",") if b.strip()),
             profile=profile, max_failovers=max_failovers, max_evacuations=max_evacuations,
             max_p99=max_p99, max_lost=max_lost, report_dir=report, config_path=config_path,
+            client_nice=client_nice,
         ),
         main_overload,
     )  # fmt: skip

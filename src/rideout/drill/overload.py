@@ -88,6 +88,9 @@ class OverloadOptions:
     report_dir: Path | None = None
     config_path: Path | None = None
     warmup: float = 3.0
+    client_nice: int = 0
+    """The bidders' and abusers' worker processes run this much nicer (os.nice): on one
+    machine the load yields the cores to the deployment, as clients on other hosts do."""
     env: dict[str, str] | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +100,8 @@ class OverloadOptions:
         if not self.duration > 0:
             raise DrillError(f"--duration must be more than 0 seconds, not {self.duration!r}")
         unknown = sorted(set(self.behaviours) - set(BEHAVIOURS))
+        if not 0 <= self.client_nice <= 19:
+            raise DrillError(f"--client-nice must be 0-19, not {self.client_nice!r}")
         if unknown or not self.behaviours:
             raise DrillError(
                 f"--behaviours must name some of {', '.join(BEHAVIOURS)}, not {unknown or 'none'}"
@@ -245,10 +250,12 @@ class _OverloadPass:
         # The bidders run in a worker process even when few: in this process they would
         # share the loop that polls the control plane and times nothing else.
         legacy = DrillOptions(clients=options.clients, replication=config.failover.replication,
-                              processes=True)  # fmt: skip
+                              processes=True, client_nice=options.client_nice)  # fmt: skip
         self.plan = _plan(config, legacy, True, "overload", time.time())
         self.plane = _OverloadPlane(config)
-        self.fleet = ClientFleet(self.plan.specs, processes=self.plan.processes)
+        self.fleet = ClientFleet(
+            self.plan.specs, processes=self.plan.processes, nice=self.plan.nice
+        )
         t = config.timing
         self.settle_timeout = (t.failover_datapoints + 6) * t.canary_interval * 3 + 20
 
@@ -262,7 +269,7 @@ class _OverloadPass:
                        since=since, busy_rooms=self.plan.rooms, behaviours=self.options.behaviours)
             for i in range(groups) if i * size < n
         ]  # fmt: skip
-        return ClientFleet(specs, processes=True, runner=run_abusers)
+        return ClientFleet(specs, processes=True, runner=run_abusers, nice=self.options.client_nice)
 
     async def _metrics(self) -> dict[str, dict[str, float]]:
         found: dict[str, dict[str, float]] = {}
@@ -420,7 +427,9 @@ def render_overload_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         f"# Overload drill: {p['abusers']} abusers beside {p['clients']} bidders ({p['region']})",
         "",
-        f"{p['duration']:g} s of abuse, {report['deployment']['profile']} profile.", "",
+        f"{p['duration']:g} s of abuse, {report['deployment']['profile']} profile"
+        + (f", the clients at nice {p['client_nice']}" if p.get("client_nice") else "")
+        + ".", "",
         "| measurement | value |", "|---|---|",
         f"| ordinary bid round trip p50 / p99 / max | {fmt_seconds(rtt['p50'])} / "
         f"{fmt_seconds(rtt['p99'])} / {fmt_seconds(rtt['max'])} ({rtt['count']} bids) |",
