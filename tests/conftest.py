@@ -209,6 +209,18 @@ async def until(
         raise AssertionError(f"not within {timeout:g} s: {_describe(condition, message)}") from None
 
 
+async def page_until(page: Any, expression: str, arg: Any = None, timeout: float = 30000) -> None:
+    """Until `expression` (a JavaScript expression, or a function of `arg`) is true in
+    Playwright's `page`; `timeout` in milliseconds, as Playwright's. Polled from here with
+    ``page.evaluate``: Playwright's own ``wait_for_function`` evaluates its predicate with
+    ``eval``, which the pages' Content-Security-Policy (no ``'unsafe-eval'``) refuses."""
+    await until(
+        lambda: page.evaluate(expression, arg),
+        timeout / 1000,
+        message=f"{expression} (arg {arg!r})",
+    )
+
+
 class HeldSleep:
     """A fake ``sleep`` that records what it is asked and waits until the test calls
     :meth:`release` (a restart, a retry the test lets happen when it is ready)."""

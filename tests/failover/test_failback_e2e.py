@@ -31,7 +31,7 @@ from websockets.exceptions import ConnectionClosed
 
 from rideout.config import Config, dump_toml, parse_config
 from tests.cluster.conftest import rideout, started
-from tests.conftest import config_data, until
+from tests.conftest import config_data, page_until, until
 from tests.conftest import control_plane_summary as summary
 
 pytestmark = pytest.mark.slow
@@ -268,7 +268,8 @@ async def dashboard_shows(config: Config, text: str, element: str = "damping") -
             errors: list[str] = []
             page.on("pageerror", lambda error: errors.append(str(error)))
             await page.goto(f"http://{cp.address}:{cp.port}/")
-            await page.wait_for_function(
+            await page_until(
+                page,
                 "([id, text]) => document.getElementById(id)?.textContent.includes(text)",
                 arg=[element, text],
                 timeout=30000,

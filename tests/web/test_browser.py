@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import AsyncIterator, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ import pytest_asyncio
 
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import Up, rideout, started
-from tests.conftest import until
+from tests.conftest import page_until, until
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -63,12 +64,22 @@ async def browser() -> AsyncIterator[Any]:
 
 async def open_page(browser: Any, config: Config, zone: str, user: str) -> Any:
     page = await browser.new_page(viewport={"width": 1100, "height": 800})
+    page.errors = watched(page)
+    await page.goto(f"http://{zone}:{config.app_port}/?user={user}")
+    await page_until(page, "window.rideout && window.rideout.connected", timeout=15000)
+    return page
+
+
+def watched(page: Any) -> list[str]:
+    """The page's uncaught errors and what its Content-Security-Policy refused (Chromium
+    says each refusal on the console): a page that works under its policy adds none."""
     errors: list[str] = []
     page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors
-    await page.goto(f"http://{zone}:{config.app_port}/?user={user}")
-    await page.wait_for_function("window.rideout && window.rideout.connected", timeout=15000)
-    return page
+    page.on(
+        "console",
+        lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+    return errors
 
 
 async def shot(page: Any, name: str) -> None:
@@ -79,8 +90,8 @@ async def shot(page: Any, name: str) -> None:
 async def bid(page: Any, amount: int) -> None:
     await page.fill("#amount", str(amount))
     await page.click("#place")
-    await page.wait_for_function(
-        f"document.getElementById('bid').textContent === '${amount:,}'", timeout=20000
+    await page_until(
+        page, f"document.getElementById('bid').textContent === '${amount:,}'", timeout=20000
     )
 
 
@@ -153,8 +164,8 @@ async def test_a_throttled_region_is_detected_by_heartbeats(
     )
     try:
         chaos(up, "throttle", "us-east-1")
-        await page.wait_for_function(
-            "window.rideout.region === 'us-west-2' && window.rideout.connected", timeout=60000
+        await page_until(
+            page, "window.rideout.region === 'us-west-2' && window.rideout.connected", timeout=60000
         )
         kinds = [e["type"] for e in events]
         assert "heartbeat-failed" in kinds
@@ -173,7 +184,7 @@ async def test_the_auction_page_survives_a_regional_outage(
 ) -> None:
     up, config = deployment
     page = await open_page(browser, config, config.primary.zones[0].address, "alice")
-    await page.wait_for_function("document.getElementById('region').textContent === 'us-east-1'")
+    await page_until(page, "document.getElementById('region').textContent === 'us-east-1'")
     start = int((await page.inner_text("#bid")).strip("$—").replace(",", "") or 0)
     await bid(page, start + 10)
     await bid(page, start + 20)
@@ -182,8 +193,8 @@ async def test_the_auction_page_survives_a_regional_outage(
 
     chaos(up, "kill", "us-east-1")
     # No reload: the client notices, re-resolves through DoH, reconnects to the secondary.
-    await page.wait_for_function(
-        "document.getElementById('region').textContent === 'us-west-2'", timeout=60000
+    await page_until(
+        page, "document.getElementById('region').textContent === 'us-west-2'", timeout=60000
     )
     assert history in await page.inner_text("#history")  # the bid history is intact
     # A bid placed now is delivered once, in the region that serves now.
@@ -229,12 +240,11 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
     await wait_region(config, "us-east-1")
     context = await browser.new_context(viewport={"width": 1200, "height": 900})
     page = await context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    errors = watched(page)
     # Without a session: the status, but no buttons, and chaos is refused.
     await page.goto(dashboard)
     ok = "(id) => document.getElementById(`alarm-${id}`)?.textContent === 'OK'"
-    await page.wait_for_function(ok, arg="us-east-1", timeout=30000)
+    await page_until(page, ok, arg="us-east-1", timeout=30000)
     assert "us-east-1" in await page.inner_text("#dns")
     assert await page.inner_text("#operator") == "view only"
     assert await page.locator("button[data-op]").count() == 0
@@ -248,7 +258,7 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
     link = printed_login_link(up)
     await page.goto(link)
     assert page.url == dashboard
-    await page.wait_for_function(ok, arg="us-east-1", timeout=30000)
+    await page_until(page, ok, arg="us-east-1", timeout=30000)
     assert await page.inner_text("#operator") == "operator"
     cookie = next(c for c in await context.cookies() if c["name"] == "rideout_operator")
     assert (cookie["httpOnly"], cookie["sameSite"], cookie["secure"]) == (True, "Strict", False)
@@ -256,7 +266,8 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
     await shot(page, "dashboard-healthy")
     # The chaos buttons go through the control plane to the supervisor.
     await page.click("button[data-op=kill][data-region=us-east-1]")
-    await page.wait_for_function(
+    await page_until(
+        page,
         "document.getElementById('alarm-us-east-1').textContent === 'ALARM'"
         " && document.getElementById('dns').textContent.includes('us-west-2')",
         timeout=60000,
@@ -281,10 +292,11 @@ async def test_the_ops_dashboard_shows_the_alarm_and_the_dns_answer_change(
                 .observe(pill, {childList: true, characterData: true, subtree: true}); }"""
     )
     await page.click("button[data-op=restore][data-region=us-east-1]")
-    await page.wait_for_function("window.dashboard.chaos", timeout=90000)
+    await page_until(page, "window.dashboard.chaos", timeout=90000)
     answer = await page.evaluate("window.dashboard.chaos")
     assert answer["status"] == 200, answer
-    await page.wait_for_function(
+    await page_until(
+        page,
         "document.getElementById('dns').textContent.includes('us-east-1')"
         " && document.getElementById('writer').textContent === 'us-east-1'",
         timeout=120000,  # restarts the region's processes, then six good periods
@@ -319,7 +331,7 @@ async def test_a_fresh_login_link_and_no_chaos_from_another_site(
     context = await browser.new_context()
     page = await context.new_page()
     await page.goto(link)
-    await page.wait_for_function("document.getElementById('operator').textContent === 'operator'")
+    await page_until(page, "document.getElementById('operator').textContent === 'operator'")
     # Another origin (a zone's page) posts to the control plane from the same browser.
     zone = config.primary.zones[0]
     other = await context.new_page()
@@ -349,10 +361,10 @@ async def test_a_fresh_login_link_and_no_chaos_from_another_site(
 
 
 async def shown(page: Any, expression: str, arg: Any = None, timeout: float = 30000) -> None:
-    """`page.wait_for_function`, failing with what the dashboard's panels showed."""
+    """`page_until`, failing with what the dashboard's panels showed."""
     try:
-        await page.wait_for_function(expression, arg=arg, timeout=timeout)
-    except Exception as exc:  # Playwright's TimeoutError
+        await page_until(page, expression, arg=arg, timeout=timeout)
+    except AssertionError as exc:  # not within the timeout
         panels = await page.evaluate(
             "['zones-card', 'ledger-card', 'rooms-card'].map((id) =>"
             " document.getElementById(id).innerText).join('\\n')"
@@ -377,8 +389,7 @@ async def test_the_dashboard_shows_zones_the_ledger_and_the_rooms(
     link = rideout("dashboard", "login", "-c", "rideout.toml", cwd=up.workdir).stdout.strip()
     context = await browser.new_context(viewport={"width": 1200, "height": 1400})
     page = await context.new_page()
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    errors = watched(page)
     await page.goto(link)
     await shown(page, "document.getElementById('operator').textContent === 'operator'")
     # The panels fill: four zones with their canaries' verdicts, the ledger, the rooms
@@ -482,3 +493,35 @@ async def test_the_dashboard_shows_zones_the_ledger_and_the_rooms(
     await shown(page, "!document.getElementById('room-dash-launch')", timeout=10000)
     assert errors == []
     await context.close()
+
+
+def _refused(errors: list[str]) -> bool:
+    return any("Content Security Policy" in e for e in errors)
+
+
+INJECT = """() => {
+    const s = document.createElement("script");
+    s.textContent = "window.injected = true";
+    document.body.appendChild(s);
+    return window.injected === true;
+}"""
+
+
+async def test_markup_injected_into_a_page_cannot_run_a_script(
+    browser: Any, deployment: tuple[Up, Config]
+) -> None:
+    """The auction page and the dashboard carry their Content-Security-Policy: an inline
+    script put into either (what an injection would do) does not run, and the browser
+    says why; no page may be framed."""
+    _, config = deployment
+    cp = config.control_plane
+    zone = config.primary.zones[0].address
+    for url in (f"http://{zone}:{config.app_port}/", f"http://{cp.address}:{cp.port}/"):
+        page = await browser.new_page()
+        errors = watched(page)
+        response = await page.goto(url)
+        assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert await page.evaluate(INJECT) is False, url
+        await until(partial(_refused, errors), 5, message=f"a CSP refusal on {url}")
+        await page.close()

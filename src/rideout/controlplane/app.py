@@ -61,6 +61,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import Receive, Scope, Send
 
 from rideout import _body, _http, openapi, routes
+from rideout._pages import DASHBOARD_CSP, WithHeaders, page_headers
 from rideout.auth.admin import check_admin_token, load_or_create_admin_token
 from rideout.auth.canary_keys import load_canary_keys
 from rideout.auth.request_signing import RequestVerifier, SignatureError
@@ -92,6 +93,7 @@ SESSION_COOKIE = "rideout_operator"
 CSRF_HEADER = "X-CSRF-Token"
 OPERATOR_STREAMS = 4  # stream slots beyond the cap that only operator sessions may take
 DASHBOARD_DIR = Path(__file__).resolve().parent.parent / "web"
+_PAGE_HEADERS = page_headers(DASHBOARD_CSP)
 _NO_STORE = {"Cache-Control": "no-store"}
 
 
@@ -263,7 +265,11 @@ class ControlPlaneApi:
             Route(routes.ZONE_RECOVER, self.zone_recover, methods=["POST"]),
             Route("/", self.dashboard_page),
             openapi.document_route(openapi.encode(control_plane_document())),
-            Mount("/static", StaticFiles(directory=DASHBOARD_DIR), name="static"),
+            Mount(
+                "/static",
+                WithHeaders(StaticFiles(directory=DASHBOARD_DIR), _PAGE_HEADERS),
+                name="static",
+            ),
         ]
 
     @contextlib.asynccontextmanager
@@ -636,7 +642,7 @@ class ControlPlaneApi:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     async def dashboard_page(self, request: Request) -> Response:
-        return FileResponse(DASHBOARD_DIR / "dashboard.html")
+        return FileResponse(DASHBOARD_DIR / "dashboard.html", headers=_PAGE_HEADERS)
 
 
 def create_app(

@@ -40,6 +40,7 @@ from starlette.types import Receive, Scope, Send
 from rideout import _body, _http, openapi, routes
 from rideout._guard import connection_cap
 from rideout._looplag import LagReport, watch
+from rideout._pages import SITE_CSP, WithHeaders, page_headers
 from rideout._singleflight import SingleFlight
 from rideout._tasks import TaskSupervisor
 from rideout.auth import JWKSet, SigningKey, TokenIssuer, TokenVerifier
@@ -521,7 +522,8 @@ def create_app(
         Route(routes.BROWSER_CONFIG, browser_config),
         Route(routes.DEMO_TOKEN, demo_token, methods=["POST"]),
     ]
-    page = Mount("/", StaticFiles(directory=WEB_DIR, html=True), name="web")
+    pages = WithHeaders(StaticFiles(directory=WEB_DIR, html=True), page_headers(SITE_CSP))
+    page = Mount("/", pages, name="web")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

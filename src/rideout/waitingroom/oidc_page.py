@@ -16,6 +16,8 @@ from typing import Final
 
 from starlette.responses import HTMLResponse, Response
 
+from rideout._pages import SITE_CSP, page_headers
+
 __all__ = ["SECURITY_HEADERS", "WaitingPage", "error_page"]
 
 SECURITY_HEADERS: Final = {
@@ -26,14 +28,10 @@ SECURITY_HEADERS: Final = {
     "Referrer-Policy": "no-referrer",
 }
 ROOM_PAGE_FILE: Final = Path(__file__).resolve().parent.parent / "web" / "room.html"
-# The waiting page runs room.js, which asks DoH and other zones: no default-src here. Its
-# URL carries the authorize request's id, which no Referer may take elsewhere.
-_WAITING_HEADERS: Final = {
-    "Cache-Control": "no-store",
-    "Content-Security-Policy": "frame-ancestors 'none'",
-    "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
-}
+# The waiting page runs room.js, which asks DoH and other zones: the site's policy, with
+# connect-src open. Its URL carries the authorize request's id, which no Referer may
+# take elsewhere.
+_WAITING_HEADERS: Final = {"Cache-Control": "no-store", **page_headers(SITE_CSP)}
 
 
 class WaitingPage:
