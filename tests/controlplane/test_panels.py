@@ -17,6 +17,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config
 from rideout.controlplane.panels import (
     AdmissionRates,
+    AwsLedger,
     DashboardPanels,
     inlet_view,
     read_ledger,
@@ -27,7 +28,7 @@ from rideout.controlplane.runtime import ControlPlane
 from rideout.evacuate.ledger import LEDGER_FILE, SqliteLedger
 from rideout.evacuate.model import Record
 from rideout.health.canary import ProbeResult, metric_data
-from tests.conftest import FakeClock
+from tests.conftest import FakeClock, free_port
 
 ALARMS = {
     "us-east-1": {"name": "us-east-1-websocket-health", "state": "ALARM"},
@@ -218,3 +219,74 @@ async def test_a_room_that_is_off_reads_nothing(make_config: Callable[..., Confi
         await DashboardPanels(config, plane, http, timeout=0.5).add_to(view, plane.zones_status())
     assert (view["rooms"]["enabled"], view["rooms"]["events"]) == (False, [])
     assert json.dumps(view)  # the frame is JSON
+
+
+# ------------------------------------------------- the AWS ledger (moto in server mode)
+
+
+def _aws_config(make_config: Callable[..., Config], endpoint: str, **aws: Any) -> Config:
+    return make_config(evacuate_aws={"dashboard": True, "region": "us-east-1",
+                                     "endpoint_url": endpoint, "table": "ledger-t", **aws})  # fmt: skip
+
+
+def test_the_aws_ledger_is_read_without_making_its_table(
+    make_config: Callable[..., Config], moto_endpoint: str
+) -> None:
+    from rideout.evacuate.aws.connect import settings_from
+    from rideout.evacuate.dynamo import DynamoLedger
+
+    config = _aws_config(make_config, moto_endpoint)
+    panel = AwsLedger(config)
+    assert panel.empty()["exists"] is None  # before the first read: "not read yet"
+    assert panel.where() == f"ledger-t (us-east-1, {moto_endpoint})"
+    missing = panel.read()
+    assert (missing["kind"], missing["rows"], missing["error"]) == ("dynamodb", [], None)
+    client = settings_from(config.evacuate_aws).client("dynamodb")
+    assert "ledger-t" not in client.list_tables()["TableNames"]  # never created
+
+    DynamoLedger(settings_from(config.evacuate_aws), table="ledger-t").merge(
+        Record("use1-az1", "arn:aws:lambda:us-east-1:1:function:resize", "lambda",
+               ("subnet-1",), 1234.5, "bob", ("subnet-1", "subnet-2"), "removed")
+    )  # fmt: skip
+    read = panel.read()
+    assert (read["total"], read["error"]) == (1, None)
+    assert read["rows"] == [
+        {"zone": "use1-az1", "type": "lambda",
+         "resource": "arn:aws:lambda:us-east-1:1:function:resize", "removed": ["subnet-1"],
+         "operator": "bob", "since": 1234.5, "outcome": "removed"}
+    ]  # fmt: skip
+
+
+def test_an_aws_ledger_it_cannot_reach_says_why(
+    make_config: Callable[..., Config], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+    no_region = AwsLedger(make_config(evacuate_aws={"dashboard": True}))
+    assert "no AWS region" in no_region.read()["error"]
+    # A closed port: the call fails (botocore's retries bounded by max_attempts).
+    closed = AwsLedger(make_config(evacuate_aws={
+        "dashboard": True, "region": "us-east-1", "max_attempts": 1,
+        "endpoint_url": f"http://127.0.0.1:{free_port('127.0.0.1')}"}))  # fmt: skip
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    failed = closed.read()
+    assert failed["rows"] == []
+    assert "the ledger table rideout-evacuations" in failed["error"], failed
+
+
+async def test_the_frame_carries_the_aws_ledger_only_when_asked(
+    make_config: Callable[..., Config], moto_endpoint: str
+) -> None:
+    for asked in (False, True):
+        config = _aws_config(make_config, moto_endpoint, dashboard=asked)
+        plane = ControlPlane(config, clock=FakeClock(1_800_000_000.0))
+        view: dict[str, Any] = {}
+        async with httpx.AsyncClient(
+            transport=httpx.MockTransport(lambda r: httpx.Response(503))
+        ) as http:
+            await DashboardPanels(config, plane, http, timeout=5.0).add_to(view, [])
+        assert ("aws_ledger" in view) is asked
+        if asked:
+            assert (view["aws_ledger"]["kind"], view["aws_ledger"]["error"]) == ("dynamodb", None)

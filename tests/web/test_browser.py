@@ -423,6 +423,8 @@ async def test_the_dashboard_shows_zones_the_ledger_and_the_rooms(
     )
     assert await frames() - answered <= 2
     assert "dashboard" in await page.inner_text("#ledger")
+    # No [evacuate_aws] dashboard = true here: no AWS ledger card.
+    assert await page.is_hidden("#aws-ledger-card")
     assert await page.inner_text("#dns-evacuated") == "use1-az1 (manual, by dashboard)"
     await shown(page, "!document.getElementById('dns-addresses').textContent.includes('127.0.1.1')")
     assert "127.0.1.2" in await page.inner_text("#dns-addresses")

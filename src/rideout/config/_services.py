@@ -101,6 +101,7 @@ class EvacuateAwsConfig:
     eks_server: str = ""  # its Kubernetes API endpoint (https://...)
     eks_ca_file: str = ""  # its CA bundle (default: the system's)
     eks_token_file: str = ""  # a file holding a bearer token ("": made from AWS credentials)
+    dashboard: bool = False  # the dashboard's ledger panel also shows this table
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,9 @@ period, only while someone watches, whatever the number of readers. Per period t
 - **ledger**: one read of the ledger this control plane's evacuations are recorded in
   (``DATA_DIR/evacuations.sqlite3``: autoshift's, practice runs', ``rideout evacuate
   --provider local``'s, the buttons'), one ``SELECT`` in a worker thread; a missing file
-  is read as empty and never created;
+  is read as empty and never created; with ``[evacuate_aws] dashboard = true`` also the
+  DynamoDB ledger ``rideout evacuate --provider aws`` records in (:class:`AwsLedger`, one
+  ``Scan`` in a worker thread; a missing table is empty and never created);
 - **rooms**: the room's private API on one app server of the writer's region, as
   ``rideout room`` calls it (the admin token): one ``GET /private/events`` and one
   ``GET /private/events/{id}`` per event (at most :data:`MAX_ROOMS`), each answered
@@ -38,9 +40,10 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.config import Config
 from rideout.controlplane.autoshift import Plane, run_engine
 from rideout.controlplane.zones import ZoneRefused
+from rideout.errors import RideoutError
 from rideout.evacuate.errors import EvacuationError
 from rideout.evacuate.ledger import LEDGER_FILE, SqliteLedger
-from rideout.evacuate.model import Record
+from rideout.evacuate.model import Ledger, Record
 from rideout.health.names import METRIC_NAME, NAMESPACE, REGION_DIMENSION, ZONE_DIMENSION
 from rideout.waitingroom.model import (
     ALARM,
@@ -58,6 +61,7 @@ __all__ = [
     "MAX_ROOMS",
     "OPERATOR",
     "AdmissionRates",
+    "AwsLedger",
     "DashboardPanels",
     "inlet_view",
     "ledger_row",
@@ -198,6 +202,12 @@ def _ledger_view(path: Path) -> dict[str, Any]:
             "error": None}  # fmt: skip
 
 
+def _rows(view: dict[str, Any], records: Sequence[Record]) -> dict[str, Any]:
+    view["rows"] = [ledger_row(r) for r in records[:MAX_LEDGER_ROWS]]
+    view["total"] = len(records)
+    return view
+
+
 def read_ledger(path: Path) -> dict[str, Any]:
     """The ledger at `path` for the panel (blocking: run it in a thread). A missing file
     is an empty ledger, never created; a file it cannot read says why."""
@@ -212,9 +222,44 @@ def read_ledger(path: Path) -> dict[str, Any]:
     except EvacuationError as exc:
         view["error"] = str(exc)
         return view
-    view["rows"] = [ledger_row(r) for r in records[:MAX_LEDGER_ROWS]]
-    view["total"] = len(records)
-    return view
+    return _rows(view, records)
+
+
+class AwsLedger:
+    """The ``[evacuate_aws]`` DynamoDB ledger for the panel, when ``dashboard = true``:
+    what ``rideout evacuate --provider aws`` recorded (blocking: read it in a thread).
+    Never creates the table; a missing table is an empty ledger."""
+
+    def __init__(self, config: Config) -> None:
+        self.aws = config.evacuate_aws
+        self._ledger: Ledger | None = None
+
+    def where(self) -> str:
+        aws = self.aws
+        at = ", ".join(x for x in (aws.region, aws.endpoint_url) if x) or "boto3's region"
+        return f"{aws.table} ({at})"
+
+    def empty(self) -> dict[str, Any]:
+        return {"kind": "dynamodb", "where": self.where(), "exists": None, "rows": [],
+                "total": 0, "error": None}  # fmt: skip
+
+    def read(self) -> dict[str, Any]:
+        view = {**self.empty(), "exists": True}
+        try:
+            if self._ledger is None:
+                self._ledger = self._open()
+            return _rows(view, self._ledger.records())
+        except ImportError as exc:  # boto3: the aws extra
+            view["error"] = f"{exc} (install the aws extra: pip install 'rideout[aws]')"
+        except RideoutError as exc:  # no region or credentials, a refused or failed call
+            view["error"] = str(exc)
+        return view
+
+    def _open(self) -> Ledger:
+        from rideout.evacuate.aws.connect import settings_from
+        from rideout.evacuate.dynamo import DynamoLedger
+
+        return DynamoLedger(settings_from(self.aws), table=self.aws.table, create=False)
 
 
 def _settled(
@@ -256,6 +301,8 @@ class DashboardPanels:
         self.ledger_path = Path(config.data_dir) / LEDGER_FILE
         self._ledger: SqliteLedger | None = None
         self._ledger_view: dict[str, Any] = {**_ledger_view(self.ledger_path), "exists": None}
+        self.aws_ledger = AwsLedger(config) if config.evacuate_aws.dashboard else None
+        self._aws_view: dict[str, Any] | None = self.aws_ledger.empty() if self.aws_ledger else None
         self._rooms: dict[str, Any] = {"enabled": config.waitingroom.enabled, "events": [],
                                        "more": 0, "server": None, "error": None, "at": None}  # fmt: skip
 
@@ -284,13 +331,21 @@ class DashboardPanels:
         evacuated = {z["zone"] for z in zones if z["evacuated"]}
         ledger = asyncio.ensure_future(asyncio.to_thread(read_ledger, self.ledger_path))
         rooms = asyncio.ensure_future(self._read_rooms(writer, evacuated, alarms))
-        done, pending = await asyncio.wait({ledger, rooms}, timeout=self.timeout)
+        tasks = {ledger, rooms}
+        aws = None
+        if self.aws_ledger is not None:
+            aws = asyncio.ensure_future(asyncio.to_thread(self.aws_ledger.read))
+            tasks.add(aws)
+        done, pending = await asyncio.wait(tasks, timeout=self.timeout)
         for task in pending:
-            task.cancel()  # the ledger's thread finishes on its own; its answer is dropped
+            task.cancel()  # a ledger's thread finishes on its own; its answer is dropped
         self._ledger_view = _settled(ledger, done, self._ledger_view)
         self._rooms = _settled(rooms, done, self._rooms)
         view["ledger"] = self._ledger_view
         view["rooms"] = self._rooms
+        if aws is not None and self._aws_view is not None:
+            self._aws_view = _settled(aws, done, self._aws_view)
+            view["aws_ledger"] = self._aws_view
 
     def _room_bases(self, writer: str | None, evacuated: set[str]) -> list[str]:
         """App servers to ask, in order: the writer region's zones that serve, its

@@ -124,18 +124,21 @@ function renderZones(zones) {
   }
 }
 
-let ledgerShown = "";
-function renderLedger(ledger) {
+const ledgerShown = {};
+// A ledger's card: `id` is its table's (ledger: the control plane's SQLite file;
+// aws-ledger: [evacuate_aws]'s DynamoDB table, when the control plane reads it).
+function renderLedger(ledger, id = "ledger") {
   if (!ledger) return;
   const shown = JSON.stringify(ledger);
-  if (shown === ledgerShown) return;
-  ledgerShown = shown;
-  $("ledger-where").textContent = `${ledger.kind}: ${ledger.where}`;
-  $("ledger").tBodies[0].replaceChildren(...ledger.rows.map((r) => el("tr", { "data-zone": r.zone },
+  if (shown === ledgerShown[id]) return;
+  ledgerShown[id] = shown;
+  $(`${id}-card`).hidden = false;
+  $(`${id}-where`).textContent = `${ledger.kind}: ${ledger.where}`;
+  $(id).tBodies[0].replaceChildren(...ledger.rows.map((r) => el("tr", { "data-zone": r.zone },
     el("td", {}, r.zone), el("td", {}, r.type), el("td", { class: "mono" }, r.resource),
     el("td", { class: "mono" }, r.removed.join(", ")), el("td", {}, r.operator),
     el("td", {}, clock(r.since)), el("td", {}, r.outcome || "—"))));
-  $("ledger-note").textContent = ledger.error ? `cannot read the ledger: ${ledger.error}`
+  $(`${id}-note`).textContent = ledger.error ? `cannot read the ledger: ${ledger.error}`
     : ledger.exists === null ? "not read yet"
     : !ledger.exists ? "empty: no evacuation recorded yet (the first one creates the file)"
     : ledger.total === 0 ? "empty: nothing evacuated"
@@ -255,6 +258,7 @@ function render(view) {
   }
   renderZones(view.zones || []);
   renderLedger(view.ledger);
+  renderLedger(view.aws_ledger, "aws-ledger");
   renderRooms(view.rooms);
   for (const event of failover.events) addEvent(event);
   const autoshift = view.autoshift || {};
