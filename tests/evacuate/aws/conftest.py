@@ -56,7 +56,13 @@ def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Aw
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "aws-config"))
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "aws-credentials"))
-    return AwsSettings(region=REGION, max_attempts=2, connect_timeout=5, read_timeout=30)
+    return SETTINGS
+
+
+# One AwsSettings for every test: its boto3 session (and the client classes botocore
+# builds from each service model) is made once per process, not once per test. The
+# endpoint and credentials come from the environment each test sets above.
+SETTINGS = AwsSettings(region=REGION, max_attempts=2, connect_timeout=5, read_timeout=30)
 
 
 def lambda_zip() -> bytes:

@@ -52,3 +52,15 @@ def test_retries_use_the_standard_mode_and_are_bounded() -> None:
 def test_bad_settings(bad: dict[str, object]) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
         AwsSettings(**{"region": "us-east-1", **bad})  # type: ignore[arg-type]
+
+
+def test_sessions_share_one_model_loader_and_keep_their_own_settings() -> None:
+    """Each AwsSettings has a session of its own (its profile, its region), and every
+    session reads AWS's service models through one loader: a model is parsed once a
+    process, not once a session."""
+    first = AwsSettings(region="eu-west-1").session()
+    second = AwsSettings(region="us-east-2").session()
+    assert first is not second
+    assert (first.region_name, second.region_name) == ("eu-west-1", "us-east-2")
+    loaders = {id(s._session.get_component("data_loader")) for s in (first, second)}
+    assert len(loaders) == 1

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 import boto3
+import botocore.loaders
+import botocore.session
 from botocore.config import Config as BotoConfig
 from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from botocore.parsers import ResponseParserError
@@ -103,8 +105,12 @@ class AwsSettings:
         """The boto3 session every client of these settings comes from (made once)."""
         if not self._session:
             with calling("boto3", "create session"):
+                core = botocore.session.get_session()
+                core.register_component("data_loader", _loader(core))
                 self._session.append(
-                    boto3.session.Session(profile_name=self.profile, region_name=self.region)
+                    boto3.session.Session(
+                        profile_name=self.profile, region_name=self.region, botocore_session=core
+                    )
                 )
         return self._session[0]
 
@@ -128,6 +134,20 @@ class AwsSettings:
             return self.session().client(  # type: ignore[call-overload]
                 service, endpoint_url=self.endpoint_url, config=self.boto_config()
             )
+
+
+# botocore's data loader (service models, endpoint rules, paginators), one per data path
+# for the process: a session makes its own by default and parses each model's JSON again
+# (EC2's alone is ~300 ms of CPU). The loader only reads and caches what it read.
+_LOADERS: dict[str | None, botocore.loaders.Loader] = {}
+
+
+def _loader(core: botocore.session.Session) -> botocore.loaders.Loader:
+    path = core.get_config_variable("data_path")
+    found = _LOADERS.get(path)
+    if found is None:
+        found = _LOADERS.setdefault(path, botocore.loaders.create_loader(path))
+    return found
 
 
 def error_code(error: ClientError) -> str:
