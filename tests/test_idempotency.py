@@ -23,6 +23,7 @@ from starlette.types import ASGIApp, Scope
 from rideout.config import Config
 from rideout.idempotency import (
     REPLAYED_HEADER,
+    SCOPE_KEY,
     IdempotencyMiddleware,
     credential_principal,
     default_store_status,
@@ -161,7 +162,10 @@ class Orders:
 
         async def optional(request: Request) -> Response:
             self.runs["optional"] += 1
-            return JSONResponse({"optional": self.runs["optional"]})
+            # The record key the middleware passes on (None without a key).
+            return JSONResponse(
+                {"optional": self.runs["optional"], "record": request.scope.get(SCOPE_KEY)}
+            )
 
         return Starlette(
             routes=[
@@ -264,6 +268,16 @@ async def test_first_request_runs_and_repeats_replay(site: Site, http: httpx.Asy
     count = registry.get_sample_value
     assert count("rideout_idempotency_requests_total", {"outcome": "stored"}) == 2
     assert count("rideout_idempotency_requests_total", {"outcome": "replayed"}) == 3
+
+
+async def test_the_app_is_told_its_requests_record_key(site: Site, http: httpx.AsyncClient) -> None:
+    """So that a handler can make its own write idempotent under it (the waiting room's
+    assign_queue_num): with a key the app sees the record's name, without one nothing."""
+    url = await site.serve(wrap(Orders().app(), site.primary))
+    keyed = await http.post(f"{url}/optional", headers=key("k-scope"))
+    assert keyed.json()["record"] == keys.idempotency("rest", "k-scope")
+    plain = await http.post(f"{url}/optional")
+    assert plain.json()["record"] is None
 
 
 async def test_same_key_different_request_is_422(site: Site, http: httpx.AsyncClient) -> None:

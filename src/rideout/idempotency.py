@@ -38,6 +38,13 @@ How a keyed request (``methods``, POST and PATCH by default) is handled:
    body): the request did run, so re-running it would break the promise, and its
    response cannot be given back.
 
+**The app's own write.** The stored answer and the app's effects are two writes: a
+region lost between them (the effects replicated, the answer not) makes the retry run
+the app again. The app is told its request's record key in the scope
+(``scope[SCOPE_KEY]``, absent without an ``Idempotency-Key``), so a handler whose write
+can be made idempotent under it does so and the retry finds what the first run made
+(the waiting room derives ``assign_queue_num``'s request id from it).
+
 **Whose record.** A record answers only requests of the principal that made it: the
 record's key includes ``user_from_scope``'s answer (for a credential,
 :func:`credential_principal`, a hash of it). Authentication must run *before* this
@@ -78,6 +85,7 @@ __all__ = [
     "HOP_BY_HOP_HEADERS",
     "REFUSED_STATUSES",
     "REPLAYED_HEADER",
+    "SCOPE_KEY",
     "IdempotencyMiddleware",
     "credential_principal",
     "default_store_status",
@@ -88,6 +96,8 @@ __all__ = [
 log = logging.getLogger("rideout.idempotency")
 
 REPLAYED_HEADER = "Idempotent-Replayed"
+SCOPE_KEY = "rideout.idempotency_record"
+"""The ASGI scope key under which the app finds its request's record key."""
 
 HOP_BY_HOP_HEADERS = frozenset(
     {
@@ -475,7 +485,7 @@ class IdempotencyMiddleware:
         capture = _Capture(send, self.max_stored_body, settle)
         renewer = asyncio.create_task(self._renew(record_key, in_flight))
         try:
-            await self.app(scope, replay_receive, capture)
+            await self.app({**scope, SCOPE_KEY: record_key}, replay_receive, capture)
         except BaseException:
             if not capture.settled:
                 capture.settled = True

@@ -12,6 +12,7 @@ import pytest
 import pytest_asyncio
 from starlette.applications import Starlette
 
+from rideout.store import keys
 from rideout.waitingroom.api import RoomAPI
 from rideout.waitingroom.http import CACHE_COUNTERS, CACHE_PRIVATE
 from rideout.waitingroom.model import EventSettings
@@ -187,6 +188,25 @@ async def test_an_idempotency_key_keeps_one_position_across_retries(room: Room) 
     assert (await room.counters(event_id))["queue"] == 1
     other = await room.assign(event_id)  # no key: a new arrival
     assert other["queue_number"] == 2
+
+
+async def test_a_retry_whose_answer_was_lost_finds_the_first_position(room: Room) -> None:
+    """Drawing the number and storing the answer are two writes: a region killed between
+    them (the number replicated, the answer not) leaves the other region with the
+    position and no record. The retry with the same key finds that position, not a
+    second number: the request id comes from the key's record."""
+    event_id = await room.event()
+    key = secrets.token_hex(8)
+    first = await room.assign(event_id, **{"Idempotency-Key": key})
+    assert await room.api.store.redis.delete(keys.idempotency("waitingroom", key)) == 1
+    r = await room.client.post(
+        "/assign_queue_num", json={"event_id": event_id}, headers={"Idempotency-Key": key}
+    )
+    assert (r.status_code, r.json()) == (200, first)
+    assert "idempotent-replayed" not in r.headers  # it ran again, and found the position
+    assert (await room.counters(event_id))["queue"] == 1
+    # Another key is another arrival.
+    assert (await room.assign(event_id, **{"Idempotency-Key": key + "x"}))["queue_number"] == 2
 
 
 async def test_queue_pos_expiry_follows_aws_statuses(room: Room) -> None:

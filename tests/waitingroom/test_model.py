@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from rideout.waitingroom.model import (
     ALARM,
+    REQUEST_ID_RE,
     Counters,
     EventSettings,
     InletKind,
@@ -18,6 +19,7 @@ from rideout.waitingroom.model import (
     estimated_wait,
     expires_in,
     is_abandoned,
+    keyed_request_id,
     max_size_increment,
     periodic_increment,
     queue_cap,
@@ -215,3 +217,16 @@ def test_proof_of_work_stamps() -> None:
     for bad in (None, 5, "", "x:y", "1000:" + "a" * 65, "1000:a-b", stamp + "\n"):
         assert not pow_valid("launch", bad, 12, 1000.0)
     assert pow_valid("launch", None, 0, 1000.0)  # no proof asked for
+
+
+def test_a_keyed_request_id_is_the_same_for_the_same_record_and_secret_alone() -> None:
+    rid = keyed_request_id(b"s" * 32, "launch", "rideout:idem:waitingroom:-:k1")
+    assert REQUEST_ID_RE.fullmatch(rid)
+    assert rid == keyed_request_id(b"s" * 32, "launch", "rideout:idem:waitingroom:-:k1")
+    others = {
+        keyed_request_id(b"t" * 32, "launch", "rideout:idem:waitingroom:-:k1"),  # secret
+        keyed_request_id(b"s" * 32, "launch2", "rideout:idem:waitingroom:-:k1"),  # event
+        keyed_request_id(b"s" * 32, "launch", "rideout:idem:waitingroom:-:k2"),  # key
+    }
+    assert rid not in others
+    assert len(others) == 3

@@ -28,6 +28,7 @@ positions (:mod:`rideout.waitingroom.poll_cache`).
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any, Final
 
@@ -39,7 +40,7 @@ from starlette.types import ASGIApp
 from rideout import _body, routes
 from rideout.auth.errors import AuthError
 from rideout.auth.room_tokens import KeySource, RoomTokenIssuer, RoomTokenVerifier
-from rideout.idempotency import IdempotencyMiddleware, credential_principal
+from rideout.idempotency import SCOPE_KEY, IdempotencyMiddleware, credential_principal
 from rideout.waitingroom.errors import InvalidRequest
 from rideout.waitingroom.http import (
     CACHE_COUNTERS,
@@ -67,6 +68,7 @@ from rideout.waitingroom.model import (
     ExpiryState,
     PositionState,
     estimated_wait,
+    keyed_request_id,
     pow_valid,
     serving_rate,
 )
@@ -129,6 +131,11 @@ class RoomAPI(PrivateAPI):
         self.max_body = max_body
         self.idempotency_ttl = idempotency_ttl
         self._principal = credential_principal(admin_token)  # owns the operator's records
+        # The secret keyed request ids are made under (keyed_request_id): the admin
+        # token's, which every app server of both regions holds.
+        self._request_id_secret = hashlib.sha256(
+            b"rideout keyed request id\0" + admin_token.encode()
+        ).digest()
         self.verifier = (
             None if keys is None else RoomTokenVerifier(
                 keys, issuer=issuer, max_ttl=MAX_VALIDITY, clock=store.clock
@@ -242,7 +249,15 @@ class RoomAPI(PrivateAPI):
             assert isinstance(stamp, str)
             if not await self.store.use_stamp(event_id, stamp, 2 * POW_WINDOW):
                 raise BadInput(400, "Proof of work already used: solve a new one")
-        position = await self.store.assign(event_id)
+        # With an Idempotency-Key the request id comes from its record: a retry whose
+        # first answer was lost finds the position the first run made.
+        record = request.scope.get(SCOPE_KEY)
+        rid = (
+            keyed_request_id(self._request_id_secret, event_id, record)
+            if isinstance(record, str)
+            else None
+        )
+        position = await self.store.assign(event_id, rid)
         out: dict[str, Any] = {"api_request_id": position.request_id, "event_id": event_id}
         if position.status is not PositionState.PREQUEUED:
             out["queue_number"] = position.queue_number

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import hmac
 import math
 import re
 from collections.abc import Mapping
@@ -73,6 +74,7 @@ __all__ = [
     "expires_in",
     "has_expired",
     "is_abandoned",
+    "keyed_request_id",
     "max_size_increment",
     "periodic_increment",
     "position_expiry",
@@ -135,6 +137,17 @@ def check_request_id(value: object) -> str:
     if not REQUEST_ID_RE.fullmatch(text):
         raise InvalidArgument(f"request_id must look like a UUID, not {text[:80]!r}")
     return text
+
+
+def keyed_request_id(secret: bytes, event_id: str, record: str) -> str:
+    """The request id of an arrival in `event_id` whose ``Idempotency-Key`` record is
+    `record`: the same wherever and however often it is asked, so a retry whose first
+    answer was lost (a region killed between drawing the number and storing the answer)
+    finds the position the first run made instead of drawing a second. An HMAC under the
+    deployment's `secret`, shaped as a UUID: as unguessable as a random one to whoever
+    does not hold the secret, whatever key the client chose."""
+    digest = hmac.new(secret, f"{event_id}\0{record}".encode(), hashlib.sha256).hexdigest()
+    return f"{digest[:8]}-{digest[8:12]}-{digest[12:16]}-{digest[16:20]}-{digest[20:32]}"
 
 
 # ---------------------------------------------------------------------------- settings
