@@ -240,16 +240,37 @@ async def until(
         raise AssertionError(f"not within {timeout:g} s: {_describe(condition, message)}") from None
 
 
+def watched(page: Any) -> list[str]:
+    """The page's uncaught errors and what its Content-Security-Policy refused (Chromium
+    says each refusal on the console): a page that works under its policy adds none."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on(
+        "console",
+        lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
+    )
+    return errors
+
+
 async def page_until(page: Any, expression: str, arg: Any = None, timeout: float = 30000) -> None:
     """Until `expression` (a JavaScript expression, or a function of `arg`) is true in
     Playwright's `page`; `timeout` in milliseconds, as Playwright's. Polled from here with
     ``page.evaluate``: Playwright's own ``wait_for_function`` evaluates its predicate with
-    ``eval``, which the pages' Content-Security-Policy (no ``'unsafe-eval'``) refuses."""
-    await until(
-        lambda: page.evaluate(expression, arg),
-        timeout / 1000,
-        message=f"{expression} (arg {arg!r})",
-    )
+    ``eval``, which the pages' Content-Security-Policy (no ``'unsafe-eval'``) refuses.
+    As Playwright's, it follows the page through navigations."""
+    from playwright.async_api import Error as PlaywrightError
+
+    async def holds() -> Any:
+        try:
+            return await page.evaluate(expression, arg)
+        except PlaywrightError as exc:
+            # The page navigated while it was asked (wait_for_function asks the new
+            # document): ask the next one. Anything else is the test's failure.
+            if "context was destroyed" in str(exc) or "navigation" in str(exc):
+                return False
+            raise
+
+    await until(holds, timeout / 1000, message=f"{expression} (arg {arg!r})")
 
 
 class HeldSleep:

@@ -18,7 +18,7 @@ import pytest_asyncio
 
 from rideout.config import Config, parse_config
 from tests.cluster.conftest import Up, rideout, started
-from tests.conftest import page_until, until
+from tests.conftest import page_until, until, watched
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
@@ -68,18 +68,6 @@ async def open_page(browser: Any, config: Config, zone: str, user: str) -> Any:
     await page.goto(f"http://{zone}:{config.app_port}/?user={user}")
     await page_until(page, "window.rideout && window.rideout.connected", timeout=15000)
     return page
-
-
-def watched(page: Any) -> list[str]:
-    """The page's uncaught errors and what its Content-Security-Policy refused (Chromium
-    says each refusal on the console): a page that works under its policy adds none."""
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.on(
-        "console",
-        lambda m: errors.append(m.text) if "Content Security Policy" in m.text else None,
-    )
-    return errors
 
 
 async def shot(page: Any, name: str) -> None:

@@ -26,7 +26,7 @@ from rideout.auth.admin import load_or_create_admin_token
 from rideout.auth.oidc_secrets import oidc_secret_path
 from rideout.config import Config, dump_toml, parse_config
 from tests.cluster.conftest import Up, rideout, started
-from tests.conftest import config_data, free_port, serving
+from tests.conftest import config_data, free_port, page_until, serving, watched
 from tests.web.test_browser import CHROMIUM, browser, shot, wait_region
 
 pytestmark = [
@@ -78,7 +78,8 @@ async def admit(config: Config, zone: str, by: int = 1) -> None:
 
 
 async def serving_and_position(page: Any) -> tuple[int, int]:
-    await page.wait_for_function(
+    await page_until(
+        page,
         "/^[0-9]+$/.test(document.getElementById('position').textContent)"
         " && /^[0-9]+$/.test(document.getElementById('serving').textContent)",
         timeout=30000,
@@ -93,16 +94,14 @@ async def wait_in_room(browser: Any, config: Config, zone: str, random: float | 
     page = await browser.new_page(viewport={"width": 1000, "height": 700})
     if random is not None:
         await page.add_init_script(f"Math.random = () => {random!r};")
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
-    page.errors = errors
+    page.errors = watched(page)
     await page.goto(f"http://{zone}:{config.app_port}/room.html?event_id={EVENT}&next=/")
     return page
 
 
 async def until_in_auction(page: Any) -> None:
     """The page went on to the auction, whose client is connected with the room's token."""
-    await page.wait_for_function("window.rideout && window.rideout.connected", timeout=60000)
+    await page_until(page, "window.rideout && window.rideout.connected", timeout=60000)
     assert await page.evaluate("sessionStorage.getItem('rideout-room-token') !== null")
     assert "room_token" not in page.url  # the fragment is cleared from the address bar
 
@@ -122,7 +121,7 @@ async def test_a_visitor_waits_is_admitted_and_the_auction_accepts_the_token(
     # Math.random is fixed, so the pauses are known; with a real one, two draws can
     # both fall under the floor and be equal (a test that asked for distinct pauses
     # failed so on CI).
-    await page.wait_for_function("window.rideoutRoom.delays.length >= 3", timeout=30000)
+    await page_until(page, "window.rideoutRoom.delays.length >= 3", timeout=30000)
     delays = await page.evaluate("window.rideoutRoom.delays")
     assert delays[:3] == pytest.approx([0.9, 1.8, 3.6])
     await admit(config, zone, position - serving)
@@ -159,7 +158,8 @@ async def test_the_page_follows_a_region_failover(
         chaos(up, "kill", "us-east-1")
         await wait_region(config, "us-west-2")
         # the page keeps polling through the failover name: now the secondary answers
-        await page.wait_for_function(
+        await page_until(
+            page,
             "document.getElementById('region').textContent.startsWith('127.0.2.')",
             timeout=60000,
         )
@@ -192,8 +192,7 @@ async def test_openid_mode_returns_to_the_relying_party_with_a_code(
         "code_challenge": create_s256_code_challenge(verifier), "code_challenge_method": "S256",
     }  # fmt: skip
     page = await browser.new_page(viewport={"width": 1000, "height": 700})
-    errors: list[str] = []
-    page.on("pageerror", lambda error: errors.append(str(error)))
+    errors = watched(page)
     arrived: list[str] = []
 
     async def callback_page(request: Request) -> Response:
