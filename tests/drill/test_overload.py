@@ -154,6 +154,6 @@ def test_the_report_says_when_the_clients_ran_nicer() -> None:
 
 
 def test_a_niceness_outside_what_os_nice_takes_is_refused() -> None:
-    with pytest.raises(DrillError, match="--client-nice must be 0-19"):
+    with pytest.raises(DrillError, match="--client-nice must be between 0 and 19"):
         OverloadOptions(client_nice=20)
     assert OverloadOptions(client_nice=19).client_nice == 19

@@ -28,6 +28,15 @@ ClientsOption = Annotated[int, typer.Option(help="Resilient clients to run.", mi
 ProfileOption = Annotated[
     Profile | None, typer.Option(help="Timing profile of its own deployment.")
 ]
+ClientNiceOption = Annotated[
+    int,
+    typer.Option(
+        help="Run the clients' worker processes this much nicer (0-19), so that on one "
+        "machine they yield the cores to the deployment, as clients on other hosts would.",
+        min=0,
+        max=19,
+    ),
+]
 ReportOption = Annotated[
     Path | None, typer.Option(help="Report folder (default DATA_DIR/drills/<time>).")
 ]
@@ -109,16 +118,7 @@ def drill_region_outage(
             min=1,
         ),
     ] = None,
-    client_nice: Annotated[
-        int,
-        typer.Option(
-            help="Run the clients' worker processes this much nicer (0-19), so that on "
-            "one machine they yield the cores to the deployment, as clients on other "
-            "hosts would.",
-            min=0,
-            max=19,
-        ),
-    ] = 0,
+    client_nice: ClientNiceOption = 0,
     report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:
@@ -196,16 +196,7 @@ def drill_overload(
         float, typer.Option(help="Objective: the ordinary bidders' p99 bid round trip (s).")
     ] = 1.0,
     max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.")] = 0,
-    client_nice: Annotated[
-        int,
-        typer.Option(
-            help="Run the bidders' and abusers' worker processes this much nicer (0-19), "
-            "so that on one machine they yield the cores to the deployment, as clients on "
-            "other hosts would.",
-            min=0,
-            max=19,
-        ),
-    ] = 0,
+    client_nice: ClientNiceOption = 0,
     report: ReportOption = None,
     config_path: ConfigOption = None,
 ) -> None:

@@ -74,8 +74,7 @@ class DrillOptions:
             raise DrillError(f"--replication must be sync or async, not {self.replication!r}")
         if self.rooms is not None and not 1 <= self.rooms <= self.clients:
             raise DrillError(f"--rooms must be between 1 and --clients ({self.clients})")
-        if not 0 <= self.client_nice <= 19:
-            raise DrillError("--client-nice must be between 0 and 19")
+        check_nice(self.client_nice)
         if self.client_nice and self.processes is False:
             raise DrillError("--client-nice needs the clients in worker processes")
         if not self.failback:
@@ -98,6 +97,12 @@ def check_at_least_one(flag: str, value: int) -> None:
     """DrillError unless ``value`` (given as ``flag``) is 1 or more."""
     if value < 1:
         raise DrillError(f"{flag} must be at least 1")
+
+
+def check_nice(nice: int) -> None:
+    """DrillError unless ``nice`` (``--client-nice``) is one ``os.nice`` takes: 0-19."""
+    if not 0 <= nice <= 19:
+        raise DrillError("--client-nice must be between 0 and 19")
 
 
 def check_choice(flag: str, value: object, choices: tuple[str, ...]) -> None:

@@ -37,6 +37,7 @@ from rideout.drill.errors import DrillError
 from rideout.drill.options import (
     DrillOptions,
     check_at_least_one,
+    check_nice,
     check_profile,
     report_head,
     report_tail,
@@ -100,8 +101,7 @@ class OverloadOptions:
         if not self.duration > 0:
             raise DrillError(f"--duration must be more than 0 seconds, not {self.duration!r}")
         unknown = sorted(set(self.behaviours) - set(BEHAVIOURS))
-        if not 0 <= self.client_nice <= 19:
-            raise DrillError(f"--client-nice must be 0-19, not {self.client_nice!r}")
+        check_nice(self.client_nice)
         if unknown or not self.behaviours:
             raise DrillError(
                 f"--behaviours must name some of {', '.join(BEHAVIOURS)}, not {unknown or 'none'}"
