@@ -3,13 +3,21 @@ is left listening when nothing runs."""
 
 from __future__ import annotations
 
+import io
+import os
+import signal
+import time
 from pathlib import Path
 
+import pytest
+from rich.console import Console
 from starlette.applications import Starlette
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rideout import routes
+from rideout.cli._status import print_status
+from rideout.cluster.runstate import RunLock
 from rideout.cluster.status import collect_status
 from rideout.config import parse_config
 from rideout.store.acl import load_or_create_users
@@ -54,3 +62,38 @@ async def test_with_nothing_running_status_still_finds_what_was_left_listening(
     assert zones[zone.name]["health"]["up"] is True
     assert not any(z["health"]["up"] for name, z in zones.items() if name != zone.name)
     assert view["dns"]["answer"]["up"] is False
+
+
+async def test_a_redis_that_does_not_answer_in_time_is_said_to_time_out(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frozen writer Redis (SIGSTOP: the kernel takes the connection, nothing answers)
+    is waited out for the probe's budget and reported with the error that says so, and
+    `rideout status` prints that error, not a bare "unreachable"."""
+    config = parse_config(config_data(tmp_path / ".rideout"))
+    lock = RunLock(config.run_dir)  # as if a supervisor ran: the probes get `timeout`
+    lock.acquire()
+    try:
+        async with running_redis_pair(config) as (primary, _):
+            assert primary.pid is not None
+            os.kill(primary.pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                view = await collect_status(config, timeout=2.0)
+                took = time.monotonic() - started
+            finally:
+                os.kill(primary.pid, signal.SIGCONT)
+            # The frozen server is waited out for the budget asked (not the client's own
+            # 1 s); the live one costs nothing. Only a generous upper bound.
+            assert 1.9 <= took < 15, took
+            writer, replica = (region["redis"]["state"] for region in view["regions"])
+            assert not writer["reachable"], writer
+            assert "Timeout" in writer["error"], writer
+            assert (replica["reachable"], replica["role"]) == (True, "replica"), replica
+            console = Console(width=400, record=True, file=io.StringIO())
+            monkeypatch.setattr("rideout.cli._status.console", console)
+            print_status(view, title="rideout")
+            printed = console.export_text()
+            assert f"unreachable: {writer['error']}" in printed, printed
+    finally:
+        lock.release()

@@ -35,17 +35,20 @@ async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
         # two Redis, four zones, two canaries, one control plane, one DNS server
         assert len(pids) == 2 + 4 + 2 + 1 + 1
         assert all(pid_alive(p) for p in pids)
-        view = await collect_status(config)
+        # A generous probe budget: ten processes have just started beside the suite's
+        # other workers. CI once read the writer as "unknown" here, most likely its 1 s
+        # default missed; a refusal still fails, and the assertion prints the error.
+        view = await collect_status(config, timeout=5.0)
         assert view["running"]
-        assert view["control_plane"]["health"]["up"]
-        primary, secondary = view["regions"]
-        assert primary["redis"]["state"]["role"] == "master"
-        assert primary["redis"]["state"]["epoch"] == 1
-        assert secondary["redis"]["state"]["role"] == "replica"
-        assert secondary["redis"]["state"]["link"] == "up"
-        assert secondary["redis"]["state"]["epoch"] == 1  # replicated
+        assert view["control_plane"]["health"]["up"], view["control_plane"]
+        primary, secondary = (region["redis"]["state"] for region in view["regions"])
+        assert (primary["role"], primary["epoch"]) == ("master", 1), primary
+        # replicated
+        assert (secondary["role"], secondary["link"], secondary["epoch"]) == ("replica", "up", 1), (
+            secondary
+        )
         for region in view["regions"]:
-            assert region["canary"]["alive"]
+            assert region["canary"]["alive"], region["canary"]
             assert region["canary"]["placement"] == "outside"
             for zone in region["zones"]:
                 assert zone["alive"]

@@ -169,6 +169,15 @@ def down(
 def status(
     config_path: ConfigOption = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the same data as JSON.")] = False,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            min=0.05,
+            help="Seconds each probe (Redis, DNS, HTTP) waits for its answer; a busy "
+            "machine or a far region may need more.  [default: 1.0; 1.5 in external mode]",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Show what runs where and whether it is healthy (exit 1 if nothing is running).
 
@@ -180,10 +189,10 @@ def status(
     if config.mode == "external":
         from rideout.cli._external import external_status
 
-        external_status(config, as_json)
-    from rideout.cluster.status import collect_status
+        external_status(config, as_json, timeout=timeout)
+    from rideout.cluster.status import DEFAULT_PROBE_TIMEOUT, collect_status
 
-    view = asyncio.run(collect_status(config))
+    view = asyncio.run(collect_status(config, timeout=timeout or DEFAULT_PROBE_TIMEOUT))
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
     elif view["running"]:

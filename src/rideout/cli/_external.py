@@ -23,12 +23,15 @@ def _answer(probe: dict[str, Any]) -> str:
     return str(probe.get("error", "no answer"))
 
 
-def external_status(config: Config, as_json: bool) -> NoReturn:
+def external_status(config: Config, as_json: bool, *, timeout: float | None = None) -> NoReturn:
     """`rideout status` in external mode: print the network's view, exit 0 if a control
-    plane acts, else 1."""
+    plane acts, else 1. Each probe waits `timeout` seconds (None: the inventory's own)."""
     from rideout.controlplane.inventory import ExternalInventory
 
-    view = asyncio.run(ExternalInventory(config).collect())
+    inventory = (
+        ExternalInventory(config) if timeout is None else ExternalInventory(config, timeout=timeout)
+    )
+    view = asyncio.run(inventory.collect())
     acting = any(cp["up"] for cp in view["control_planes"])
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")

@@ -184,7 +184,8 @@ def _redis_state(state: dict[str, Any] | None) -> Text:
     if state is None:
         return _state(None, "", "")
     if not state["reachable"]:
-        return _state(False, "", "unreachable")
+        # Refused, timed out or not allowed: the error says which.
+        return _state(False, "", f"unreachable: {state.get('error') or 'no answer'}")
     link = f" (link {state['link']})" if state["role"] == "replica" else ""
     ok = state["role"] == "master" or state["link"] == "up"
     server = f"; {state['server']}" if state.get("server") else ""

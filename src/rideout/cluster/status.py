@@ -27,7 +27,10 @@ from rideout.store.acl import CredentialsUnavailable, RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import ReplicationStatus, read_epoch, replication_status
 
-__all__ = ["LocalInventory", "collect_status"]
+__all__ = ["DEFAULT_PROBE_TIMEOUT", "LocalInventory", "collect_status"]
+
+#: How long each of `rideout status`'s probes waits for its answer, in seconds.
+DEFAULT_PROBE_TIMEOUT = 1.0
 
 
 async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
@@ -46,13 +49,13 @@ async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
         }
 
 
-async def _probe_redis(address: str, port: int, config: Config) -> dict[str, Any]:
+async def _probe_redis(address: str, port: int, config: Config, timeout: float) -> dict[str, Any]:
     try:
         credentials = credentials_for(config, RedisRole.MONITOR)
     except CredentialsUnavailable as exc:
         status = ReplicationStatus(False, "unknown", "n/a", None, None, 0, str(exc))
         return {**status.to_dict(), "epoch": None}
-    client = probe_client(address, port, credentials=credentials)
+    client = probe_client(address, port, credentials=credentials, timeout=timeout)
     try:
         status = await replication_status(client)
         epoch = await read_epoch(client) if status.reachable else None
@@ -78,8 +81,14 @@ async def _probe_dns(config: Config, timeout: float) -> dict[str, Any]:
     return {"up": True, "addresses": list(resolved.addresses), "region": region}
 
 
-async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any]:
-    """The deployment as the run files record it, plus live probes when `probe` is set."""
+async def collect_status(
+    config: Config, *, probe: bool = True, timeout: float = DEFAULT_PROBE_TIMEOUT
+) -> dict[str, Any]:
+    """The deployment as the run files record it, plus live probes when `probe` is set.
+
+    Each probe (Redis, DNS; HTTP half a second more) waits `timeout` seconds for its
+    answer; one that does not come in time is reported with its error, as is one refused.
+    """
     run = RunState.read(config.run_dir)
     supervisor = read_lock_pid(config.run_dir)
     records: dict[str, ProcessRecord] = (
@@ -155,7 +164,7 @@ async def collect_status(config: Config, *, probe: bool = True) -> dict[str, Any
     if probe:
         # With no supervisor the probes look for leftovers, which answer at once on
         # loopback: `status` need not wait out a name server that is not there.
-        await _add_probes(config, view, timeout=1.0 if supervisor is not None else 0.25)
+        await _add_probes(config, view, timeout=timeout if supervisor is not None else 0.25)
     return view
 
 
@@ -183,7 +192,7 @@ async def _add_probes(config: Config, view: dict[str, Any], *, timeout: float) -
                 (
                     region_view["redis"],
                     "state",
-                    _probe_redis(region.redis.address, region.redis.port, config),
+                    _probe_redis(region.redis.address, region.redis.port, config, timeout),
                 )
             )
             if region.replica is not None:
@@ -191,7 +200,7 @@ async def _add_probes(config: Config, view: dict[str, Any], *, timeout: float) -
                     (
                         region_view["replica"],
                         "state",
-                        _probe_redis(region.replica.address, region.replica.port, config),
+                        _probe_redis(region.replica.address, region.replica.port, config, timeout),
                     )
                 )
             for zone_view in region_view["zones"]:
