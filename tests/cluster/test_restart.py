@@ -130,8 +130,8 @@ async def test_chaos_kill_is_not_undone_but_a_crash_is(cluster: LocalCluster) ->
     kill9(replica.pid)
     await until(lambda: record(cluster, "redis-us-west-2").restarts == 1)
     await until(lambda: record(cluster, "redis-us-west-2").state == "running")
-    view = await collect_status(cluster.config)
-    assert view["regions"][1]["redis"]["state"]["role"] == "replica"
+    view = await collect_status(cluster.config, timeout=5.0)  # generous: it has just started
+    assert view["regions"][1]["redis"]["state"]["role"] == "replica", view["regions"][1]["redis"]
     assert view["regions"][1]["redis"]["pid"] not in (None, replica.pid)
 
     # A region killed on purpose stays dead, however long the backoff would have been.
