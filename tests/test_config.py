@@ -320,6 +320,13 @@ def test_zero_or_negative_counts(key: str, value: int) -> None:
             "timing.canary_timeout",
             "shorter than canary_interval",
         ),
+        (
+            {"timing": {"canary_timeout": 0.4, "canary_busy_grace": 0.1}},
+            "timing.canary_busy_grace",
+            "canary_timeout + canary_busy_grace (0.4 + 0.1 s) must be shorter than "
+            "canary_interval (0.5 s): a late answer must come before the next round",
+        ),
+        ({"timing": {"canary_busy_grace": -1}}, "timing.canary_busy_grace", "zero or more seconds"),
         ({"timing": {"backoff_cap": 0.1}}, "timing.backoff_cap", "at least backoff_base"),
         ({"timing": {"handshake_timeout": 0}}, "timing.handshake_timeout", "positive number"),
         (

@@ -570,6 +570,7 @@ server_messages: st.SearchStrategy[ServerMessage] = st.one_of(
         st.integers(0, MAX_EPOCH),
         st.none() | st.integers(0, 16),
         st.booleans(),  # full
+        st.booleans(),  # busy
     ),
     st.builds(
         TicketMsg,
@@ -595,11 +596,17 @@ def test_a_ticket_reply_is_checked() -> None:
             parse_server_message(json.dumps(good | bad))
 
 
-def test_a_probe_answer_without_full_is_from_an_older_server_and_not_full() -> None:
+def test_a_probe_answer_without_full_or_busy_is_from_an_older_server_and_neither() -> None:
     old = '{"type":"probe","region":"r","zone":"z","role":"writer","epoch":1,"replicas":null}'
     assert parse_server_message(old) == ProbeMsg("r", "z", "writer", 1, None, full=False)
+    assert parse_server_message(old).busy is False
     with pytest.raises(ProtocolError, match="'full' must be a boolean"):
         parse_server_message(old[:-1] + ',"full":1}')
+    with pytest.raises(ProtocolError, match="'busy' must be a boolean"):
+        parse_server_message(old[:-1] + ',"busy":"yes"}')
+    busy = parse_server_message(old[:-1] + ',"busy":true}')
+    assert busy == ProbeMsg("r", "z", "writer", 1, None, busy=True)
+    assert parse_server_message(encode_server_message(busy)) == busy
 
 
 @FUZZ

@@ -285,13 +285,15 @@ class ErrorMsg:
 
 @dataclass(frozen=True, slots=True)
 class ProbeMsg:
-    """``{type:"probe", region, zone, role, epoch, replicas, full}``: the store took the
-    probe.
+    """``{type:"probe", region, zone, role, epoch, replicas, full, busy}``: the store took
+    the probe.
 
     ``role`` is ``writer`` or ``replica``; ``replicas`` (sync mode, on the writer) is
     how many replicas had the probe's write in time, else None. ``full``: the process is
-    at its connection cap for ordinary users (they get 503 ``zone_full``), still healthy
-    (absent from older servers: False).
+    at its connection cap for ordinary users (they get 503 ``zone_full``), still healthy.
+    ``busy``: the process is shedding load as it answers (its event loop runs late, so
+    part of the new connections and bids are refused), which is why the answer may come
+    late. Both absent from older servers: False.
     """
 
     region: str
@@ -300,6 +302,7 @@ class ProbeMsg:
     epoch: int
     replicas: int | None = None
     full: bool = False
+    busy: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -577,12 +580,14 @@ def _server_message(obj: dict[str, Any]) -> ServerMessage:
             raise _Invalid(f"'epoch' must be an integer from 0 to {MAX_EPOCH}")
         if replicas is not None and (not _is_int(replicas) or replicas < 0):
             raise _Invalid("'replicas' must be a non-negative integer or null")
-        full = obj.get("full", False)
+        full, busy = obj.get("full", False), obj.get("busy", False)
         if not isinstance(full, bool):
             raise _Invalid("'full' must be a boolean")
+        if not isinstance(busy, bool):
+            raise _Invalid("'busy' must be a boolean")
         return ProbeMsg(
             region=_name(obj, "region"), zone=_name(obj, "zone"), role=role,
-            epoch=epoch, replicas=replicas, full=full,
+            epoch=epoch, replicas=replicas, full=full, busy=busy,
         )  # fmt: skip
     if kind == "ticket":
         ticket = _str(obj, "ticket")
@@ -710,12 +715,19 @@ def encode_error(code: ErrorCode | str, message: str, request_id: str | None = N
 
 
 def encode_probe(
-    *, region: str, zone: str, role: str, epoch: int, replicas: int | None, full: bool = False
+    *,
+    region: str,
+    zone: str,
+    role: str,
+    epoch: int,
+    replicas: int | None,
+    full: bool = False,
+    busy: bool = False,
 ) -> str:
     """Encode the reply to a ``probe``."""
     return _dump(
         {"type": "probe", "region": region, "zone": zone, "role": role, "epoch": epoch,
-         "replicas": replicas, "full": full}
+         "replicas": replicas, "full": full, "busy": busy}
     )  # fmt: skip
 
 
@@ -734,6 +746,7 @@ def encode_server_message(message: ServerMessage) -> str:
         return encode_probe(
             region=message.region, zone=message.zone, role=message.role,
             epoch=message.epoch, replicas=message.replicas, full=message.full,
+            busy=message.busy,
         )  # fmt: skip
     if isinstance(message, Update):
         return encode_update(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ from rideout.health.canary import ProbeResult, metric_data
 from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client
 from rideout.store.replication import ensure_epoch
-from tests.conftest import FakeClock, credentials, running_redis_pair
+from tests.conftest import FakeClock, credentials, running_redis_pair, serving
 
 P, S = "us-east-1", "us-west-2"
 
@@ -64,6 +65,49 @@ async def plane_on_redis(config: Config, clock: FakeClock) -> AsyncIterator[Cont
 
 def a_records(plane: ControlPlane) -> list[str]:
     return [r.value for r in plane.resolve(plane.config.app_domain, "A").answers]
+
+
+@pytest.mark.parametrize("busy", [True, False], ids=["busy", "not-busy"])
+async def test_a_region_answering_late_keeps_the_writer_only_while_it_says_it_is_busy(
+    make_config: Callable[..., Config], busy: bool
+) -> None:
+    """Busy is not down, end to end: the primary's zones (real sockets) answer the real
+    canary's store probe past its timeout but within its busy grace. Saying they shed
+    load, the region stays OK and the writer; not saying so, it fails over."""
+    from rideout.health.canary import Canary
+    from tests.health.test_canary import late_zone
+
+    # The fake clock runs the periods; the probes' lateness is real (0.3 s against a
+    # timeout of 0.1 s and a grace of 1.5 s: generous both ways).
+    config = make_config(
+        timing={"canary_interval": 2.0, "canary_timeout": 0.1, "canary_busy_grace": 1.5}
+    )
+    clock = FakeClock(1_800_000_000.0)
+    async with plane_on_redis(config, clock) as plane, contextlib.AsyncExitStack() as zones:
+        for zone in config.primary.zones:
+            app = late_zone(0.3, busy=busy)
+            await zones.enter_async_context(serving(app, zone.address, config.app_port))
+        await healthy_for(plane, clock)
+        assert plane.alarms[P].state == "OK"
+        canary = Canary(config, P, clock=clock)
+        for _ in range(config.timing.failover_datapoints + 2):
+            clock.now += plane.period
+            results = await canary.probe_all(at=clock.now)
+            plane.put_metric_data(metric_data(results))
+            report(plane, clock, S)
+            await plane.evaluate()
+        assert [(r.healthy, r.busy) for r in results] == [(busy, busy)] * 2, results
+        summary = plane.summary()
+        if busy:
+            assert plane.alarms[P].state == "OK"
+            assert summary["failover"]["writer"] == P
+            assert {z["zone"] for z in plane.zones_status() if z["busy"]} == {
+                z.name for z in config.primary.zones
+            }
+        else:
+            assert plane.alarms[P].state == "ALARM"
+            assert summary["failover"]["writer"] == S
+            assert "past the 0.1 s timeout" in (results[0].error or "")
 
 
 def test_ingest_refuses_bad_requests_clearly(make_config: Callable[..., Config]) -> None:
@@ -258,10 +302,14 @@ def test_the_evaluation_offset_waits_for_the_periods_datapoints() -> None:
     from rideout.config import PROFILES
     from rideout.controlplane.runtime import evaluation_offset
 
-    # fast: a canary round 0.125 s into the period, probes within 0.4 s: in by 0.025 s
-    # into the next period, plus a tenth of a period for the post.
-    assert evaluation_offset(PROFILES["fast"]) == pytest.approx(0.075)
+    # fast: a canary round 0.125 s into the period, probes within 0.4 s and a busy
+    # zone's late answer 0.05 s more: in by 0.075 s into the next period, plus a tenth of
+    # a period for the post.
+    assert evaluation_offset(PROFILES["fast"]) == pytest.approx(0.125)
     assert evaluation_offset(PROFILES["seed"]) == pytest.approx(6.0)
+    assert evaluation_offset(
+        dataclasses.replace(PROFILES["fast"], canary_busy_grace=0.0)
+    ) == pytest.approx(0.075)
 
 
 async def test_rounds_run_just_after_each_period_boundary(

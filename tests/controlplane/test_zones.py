@@ -84,6 +84,25 @@ def test_a_zone_is_full_while_its_latest_fresh_report_says_so(
     assert state.note_full("use1-az1", False, at=clock.now) is False
 
 
+def test_a_zone_is_busy_while_its_latest_fresh_report_says_so_and_stays_healthy(
+    make_config: Callable[..., Config],
+) -> None:
+    """Busy (shedding load) is kept apart from full, and changes nothing else."""
+    config = make_config()
+    clock = FakeClock(100.0)
+    state = ZoneState(config, clock=clock)
+    assert state.note("busy", "use1-az2", True, at=100.0) is True
+    assert (state.busy(), state.full()) == ({"use1-az2"}, frozenset())
+    assert state.note("busy", "use1-az2", False, at=99.0) is False  # older than the last
+    assert [(z["zone"], z["busy"], z["full"], z["evacuated"]) for z in state.status()][:2] == [
+        ("use1-az1", False, False, False), ("use1-az2", True, False, False)
+    ]  # fmt: skip
+    clock.now = 100.0 + state.full_for + 0.01  # the canary fell silent
+    assert state.busy() == frozenset()
+    assert state.note("busy", "use1-az2", True, at=clock.now) is True
+    assert state.note("busy", "use1-az2", False, at=clock.now + 0.5) is True
+
+
 def _points(config: Config, bad_zone: str | None, at: float) -> dict[str, object]:
     region = config.primary
     results = [

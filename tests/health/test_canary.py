@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import re
@@ -18,8 +19,8 @@ from starlette.websockets import WebSocket
 
 from rideout.config import Config
 from rideout.health.canary import METRIC_NAME, NAMESPACE, Canary, metric_data, probe
-from rideout.health.names import CANARY_PROBE, FULL_METRIC_NAME, PROBE_CLAIM
-from rideout.protocol import PONG
+from rideout.health.names import BUSY_METRIC_NAME, CANARY_PROBE, FULL_METRIC_NAME, PROBE_CLAIM
+from rideout.protocol import PONG, encode_probe
 from tests.conftest import FakeClock, free_port, serving
 from tests.realtime.conftest import Deployment
 
@@ -32,7 +33,7 @@ def canary_token(deployment: Deployment) -> str:
 async def test_probe_healthy_dead_and_degraded(deployment: Deployment) -> None:
     token = canary_token(deployment)
     url = deployment.urls["a1"] + "/ws"
-    assert await probe(url, token, 2.0) == (True, None, False)  # healthy, not full
+    assert await probe(url, token, 2.0) == (True, None, False, False)  # healthy, not full, not busy
     healthy, error = await probe(f"ws://127.0.1.1:{free_port('127.0.1.1')}/ws", token, 2.0)
     assert not healthy
     assert "ConnectionRefusedError" in (error or "")
@@ -89,6 +90,94 @@ async def test_a_store_probe_left_unanswered_times_out_and_says_which() -> None:
     assert error.startswith("no answer to the store probe within 0.3 s (the handshake took 0.")
 
 
+def late_zone(delay: float, *, busy: bool) -> Starlette:
+    """A zone that answers the heartbeat at once and the store probe after `delay`
+    seconds, saying whether it sheds load."""
+
+    async def answer_late(ws: WebSocket) -> None:
+        await ws.accept()
+        await ws.receive_text()
+        await ws.send_text(PONG)
+        await ws.receive_text()
+        await asyncio.sleep(delay)
+        await ws.send_text(
+            encode_probe(region="us-east-1", zone="use1-az1", role="writer", epoch=1,
+                         replicas=None, busy=busy)
+        )  # fmt: skip
+        await ws.receive()
+
+    return Starlette(routes=[WebSocketRoute("/ws", answer_late)])
+
+
+@pytest.mark.parametrize("busy", [True, False])
+async def test_a_late_answer_is_healthy_only_from_a_zone_that_says_it_is_busy(busy: bool) -> None:
+    """Busy is not down: past the timeout, within the grace, an answer that says the zone
+    sheds load is healthy (and busy); one that does not is a failure that says why."""
+    port = free_port("127.0.1.1")
+    async with serving(late_zone(0.4, busy=busy), "127.0.1.1", port):
+        outcome = await probe(f"ws://127.0.1.1:{port}/ws", "token", 0.2, grace=2.0)
+    if busy:
+        assert outcome == (True, None, False, True)
+    else:
+        healthy, error = outcome[:2]
+        assert not healthy
+        assert error is not None
+        assert re.fullmatch(
+            r"the store probe's answer came after 0\.\d\d s, past the 0\.2 s timeout, from a "
+            r"zone that does not say it is shedding load",
+            error,
+        ), error
+
+
+async def test_a_busy_zone_that_answers_after_the_grace_is_down() -> None:
+    port = free_port("127.0.1.1")
+    async with serving(late_zone(5.0, busy=True), "127.0.1.1", port):
+        healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", "token", 0.2, grace=0.2)
+    assert not healthy
+    assert error is not None
+    assert error.startswith("no answer to the store probe within 0.2 s (nor 0.2 s more) (the ")
+
+
+async def test_without_a_grace_a_busy_zone_answering_late_is_down() -> None:
+    port = free_port("127.0.1.1")
+    async with serving(late_zone(0.4, busy=True), "127.0.1.1", port):
+        healthy, error = await probe(f"ws://127.0.1.1:{port}/ws", "token", 0.2)
+    assert not healthy
+    assert (error or "").startswith("no answer to the store probe within 0.2 s (the handshake")
+
+
+async def test_the_canary_gives_its_probes_the_configured_grace_and_reports_busy_zones(
+    deployment: Deployment, ingest: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The canary's own probe function takes ``timing.canary_busy_grace``; a busy zone's
+    datapoints say healthy, and busy."""
+    import rideout.health.canary as canary_module
+
+    config = deployment.config
+    assert config.timing.canary_busy_grace > 0
+    graces: list[float] = []
+    busy_address = config.regions[0].zones[0].address
+
+    async def probe(url: str, token: str, timeout: float, grace: float = 0.0) -> Any:
+        graces.append(grace)
+        return True, None, False, url.startswith(f"ws://{busy_address}:")
+
+    monkeypatch.setattr(canary_module, "probe", probe)
+    time = FakeClock(1_700_000_000.1)
+    canary = Canary(config, "us-east-1", clock=time, sleep=time.asleep)
+    await canary.run(rounds=1)
+    assert graces == [config.timing.canary_busy_grace] * 2
+    assert [(r.zone, r.healthy, r.busy) for r in canary.last_results] == [
+        ("use1-az1", True, True), ("use1-az2", True, False)
+    ]  # fmt: skip
+    busy = {
+        next(d["Value"] for d in p["Dimensions"] if d["Name"] == "Zone"): p["Value"]
+        for p in ingest[0]["MetricData"]
+        if p["MetricName"] == BUSY_METRIC_NAME
+    }
+    assert busy == {"use1-az1": 1.0, "use1-az2": 0.0}
+
+
 @contextlib.asynccontextmanager
 async def ingesting(config: Config) -> AsyncIterator[list[dict[str, Any]]]:
     """A stand-in control plane that keeps every body posted to its ingest endpoint."""
@@ -129,10 +218,13 @@ async def test_rounds_probe_every_zone_and_push_datapoints(
     zones = sorted(next(d["Value"] for d in p["Dimensions"] if d["Name"] == "Zone") for p in points)
     assert zones == ["use1-az1", "use1-az2"]
     assert all(p["Value"] == 1.0 for p in points)
-    # Each healthy zone's fullness too: neither is at its connection cap.
+    # Each healthy zone's fullness and busyness too: neither is at its connection cap,
+    # neither sheds load.
     full = [p for p in body["MetricData"] if p["MetricName"] == FULL_METRIC_NAME]
     assert [p["Value"] for p in full] == [0.0, 0.0]
-    assert len(body["MetricData"]) == 4
+    busy = [p for p in body["MetricData"] if p["MetricName"] == BUSY_METRIC_NAME]
+    assert [p["Value"] for p in busy] == [0.0, 0.0]
+    assert len(body["MetricData"]) == 6
     assert all({"Name": "ApiId", "Value": "us-east-1"} in p["Dimensions"] for p in points)
     # On the period grid, a quarter in, one period apart: one datapoint per period.
     interval = config.timing.canary_interval
@@ -215,7 +307,7 @@ async def test_a_real_canary_gets_through_a_real_control_plane(deployment: Deplo
     assert {v for _, v in points["us-east-1"]} == {1.0}
     assert points["us-west-2"] == []
     assert "rideout_control_plane_refused_total{" not in metrics  # nothing was refused
-    assert "rideout_datapoints_total 8.0" in metrics  # and each zone's fullness
+    assert "rideout_datapoints_total 12.0" in metrics  # and each zone's fullness and busyness
     assert plane.zones.full() == frozenset()
 
 

@@ -393,9 +393,12 @@ async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
         )
         assert body["retry_after"] == config.timing.backoff_cap
         results = await patient_canary(config).probe_all()
-        assert [(r.zone, r.healthy, r.error) for r in results] == [
-            (z.name, True, None) for z in config.primary.zones
+        # Answered, and busy: the probe's answer and /health say the zone sheds load.
+        assert [(r.zone, r.healthy, r.error, r.busy) for r in results] == [
+            (z.name, True, None, True) for z in config.primary.zones
         ]
+        async with httpx.AsyncClient(trust_env=False) as http:
+            assert (await http.get(d.urls["a1"] + "/health")).json()["busy"] is True
         assert await heartbeat(early) == PONG
         await send(early, action="bid", room="shed-1", amount=5, id="b-1")
         refused = await recv(early)
@@ -414,6 +417,8 @@ async def test_a_late_loop_sheds_new_upgrades_but_never_the_canarys(
             lag.held = config.timing.canary_timeout / 4  # where shedding starts: none yet
         async with d.connect(sub="late") as late:
             assert await heartbeat(late) == PONG
+        results = await patient_canary(config).probe_all()
+        assert [(r.healthy, r.busy) for r in results] == [(True, False)] * len(results)
         await send(early, action="bid", room="shed-1", amount=5, id="b-1")  # the retry
         ack = await recv(early)
         assert (ack["type"], ack["id"], ack["accepted"]) == ("ack", "b-1", True)

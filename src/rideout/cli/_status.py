@@ -91,6 +91,8 @@ def print_status(view: dict[str, Any], title: str) -> None:
             state = _state(zh.get("up") if zh else None, "healthy", "down")
             if zh and (zh.get("body") or {}).get("full"):  # at its connection cap: healthy
                 state.append(", full", style="bold yellow")
+            if zh and (zh.get("body") or {}).get("busy"):  # shedding load: healthy
+                state.append(", busy (shedding load)", style="bold yellow")
             evacuation = zone.get("evacuation")
             if evacuation:
                 state.append(f", evacuated ({evacuation.get('reason')}, by "

@@ -47,6 +47,10 @@ class Timing:
     # upgrade) within this, or it is closed: silent and slow-loris sockets hold a file
     # descriptor each, and a process has only so many.
     handshake_timeout: float
+    # Busy is not down: a probe answered after canary_timeout but within this much more,
+    # by a zone that says it is shedding load, counts as healthy (and busy). 0: off.
+    # canary_timeout + canary_busy_grace must end before the next round.
+    canary_busy_grace: float = field(default=0.0, metadata={"zero_ok": True})
 
 
 # The seed documents' values (000/002), and the same loop scaled down for a local demo.
@@ -63,6 +67,7 @@ PROFILES: Mapping[str, Timing] = {
         backoff_base=2.0,
         backoff_cap=20.0,
         handshake_timeout=10.0,
+        canary_busy_grace=20.0,
     ),
     "fast": Timing(
         canary_interval=0.5,
@@ -78,6 +83,9 @@ PROFILES: Mapping[str, Timing] = {
         backoff_base=0.25,
         backoff_cap=2.0,
         handshake_timeout=2.0,
+        # What is left of the round once the probe's timeout is out and its datapoint
+        # must still be pushed: seed's 20 s of 50 here is 0.05 s of 0.1.
+        canary_busy_grace=0.05,
     ),
 }
 
@@ -334,6 +342,13 @@ def _parse_timing(t: _Reader, base: Timing) -> Timing:
         raise ConfigError(t.key("heartbeat_timeout"), "must be longer than heartbeat_interval")
     if timing.canary_timeout >= timing.canary_interval:
         raise ConfigError(t.key("canary_timeout"), "must be shorter than canary_interval")
+    if timing.canary_timeout + timing.canary_busy_grace >= timing.canary_interval:
+        raise ConfigError(
+            t.key("canary_busy_grace"),
+            f"canary_timeout + canary_busy_grace ({timing.canary_timeout:g} + "
+            f"{timing.canary_busy_grace:g} s) must be shorter than canary_interval "
+            f"({timing.canary_interval:g} s): a late answer must come before the next round",
+        )
     if timing.backoff_cap < timing.backoff_base:
         raise ConfigError(t.key("backoff_cap"), "must be at least backoff_base")
     if timing.handshake_timeout < 2 * KEEPALIVE_EXPIRY:

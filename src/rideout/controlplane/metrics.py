@@ -123,14 +123,20 @@ class PlaneMetrics:
             "1 while a zone is at its connection cap (healthy; DNS prefers zones with room).",
             ["region", "zone"], registry=r,
         )  # fmt: skip
+        self._zone_busy = Gauge(
+            "rideout_zone_busy",
+            "1 while a zone says it is shedding load (healthy: busy is not down).",
+            ["region", "zone"], registry=r,
+        )  # fmt: skip
         self._damping_metrics(r)
 
     def update_zones(self, zones: ZoneState) -> None:
-        """Each zone's evacuated and full gauges."""
-        evacuated, full = zones.evacuated, zones.full()
+        """Each zone's evacuated, full and busy gauges."""
+        evacuated, full, busy = zones.evacuated, zones.full(), zones.busy()
         for zone, region in zones.regions.items():
             self._zone_evacuated.labels(region, zone).set(1 if zone in evacuated else 0)
             self._zone_full.labels(region, zone).set(1 if zone in full else 0)
+            self._zone_busy.labels(region, zone).set(1 if zone in busy else 0)
 
     def _damping_metrics(self, r: CollectorRegistry) -> None:
         self._damping_penalty = Gauge(

@@ -69,6 +69,7 @@ from rideout.health.alarm import Alarm, canary_alarm
 from rideout.health.check import HealthCheck, HealthCheckState
 from rideout.health.metrics import MetricError, MetricKey, MetricStore
 from rideout.health.names import (
+    BUSY_METRIC_NAME,
     FULL_METRIC_NAME,
     METRIC_NAME,
     NAMESPACE,
@@ -90,10 +91,12 @@ VIEW_REPUBLISH = 5.0
 def evaluation_offset(timing: Timing) -> float:
     """Seconds after a period boundary at which a round evaluates the period that just
     ended: once its canary datapoints are in (each canary round starts a quarter into
-    the period and its probes take at most ``canary_timeout``), plus a tenth of a period
-    for the post. 0.075 s in the fast profile, 6 s in seed."""
+    the period and its probes take at most ``canary_timeout``, and a busy zone's late
+    answer ``canary_busy_grace`` more), plus a tenth of a period for the post. 0.125 s in
+    the fast profile, 6 s in seed."""
     period = timing.canary_interval
-    return max(0.0, 0.25 * period + timing.canary_timeout - period) + 0.1 * period
+    probes = timing.canary_timeout + timing.canary_busy_grace
+    return max(0.0, 0.25 * period + probes - period) + 0.1 * period
 
 
 def state_path(config: Config) -> Path:
@@ -341,11 +344,16 @@ class ControlPlane:
                     zone = str(dimensions.get(ZONE_DIMENSION, ""))
                     self.metrics.canary.labels(region, zone).set(float(datum["Value"]))
                     self.metrics.canary_seen.labels(region, zone).set(float(timestamp))
-            elif namespace == NAMESPACE and name == FULL_METRIC_NAME:
+            elif namespace == NAMESPACE and name in (FULL_METRIC_NAME, BUSY_METRIC_NAME):
                 zone = str(dimensions.get(ZONE_DIMENSION, ""))
                 if self.zones.regions.get(zone) == dimensions.get(REGION_DIMENSION):
-                    full = float(datum["Value"]) >= 0.5
-                    fullness |= self.zones.note_full(zone, full, float(timestamp))
+                    value = float(datum["Value"]) >= 0.5
+                    if name == FULL_METRIC_NAME:
+                        fullness |= self.zones.note("full", zone, value, float(timestamp))
+                    elif self.zones.note("busy", zone, value, float(timestamp)):
+                        busy = ", ".join(sorted(self.zones.busy())) or "none"
+                        log.info("busy zones (shedding load, healthy): %s", busy)
+                        self.metrics.update_zones(self.zones)
         if fullness:  # DNS prefers the region's zones with room: at once, not next round
             log.info("full zones: %s", ", ".join(sorted(self.zones.full())) or "none")
             self.metrics.update_zones(self.zones)

@@ -11,8 +11,9 @@ It also keeps which zones are **full** (issue #29): at their connection cap, as 
 canary's latest datapoint of the zone said (:data:`rideout.health.names.FULL_METRIC_NAME`),
 within the last three canary periods. Full is not unhealthy: a full zone stays in its
 region, healthy; DNS prefers the region's zones with room (:mod:`rideout.dns.records`),
-and nothing is evacuated or failed over for it. Fullness is not saved: it is the
-canary's to say again.
+and nothing is evacuated or failed over for it. And which are **busy**, the same way
+(:data:`~rideout.health.names.BUSY_METRIC_NAME`): shedding load, healthy, shown to
+operators, acted on by nothing. Neither is saved: they are the canary's to say again.
 
 Pure: no I/O, an injected clock. The one safety rule it enforces itself, whoever asks:
 a region keeps at least one zone that is not evacuated.
@@ -74,31 +75,46 @@ class ZoneState:
         self.regions = {z.name: r.name for r in config.regions for z in r.zones}
         self._order = [z.name for r in config.regions for z in r.zones]
         self.evacuations: dict[str, Evacuation] = {}
-        # A report of fullness counts for three canary periods (a silent canary's last
-        # word does not keep a zone out of the answer for ever).
+        # A report of fullness (or busyness) counts for three canary periods (a silent
+        # canary's last word does not keep a zone out of the answer for ever).
         self.full_for = 3 * config.timing.canary_interval
-        self._fullness: dict[str, tuple[float, bool]] = {}  # zone: (timestamp, full)
+        # condition ("full", "busy"): zone: (timestamp, the canary's word)
+        self._reports: dict[str, dict[str, tuple[float, bool]]] = {"full": {}, "busy": {}}
 
     @property
     def evacuated(self) -> frozenset[str]:
         return frozenset(self.evacuations)
 
-    def note_full(self, zone: str, full: bool, at: float) -> bool:
-        """The canary's word on `zone`'s fullness at time `at` (an unknown zone, or a
-        report older than the last one, is ignored); whether :meth:`full` changed."""
+    def note(self, condition: str, zone: str, value: bool, at: float) -> bool:
+        """The canary's word on `zone`'s `condition` ("full" or "busy") at time `at` (an
+        unknown zone, or a report older than the last one, is ignored); whether the set
+        of zones in that condition changed."""
+        reports = self._reports[condition]
         if zone not in self.regions:
             return False
-        last = self._fullness.get(zone)
+        last = reports.get(zone)
         if last is not None and last[0] > at:
             return False
-        before = self.full()
-        self._fullness[zone] = (at, full)
-        return self.full() != before
+        before = self._having(condition)
+        reports[zone] = (at, value)
+        return self._having(condition) != before
+
+    def note_full(self, zone: str, full: bool, at: float) -> bool:
+        """:meth:`note` of fullness; whether :meth:`full` changed."""
+        return self.note("full", zone, full, at)
+
+    def _having(self, condition: str) -> frozenset[str]:
+        horizon = self._clock() - self.full_for
+        reports = self._reports[condition]
+        return frozenset(z for z, (at, value) in reports.items() if value and at >= horizon)
 
     def full(self) -> frozenset[str]:
         """The zones whose latest fresh report says they are at their connection cap."""
-        horizon = self._clock() - self.full_for
-        return frozenset(z for z, (at, full) in self._fullness.items() if full and at >= horizon)
+        return self._having("full")
+
+    def busy(self) -> frozenset[str]:
+        """The zones whose latest fresh report says they are shedding load."""
+        return self._having("busy")
 
     def _region_of(self, zone: str) -> str:
         region = self.regions.get(zone)
@@ -155,14 +171,15 @@ class ZoneState:
 
     def status(self) -> list[dict[str, Any]]:
         """Every zone, in configuration order, with its evacuation (or None) and whether
-        it is full."""
-        full = self.full()
+        it is full and busy."""
+        full, busy = self.full(), self.busy()
         return [
             {
                 "zone": zone,
                 "region": self.regions[zone],
                 "evacuated": zone in self.evacuations,
                 "full": zone in full,
+                "busy": zone in busy,
                 "evacuation": asdict(self.evacuations[zone]) if zone in self.evacuations else None,
             }
             for zone in self._order

@@ -42,6 +42,7 @@ from rideout.auth.canary_keys import load_or_create_canary_key
 from rideout.auth.request_signing import RequestSigner
 from rideout.config import Config
 from rideout.health.names import (
+    BUSY_METRIC_NAME,
     CANARY_PROBE,
     FULL_METRIC_NAME,
     METRIC_NAME,
@@ -87,6 +88,7 @@ class ProbeResult:
     error: str | None
     timestamp: float
     full: bool = False  # healthy, but at its connection cap (the probe's answer said so)
+    busy: bool = False  # healthy, but shedding load: answered late, within the busy grace
 
 
 class DatapointPublisher(Protocol):
@@ -99,20 +101,30 @@ class DatapointPublisher(Protocol):
     def publish(self, results: Sequence[ProbeResult]) -> None: ...
 
 
-ProbeOutcome: TypeAlias = tuple[bool, str | None] | tuple[bool, str | None, bool]
-"""What probing a zone says: (healthy, why not), or (healthy, why not, full)."""
+ProbeOutcome: TypeAlias = (
+    tuple[bool, str | None] | tuple[bool, str | None, bool] | tuple[bool, str | None, bool, bool]
+)
+"""What probing a zone says: (healthy, why not), (healthy, why not, full) or (healthy,
+why not, full, busy)."""
 
 
-async def probe(url: str, token: str, timeout: float) -> ProbeOutcome:
+async def probe(url: str, token: str, timeout: float, grace: float = 0.0) -> ProbeOutcome:
     """Connect, heartbeat and probe the store, expect ``pong`` and the probe's answer,
-    all within `timeout`: (healthy, why not, full). A timeout says what it was waiting for and,
-    past the handshake, how long that took: a zone whose accept queue is full of a herd's
-    handshakes answers late for another reason than one whose store is slow."""
+    all within `timeout`: (healthy, why not, full, busy).
+
+    Busy is not down: an answer that comes within `grace` seconds more counts as healthy
+    only if it says the zone is shedding load (``busy``: its event loop runs late, so it
+    refuses part of the new connections and bids). Failing over would move that load,
+    not end it. A late answer that does not say so fails, as does none at all.
+
+    A timeout says what it was waiting for and, past the handshake, how long that took:
+    a zone whose accept queue is full of a herd's handshakes answers late for another
+    reason than one whose store is slow."""
     replies: list[str | bytes] = []
     started = time.monotonic()
     opened: float | None = None
     try:
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(timeout + grace):
             async with connect(
                 url,
                 additional_headers={"Authorization": f"Bearer {token}"},
@@ -128,13 +140,23 @@ async def probe(url: str, token: str, timeout: float) -> ProbeOutcome:
                 replies.append(await ws.recv())
                 replies.append(await ws.recv())
     except TimeoutError:
+        within = f"{timeout:g} s" + (f" (nor {grace:g} s more)" if grace > 0 else "")
         if opened is None:
-            return False, f"no WebSocket handshake within {timeout:g} s"
+            return False, f"no WebSocket handshake within {within}"
         waiting = "pong" if not replies else "answer to the store probe"
-        return False, f"no {waiting} within {timeout:g} s (the handshake took {opened:.2f} s)"
+        return False, f"no {waiting} within {within} (the handshake took {opened:.2f} s)"
     except (OSError, WebSocketException) as exc:
         return False, f"{type(exc).__name__}: {exc}"
-    return _judge(replies[0], replies[1])
+    outcome = _judge(replies[0], replies[1])
+    took = time.monotonic() - started
+    if took <= timeout or not outcome[0]:
+        return outcome
+    if len(outcome) > 3 and outcome[3]:
+        return outcome  # late, but busy: healthy
+    return False, (
+        f"the store probe's answer came after {took:.2f} s, past the {timeout:g} s timeout, "
+        "from a zone that does not say it is shedding load"
+    )
 
 
 def _judge(heartbeat: str | bytes, store: str | bytes) -> ProbeOutcome:
@@ -145,7 +167,7 @@ def _judge(heartbeat: str | bytes, store: str | bytes) -> ProbeOutcome:
     except ProtocolError:
         message = None
     if isinstance(message, ProbeMsg):
-        return True, None, message.full
+        return True, None, message.full, message.busy
     return False, f"expected the store probe's answer, got {_said(store)}"
 
 
@@ -162,8 +184,9 @@ def _said(reply: str | bytes) -> str:
 
 def metric_data(results: list[ProbeResult]) -> dict[str, object]:
     """The PutMetricData-shaped body for a round of probes: each zone's health and, for
-    a healthy probe, whether it is full (:data:`FULL_METRIC_NAME`: a control plane that
-    does not know the metric stores it and ignores it)."""
+    a healthy probe, whether it is full (:data:`FULL_METRIC_NAME`) and busy
+    (:data:`BUSY_METRIC_NAME`): a control plane that does not know a metric stores it and
+    ignores it."""
 
     def datum(r: ProbeResult, name: str, value: bool) -> dict[str, object]:
         return {
@@ -178,6 +201,7 @@ def metric_data(results: list[ProbeResult]) -> dict[str, object]:
 
     data = [datum(r, METRIC_NAME, r.healthy) for r in results]
     data += [datum(r, FULL_METRIC_NAME, r.full) for r in results if r.healthy]
+    data += [datum(r, BUSY_METRIC_NAME, r.busy) for r in results if r.healthy]
     return {"Namespace": NAMESPACE, "MetricData": data}
 
 
@@ -193,7 +217,7 @@ class Canary:
         config: Config,
         region: str,
         *,
-        probe_zone: Callable[[str, str, float], Awaitable[ProbeOutcome]] = probe,
+        probe_zone: Callable[[str, str, float], Awaitable[ProbeOutcome]] | None = None,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         publishers: Sequence[DatapointPublisher] = (),
@@ -201,7 +225,8 @@ class Canary:
         self.config = config
         self.region = config.region(region)
         self.publishers = tuple(publishers)
-        self._probe = probe_zone
+        grace = config.timing.canary_busy_grace
+        self._probe = probe_zone or (lambda url, token, timeout: probe(url, token, timeout, grace))
         self._clock = clock
         self._sleep = sleep
         key = SigningKey.load_or_create(config.keys_dir)
@@ -253,6 +278,7 @@ class Canary:
             outcome = await self._probe(url, token, timing.canary_timeout)
             healthy, error = outcome[0], outcome[1]
             full = len(outcome) > 2 and bool(outcome[2])
+            busy = len(outcome) > 3 and bool(outcome[3])
             if error is not None and error.startswith("no ") and self._watching:
                 late = self.lag.worst(time.monotonic())
                 error = f"{error}; this canary's own loop ran up to {late:.2f} s late"
@@ -264,6 +290,7 @@ class Canary:
                 error,
                 stamp,
                 full=healthy and full,
+                busy=healthy and busy,
             )
 
         return list(await asyncio.gather(*(one(z.name, z.address) for z in self.region.zones)))
@@ -333,7 +360,7 @@ class Canary:
             await watcher.stop()
 
     async def _run(self, interval: float, rounds: int | None) -> None:
-        previous: dict[str, tuple[bool, bool]] = {}
+        previous: dict[str, tuple[bool, bool, bool]] = {}
         async with _http.async_client(timeout=max(1.0, interval)) as http:
             done = 0
             scheduled = (math.floor(self._clock() / interval) + 1.25) * interval
@@ -341,12 +368,14 @@ class Canary:
                 await self._sleep(max(0.0, scheduled - self._clock()))
                 results = await self.probe_all(at=scheduled)
                 for r in results:
-                    if previous.get(r.zone) != (r.healthy, r.full):
+                    if previous.get(r.zone) != (r.healthy, r.full, r.busy):
                         state = "healthy" if r.healthy else f"UNHEALTHY ({r.error})"
                         if r.full:
                             state += ", but full (at its connection cap)"
+                        if r.busy:
+                            state += f", but busy (shedding load; answered in {r.latency:.2f} s)"
                         log.info("%s %s: %s", r.region, r.zone, state)
-                        previous[r.zone] = (r.healthy, r.full)
+                        previous[r.zone] = (r.healthy, r.full, r.busy)
                 for publisher in self.publishers:
                     publisher.publish(results)
                 await self.push(http, results)

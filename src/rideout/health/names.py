@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Final
 
 __all__ = [
+    "BUSY_METRIC_NAME",
     "CANARY_PROBE",
     "FULL_METRIC_NAME",
     "METRIC_NAME",
@@ -24,6 +25,11 @@ FULL_METRIC_NAME: Final = "ZoneFull"
 """1 while a zone's probed process is at its connection cap for ordinary users (healthy,
 but full), else 0; sent only for a healthy probe. Not an alarm's metric: DNS prefers a
 region's zones with room, and nothing fails over or evacuates for it."""
+BUSY_METRIC_NAME: Final = "ZoneBusy"
+"""1 while a zone's probed process says it is shedding load (its event loop runs late),
+else 0; sent only for a healthy probe, which for a busy zone includes one answered
+within ``timing.canary_busy_grace`` past the timeout. Not an alarm's metric: busy is not
+down, and nothing fails over or evacuates for it."""
 REGION_DIMENSION: Final = "ApiId"
 """The region a datapoint is about (the seed's API Gateway ``ApiId``)."""
 ZONE_DIMENSION: Final = "Zone"

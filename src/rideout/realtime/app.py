@@ -121,6 +121,8 @@ async def health(request: Request) -> Response:
         "connections": len(server.connections),
         # At the cap for ordinary connections: healthy, but full (docs/realtime-api.md).
         "full": server.caps.full,
+        # Shedding load (its event loop runs late): healthy, but busy.
+        "busy": server.busy(),
         "replication": {
             "mode": server.config.failover.replication,
             "unreplicated_acks": server.unreplicated_acks,

@@ -490,6 +490,7 @@ class Connection:
             encode_probe(
                 region=server.region.name, zone=server.zone.name, role=result.role,
                 epoch=result.epoch, replicas=result.replicas, full=server.caps.full,
+                busy=server.busy(),
             )
         )  # fmt: skip
         return "ok"

@@ -293,6 +293,10 @@ class LoadShedder:
         """The share of new connections and bids refused at `lag` seconds of lag (0 to 1)."""
         return min(1.0, max(0.0, (lag - self.start) / (self.full - self.start)))
 
+    def sheds(self, lag: float) -> bool:
+        """Whether any work is refused at `lag` seconds of lag (the process is busy)."""
+        return self.share(lag) > 0.0
+
     def refuse(self, lag: float, kind: Shed = "connection") -> Refusal | None:
         """Whether to refuse one new ordinary connection, or one bid (`kind`), at `lag`:
         the refusal, or None."""

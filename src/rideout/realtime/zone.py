@@ -240,6 +240,15 @@ class ZoneServer:
     def origin_allowed(self, origin: str) -> bool:
         return "*" in self.origins or origin in self.origins
 
+    def busy(self) -> bool:
+        """Whether the load shedder refuses work at the loop's lag now. The canary's probe
+        and ``/health`` say so, and the canary may then take a late answer for busy, not
+        down (``timing.canary_busy_grace``)."""
+        shedder = self.shedder
+        return shedder is not None and shedder.sheds(
+            self.lag.typical(time.monotonic(), shedder.samples)
+        )
+
     def set_mode(self, mode: ZoneMode, *, drain_over: float = 0.0) -> None:
         """Serve in `mode`; draining closes every connection at once. With `drain_over`
         (serving or draining), the connections are closed over that many seconds

@@ -113,7 +113,9 @@ function renderZones(zones) {
     if (!$(`zone-${zone.zone}`)) body.append(zoneRow(zone));
     const canary = zone.healthy == null ? ["no data", "INSUFFICIENT_DATA"] : zone.healthy ? ["healthy", "OK"] : ["UNHEALTHY", "ALARM"];
     $(`zone-canary-${zone.zone}`).replaceChildren(el("span", { class: `pill ${canary[1]}` }, canary[0]));
-    $(`zone-full-${zone.zone}`).replaceChildren(zone.full ? el("span", { class: "pill full" }, "full") : "room");
+    const load = [zone.full ? el("span", { class: "pill full" }, "full") : "room"];
+    if (zone.busy) load.push(" ", el("span", { class: "pill full" }, "busy"));
+    $(`zone-full-${zone.zone}`).replaceChildren(...load);
     $(`zone-state-${zone.zone}`).replaceChildren(zone.evacuated
       ? el("span", { class: "pill evacuated" }, evacuationText(zone.evacuation)) : "serving");
     $(`zone-drain-${zone.zone}`).textContent = zone.evacuated ? drainText(zone.drain) : "—";
