@@ -469,17 +469,26 @@ async def fill_room(deployment: Deployment, room: str, updates: int) -> dict[str
 
 
 async def test_one_user_hammering_replays_is_throttled_and_others_are_answered(
-    deployment: Deployment,
+    make_config: Callable[..., Config],
 ) -> None:
     """Finding 5: two connections of one user, each under the message-rate limit, ask
     for full replays again and again. The user is throttled with a retry hint once its
     budget is spent; meanwhile another user's heartbeats and the real canary's probes
-    are answered well within the canary's own timeout."""
-    from rideout.health.canary import Canary, probe
+    are answered well within the canary's own timeout.
 
+    The canary's timeout is 1.9 s here, so the servers give its store probe three
+    quarters of it: the fast profile's 0.3 s was missed once in the suite on a loaded
+    machine (the store, not the replays: the median probe is still checked below)."""
     # Generous, for a loaded two-core machine: the fast profile's canary times out at
     # 0.4 s (seed's at 10 s); before the budget, a tenth of the probes took over 0.4 s.
-    bound = 2.0
+    config = make_config(timing={"canary_interval": 2.0, "canary_timeout": 1.9})
+    async with running_deployment(config) as deployment:
+        await _hammering_replays(deployment, bound=2.0)
+
+
+async def _hammering_replays(deployment: Deployment, *, bound: float) -> None:
+    from rideout.health.canary import Canary, probe
+
     since = await fill_room(deployment, "lot", deployment.config.realtime.history_size)
     stop = asyncio.Event()
     seen = {"state": 0, "throttled": 0}
