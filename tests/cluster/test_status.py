@@ -21,16 +21,29 @@ from rideout.cluster.runstate import RunLock
 from rideout.cluster.status import collect_status
 from rideout.config import parse_config
 from rideout.store.acl import load_or_create_users
+from rideout.store.embedded import server_info
 from tests.conftest import config_data, running_redis_pair, serving
 
 
-async def test_status_reads_redis_as_the_monitor(tmp_path: Path) -> None:
+async def test_status_reads_redis_as_the_monitor_and_names_each_server(
+    tmp_path: Path, matrix_server: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On every server of the matrix: the role, the link, and which server and version
+    answered (issue #27: `status` names each Redis's server), in the view and printed."""
     config = parse_config(config_data(tmp_path / ".rideout"))
     async with running_redis_pair(config):
         view = await collect_status(config)
     primary, secondary = (region["redis"]["state"] for region in view["regions"])
     assert (primary["reachable"], primary["role"]) == (True, "master")
     assert (secondary["role"], secondary["link"]) == ("replica", "up")
+    label = server_info(matrix_server).label  # what the binary says it is: "valkey 8.1.8"
+    assert (primary["server"], secondary["server"]) == (label, label)
+    console = Console(width=400, record=True, file=io.StringIO())
+    monkeypatch.setattr("rideout.cli._status.console", console)
+    print_status(view, title="rideout")
+    printed = console.export_text()
+    assert f"master, epoch None; {label}" in printed, printed  # no epoch: nothing started it
+    assert f"replica (link up), epoch None; {label}" in printed, printed
 
 
 async def test_without_credentials_status_names_the_missing_file(tmp_path: Path) -> None:

@@ -17,6 +17,7 @@ from rideout.cluster.status import collect_status
 from rideout.cluster.supervisor import ClusterError, LocalCluster
 from rideout.config import Config
 from rideout.routes import control_plane_url
+from rideout.store.embedded import find_redis_server, server_info
 
 
 def all_pids(cluster: LocalCluster) -> list[int]:
@@ -67,6 +68,10 @@ async def test_start_status_stop(make_config: Callable[..., Config]) -> None:
         # Logs are prefixed by process name and written per process.
         names = {n for n, _ in lines}
         assert {"rideout", "redis-us-east-1", "app-use1-az1", "control-plane"} <= names
+        # It says which Redis server it runs, and from where (issue #27).
+        binary = find_redis_server(config.redis_server)
+        said = f"redis servers: {server_info(binary).label} ({binary})"
+        assert ("rideout", said) in lines, [line for n, line in lines if n == "rideout"]
         assert (config.logs_dir / "app-usw2-az2.log").read_text()
     finally:
         assert await cluster.stop()
