@@ -55,10 +55,14 @@ class MemoryProvider:
         self.resources[(kind, resource)] = Placement(kind, resource, subnets)
         if resource in self.fail_after_update:
             raise ProviderError(f"update of {resource} timed out")
+        self.after_write(kind, resource)
         return self.resources.get((kind, resource))
 
     def before_write(self, kind: str, resource: str) -> None:
         """Called between the update's read and its check (tests change it to race)."""
+
+    def after_write(self, kind: str, resource: str) -> None:
+        """Called between the write and the read that confirms it (tests change it to race)."""
 
     def subnets(self, kind: str, resource: str) -> tuple[str, ...]:
         return self.resources[(kind, resource)].subnets

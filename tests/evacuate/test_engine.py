@@ -144,6 +144,57 @@ def test_a_failed_update_leaves_the_ledger_true_and_a_rerun_finishes(
     assert ledger.records() == []
 
 
+def test_a_change_between_the_write_and_its_read_back_is_reported_not_hidden(
+    ledger: SqliteLedger,
+) -> None:
+    """Where no conditional write exists, the engine reads the resource back: an
+    operator's change landing right after rideout's write fails that resource, says
+    what was written and what is there, and keeps its ledger row (the removal happened)."""
+    provider = world()
+
+    def operator_adds_a_subnet(kind: str, resource: str) -> None:
+        if resource == "web-2":
+            now = provider.resources[(kind, resource)]
+            provider.resources[(kind, resource)] = Placement(kind, resource, (*now.subnets, "d1"))
+
+    provider.after_write = operator_adds_a_subnet  # type: ignore[method-assign]
+    outcome = Engine(provider, ledger).evacuate("az1")
+    assert outcome.exit_code == EXIT_PARTIAL
+    [failed] = outcome.failed
+    assert failed.step.resource == "web-2"
+    assert failed.error == (
+        "asg web-2 changed during the update: rideout wrote b1, c1, and read back it has "
+        "b1, c1, d1 (someone changed it meanwhile): check it, then run the same command again"
+    )
+    assert "web-2" in {r.resource for r in ledger.records()}  # a1 was removed: recorded
+    assert provider.subnets("asg", "web-2") == ("b1", "c1", "d1")  # the operator's kept
+
+
+def test_a_resource_another_run_holds_is_left_alone_after_the_lease_wait(
+    ledger: SqliteLedger,
+) -> None:
+    """Another run's lease on one resource: this run waits ``lease_wait``, writes nothing
+    to that resource, says why, and carries on with the others."""
+    provider = world()
+    assert ledger.lease("web-3", "someone-else", 600)
+    clock = FakeClock()
+    engine = Engine(provider, ledger, clock=clock, sleep=clock.advance)
+    outcome = engine.evacuate("az1", Options(lease_wait=5.0))
+    assert outcome.exit_code == EXIT_PARTIAL
+    [failed] = outcome.failed
+    assert failed.step.resource == "web-3"
+    assert failed.error == (
+        "web-3 is being changed by another run (it holds the resource's lease in the "
+        "ledger; waited 5 s): nothing was written to it; run the same command again once "
+        "that run is done"
+    )
+    assert provider.subnets("asg", "web-3") == ("a1", "b1", "c1")
+    assert "web-3" not in {r.resource for r in ledger.records()}
+    assert {s.resource for s in outcome.changed} >= {"web-0", "web-1", "web-2", "web-4"}
+    ledger.release("web-3", "someone-else")
+    assert engine.evacuate("az1").exit_code == EXIT_OK
+
+
 def test_a_crash_between_intent_and_update_is_reconciled(ledger: SqliteLedger) -> None:
     """The intent row exists, the update never ran: recovery merges nothing back (the
     subnets are there) and deletes the row; an evacuation re-run completes it."""

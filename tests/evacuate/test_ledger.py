@@ -141,6 +141,25 @@ def test_locks_are_conditional_and_expire(backend: Backend) -> None:
     assert ledger.records() == []
 
 
+def test_leases_are_per_resource_conditional_and_expire(backend: Backend) -> None:
+    """One writer per resource (issue #30): the lease the engine holds while it reads,
+    checks and writes a resource, apart from the zones' locks."""
+    clock = FakeClock()
+    ledger = backend.open(clock=clock)
+    assert ledger.lease("asg/web", "alice", 30)
+    assert not ledger.lease("asg/web", "bob", 30)
+    assert ledger.lease("ecs/api", "bob", 30)  # another resource
+    assert ledger.lock("az1", "bob", 30)  # a zone's lock is not a resource's lease
+    assert ledger.lease("asg/web", "alice", 30)  # renewed
+    ledger.release("asg/web", "bob")  # not bob's: nothing happens
+    assert not ledger.lease("asg/web", "bob", 30)
+    clock.advance(31)
+    assert ledger.lease("asg/web", "bob", 30)  # alice's expired
+    ledger.release("asg/web", "bob")
+    assert ledger.lease("asg/web", "carol", 30)
+    assert ledger.records() == []
+
+
 def test_a_lock_refuses_bad_arguments(backend: Backend) -> None:
     ledger = backend.open()
     with pytest.raises(ValueError, match="owner"):

@@ -108,6 +108,66 @@ def test_a_change_made_during_a_batched_run_is_kept(
     assert ledger.records() == []
 
 
+def test_a_lambda_changed_between_read_and_write_is_refused_by_its_revision_and_replanned(
+    aws: AwsSettings, world: World, provider: AwsProvider
+) -> None:
+    """Lambda's write is conditional on the RevisionId rideout read. An operator's change
+    landing between that read and the write makes AWS refuse it (412
+    PreconditionFailedException); the engine reads the function again, re-plans, and
+    keeps the operator's subnet.
+
+    moto returns no RevisionId and checks none ("not yet implemented", its docs say), so
+    two hooks on rideout's own client add AWS's documented rule on top of moto: each read
+    carries the function's current revision, each update changes it, and an update that
+    names an older one is refused. The operator's change and every subnet are moto's."""
+    from botocore.exceptions import ClientError
+
+    original = snapshot(provider)
+    resize = world.lambdas["resize"]
+    added = world.subnets[world.zones[2]][1]
+    functions = SESSION.client("lambda")  # the operator's
+    revision = {"n": 1}
+    sent: list[object] = []
+
+    def reads_carry_the_revision(parsed: dict[str, object], **_: object) -> None:
+        parsed["RevisionId"] = f"rev-{revision['n']}"
+
+    def updates_check_it(params: dict[str, object], **_: object) -> None:
+        if params.get("FunctionName") != resize:
+            return
+        sent.append(params.get("RevisionId"))
+        if len(sent) == 1:  # the operator's change lands in rideout's window
+            config = functions.get_function_configuration(FunctionName=resize)["VpcConfig"]
+            functions.update_function_configuration(
+                FunctionName=resize,
+                VpcConfig={"SubnetIds": [*config["SubnetIds"], added],
+                           "SecurityGroupIds": config["SecurityGroupIds"]},
+            )  # fmt: skip
+            revision["n"] += 1
+        if params.get("RevisionId") != f"rev-{revision['n']}":
+            raise ClientError(
+                {"Error": {"Code": "PreconditionFailedException",
+                           "Message": "The Revision Id provided does not match the latest "
+                                      "Revision Id. Call the GetFunction/GetAlias API to "
+                                      "retrieve the latest Revision Id"},
+                 "ResponseMetadata": {"HTTPStatusCode": 412}},
+                "UpdateFunctionConfiguration",
+            )  # fmt: skip
+        revision["n"] += 1
+
+    events = provider._kinds["lambda"]._client.meta.events  # type: ignore[attr-defined]
+    events.register("after-call.lambda.GetFunctionConfiguration", reads_carry_the_revision)
+    events.register("before-parameter-build.lambda.UpdateFunctionConfiguration", updates_check_it)
+    ledger = DynamoLedger(aws, wait_delay=1)
+    outcome = Engine(provider, ledger).evacuate(world.zones[0], Options(kinds=("lambda",)))
+    assert outcome.exit_code == EXIT_OK, outcome
+    assert sent == ["rev-1", "rev-2"]  # refused once, then written on the fresh revision
+    assert snapshot(provider)[("lambda", resize)] == {*world.spread(1, 2), added}
+    expected = dict(original)
+    expected[("lambda", resize)] = original[("lambda", resize)] | {added}
+    assert_ledger_matches(snapshot(provider), expected, ledger)
+
+
 def test_two_zones_evacuated_at_once_serialize(
     aws: AwsSettings, world: World, provider: AwsProvider
 ) -> None:
