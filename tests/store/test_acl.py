@@ -795,3 +795,26 @@ def test_errors_are_store_errors() -> None:
         assert issubclass(cls, StoreAuthError)
         assert issubclass(cls, StoreError)
     assert issubclass(AuthenticationError, RedisError)
+
+
+def test_the_security_docs_table_is_the_rules() -> None:
+    """docs/security.md lists each user's commands and keys: exactly RULES's (both the
+    6.2 and the 7.0+ variants), so the doc cannot drift from what servers enforce."""
+    from rideout.store.acl import RULES
+
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text(encoding="utf-8")
+    rows = {
+        cells[0].strip("` "): cells
+        for line in text.splitlines()
+        if line.startswith("| `rideout-")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    for role, rules in RULES.items():
+        cells = rows[f"rideout-{role.value}"]
+        documented = {
+            c.lower().replace(" ", "|") for c in re.findall(r"`([A-Z][A-Z ]*)`", cells[2])
+        }
+        allowed = {*rules.commands, *rules.eval_commands, *rules.function_commands}
+        assert documented == allowed, (role, documented ^ allowed)
+        patterns = set(re.findall(r"`(rideout:[^`]*)`", cells[3]))
+        assert patterns == {*rules.keys, *rules.read_keys}, (role, patterns)

@@ -14,6 +14,9 @@ import pytest
 from authlib.integrations.base_client.errors import OAuthError
 from authlib.integrations.httpx_client._compat import httpx2
 
+from rideout.auth import AuthError
+from rideout.auth.room_tokens import RoomTokenVerifier
+from rideout.waitingroom.authorizer import RoomAuthorizer, SessionCache
 from tests.waitingroom.conftest import Redis
 from tests.waitingroom.test_oidc import (
     ADMIN_TOKEN,
@@ -94,7 +97,7 @@ async def test_a_client_without_javascript_is_signed_in(redis_server: Redis) -> 
 async def test_a_code_presented_twice_ends_what_it_issued(redis_server: Redis) -> None:
     """RFC 6749 4.1.2: a code used twice is stolen or replayed; the tokens the first
     exchange issued are revoked (the room's session ends: /userinfo, a refresh and the
-    auction's /ws refuse them)."""
+    room's authorizer, which the auction's /ws asks, refuse them)."""
     async with site(redis_server) as s:
         async with s.rp() as rp:
             callback, verifier, token = await s.sign_in(rp)
@@ -107,3 +110,12 @@ async def test_a_code_presented_twice_ends_what_it_issued(redis_server: Redis) -
             with pytest.raises(OAuthError) as refused:
                 await rp.refresh_token(s.issuer + "/token", refresh_token=token["refresh_token"])
             assert refused.value.error == "invalid_grant"
+        # The authorizer the app servers' /ws handshake asks (as the zone servers build it).
+        provider = s.provider
+        verifier = RoomTokenVerifier(
+            provider.keys, issuer=provider.signer.issuer, audiences=frozenset({s.event_id})
+        )
+        check = RoomAuthorizer(verifier, provider.store, cache=SessionCache(0))
+        with pytest.raises(AuthError) as ended:
+            await check.authorize(token["access_token"])
+        assert (ended.value.status, ended.value.reason) == (403, "session_abandoned")
