@@ -22,10 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
+from rideout import routes
 from rideout.config import Config, RegionConfig, parse_config
+from rideout.routes import control_plane_url
 from rideout.store import keys
 from rideout.store.acl import RedisRole
 from rideout.store.auction import AuctionSettings, AuctionStore
@@ -102,6 +105,38 @@ async def _write_everything(config: Config) -> dict[str, Any]:
         await controller.aclose()
 
 
+async def _bid_until_it_fails(config: Config, epoch: int, acked: list[int]) -> str:
+    """Bid in room "inflight" on the writer, one after another, until the writer goes:
+    every amount the store acknowledged goes into `acked`. Why it stopped, in words."""
+    app = _client(config, config.primary, RedisRole.APP)
+    auction = AuctionStore(app, AuctionSettings(), config.primary.name)
+    n = len(acked)
+    try:
+        while True:
+            n += 1
+            try:
+                result = await auction.bid(
+                    "inflight", "bidder", n * 5, f"inflight-{n}", epoch=epoch
+                )
+            except Exception as exc:  # the kill: whatever the client raises, bidding ends
+                return f"{type(exc).__name__}: {exc}"
+            assert result.accepted, result
+            acked.append(n * 5)
+    finally:
+        await app.aclose(close_connection_pool=True)
+
+
+async def _acked_bids_are_there(config: Config, region: RegionConfig, acked: list[int]) -> None:
+    app = _client(config, region, RedisRole.APP)
+    try:
+        entries = await app.xrange(keys.room_stream("inflight"))
+        amounts = [json.loads(fields["state"])["bid"] for _, fields in entries]
+        missing = sorted(set(acked) - set(amounts))
+        assert not missing, f"{region.name}: {len(missing)} acknowledged bids lost: {missing[:5]}"
+    finally:
+        await app.aclose()
+
+
 async def _everything_is_there(config: Config, region: RegionConfig, wrote: dict[str, Any]) -> None:
     app = _client(config, region, RedisRole.APP)
     try:
@@ -132,6 +167,10 @@ async def _eventually(check: Callable[[], Any], what: str) -> None:
     raise AssertionError(f"{what}: not within {WITHIN} s ({last!r})")
 
 
+async def _at_least(acked: list[int], count: int) -> None:
+    assert len(acked) >= count, len(acked)
+
+
 async def _in_both_regions(config: Config, wrote: dict[str, Any], when: str) -> None:
     for region in config.regions:
         await _eventually(
@@ -154,12 +193,23 @@ async def test_nothing_is_lost_across_kills_down_up_and_a_lost_disk(
         assert (failover["writer"], failover["datasets_lost"], failover["lost_writes"]) == (
             config.primary.name, 0, 0,
         ), failover["events"]  # fmt: skip
-        # SIGKILL of `rideout up`: every process dies with it (Redis by SIGKILL too).
+        # SIGKILL of `rideout up` in the middle of bidding: every process dies with it
+        # (Redis by SIGKILL too), while bids are in flight.
+        acked: list[int] = []
+        bidding = asyncio.create_task(_bid_until_it_fails(config, failover["epoch"], acked))
+        await _eventually(lambda: _at_least(acked, 50), "bids acknowledged before the kill")
         up.proc.kill()
         up.wait_exit()
+        stopped = await asyncio.wait_for(bidding, WITHIN)
     with started(workdir) as up:
         up.wait_ready()
         await _in_both_regions(config, wrote, "after SIGKILL of everything, then up")
+        # The writer's own AOF kept every bid it acknowledged (its replica may lag by the
+        # last few: async replication's window, which these direct bids did not WAIT for).
+        await _eventually(
+            lambda: _acked_bids_are_there(config, config.primary, acked),
+            f"the {len(acked)} bids acknowledged until the kill ({stopped})",
+        )
         down = rideout("down", "-c", "rideout.toml", cwd=workdir)
         assert down.returncode == 0, down.stderr
         assert up.wait_exit() == 0
@@ -182,6 +232,10 @@ async def test_nothing_is_lost_across_kills_down_up_and_a_lost_disk(
             assert failover["datasets_lost"] == 1, failover["events"]
 
         await _eventually(reported, "the lost dataset reported")
+        # ... also to Prometheus (RideoutRedisDatasetLost pages on it).
+        async with httpx.AsyncClient(trust_env=False) as http:
+            metrics = (await http.get(control_plane_url(config, routes.METRICS))).text
+        assert "rideout_redis_datasets_lost 1.0" in metrics.splitlines()
         failover = _summary(workdir)
         kinds = [e["kind"] for e in failover["events"]]
         # Served from what the other region holds (and, once the emptied Redis has
