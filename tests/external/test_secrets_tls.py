@@ -52,7 +52,9 @@ async def test_the_certificates_serve_and_are_checked(
     tmp_path: Path, matrix_server: Path, cleanup: list[object]
 ) -> None:
     if not supports_tls(matrix_server):
-        pytest.skip(f"{server_info(matrix_server).label} ({matrix_server}) serves no TLS (built without it, or with TLS as a module it does not load)")
+        pytest.skip(
+            f"{server_info(matrix_server).label} ({matrix_server}) serves no TLS (built without it, or with TLS as a module it does not load)"
+        )
     redis_tls_binary = str(matrix_server)
     secrets_dir = tmp_path / "secrets"
     made = await asyncio.to_thread(_secrets_init, tmp_path, "--dir", str(secrets_dir),

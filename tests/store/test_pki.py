@@ -110,6 +110,10 @@ def test_the_config_names_its_tls_servers(tmp_path: Path) -> None:
     # A state Redis that is a region's own server is not named twice.
     same = parse_config(_toml(tmp_path, "rediss://redis.use1.internal:6380"))
     assert [h.name for h in hosts_from_config(same)] == ["us-east-1", "us-east-1-replica"]
+    # A host name no certificate can carry is refused, naming where it came from.
+    bad = parse_config(_toml(tmp_path, "rediss://cp_state:6380"))
+    with pytest.raises(InvalidArgument, match=r"control_plane.state_redis_url: 'cp_state' is not"):
+        hosts_from_config(bad)
     # Local mode runs its own servers, without TLS.
     assert hosts_from_config(parse_config({"data_dir": str(tmp_path)})) == ()
 

@@ -141,15 +141,23 @@ def hosts_from_config(config: Config) -> tuple[RedisHost, ...]:
         for suffix, node in zip(("", "-replica"), region.redis_nodes, strict=False):
             seen.add((node.address, node.port))
             if node.tls is not None:
-                hosts.append(RedisHost(region.name + suffix, (parse_address(node.address),)))
+                where = f"region {region.name}'s redis{'.replica' if suffix else ''}"
+                hosts.append(_config_host(region.name + suffix, node.address, where))
     state = urlsplit(config.control_plane.state_redis_url)
     if (
         state.scheme == "rediss"
         and state.hostname
         and (state.hostname, state.port or 6379) not in seen
     ):
-        hosts.append(RedisHost(STATE_HOST, (parse_address(state.hostname),)))
+        hosts.append(_config_host(STATE_HOST, state.hostname, "control_plane.state_redis_url"))
     return tuple(hosts)
+
+
+def _config_host(name: str, address: str, where: str) -> RedisHost:
+    try:
+        return RedisHost(name, (parse_address(address),))
+    except InvalidArgument as exc:
+        raise InvalidArgument(f"{where}: {exc}") from None
 
 
 # ------------------------------------------------------------------------ keys, PEM
