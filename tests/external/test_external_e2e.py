@@ -36,10 +36,11 @@ from rideout.client.ws import AuctionClient, ClientSettings
 from rideout.config import load_config, region_env_name
 from rideout.drill.analysis import account_bids, parse_stream_entry
 from rideout.drill.records import AckRecord
-from rideout.store.acl import RedisRole
+from rideout.store.acl import RedisRole, load_credentials, password_file
 from rideout.store.keys import CONTROL_PLANE_LEASE, CONTROL_PLANE_STATE, room_stream
+from rideout.store.tls_files import TlsFiles
 from tests.conftest import free_port, until
-from tests.external.conftest import CHECKER, Part, TlsRedis, make_pki, write_password_files
+from tests.external.conftest import Part, TlsRedis, pings
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 
@@ -93,15 +94,18 @@ async def summary(*bases: str) -> dict[str, Any] | None:
     return None
 
 
-def write_config(work: Path, pki_dir: Path, passwords: dict[RedisRole, Path], ports: dict[str, int],
-                 east_url: str, state_url: str) -> Path:  # fmt: skip
+def write_config(work: Path, secrets_dir: Path, ports: dict[str, int], east_url: str,
+                 state_url: str) -> Path:  # fmt: skip
+    """As docs/external.md's steps have it: the TLS files and the passwords are the ones
+    `rideout secrets init` makes in the mounted secrets directory."""
     cp_port = ports["cp"]
+    tls = TlsFiles.of(secrets_dir)
     text = f'''
 mode = "external"
 profile = "fast"
 app_port = {ports["app"]}
 data_dir = "{work / "data"}"
-keys_dir = "{work / "secrets"}"
+keys_dir = "{secrets_dir}"
 
 [control_plane]
 address = "{CP_A}"
@@ -123,11 +127,11 @@ lease_ttl = 3.0
 failover_datapoints = 8
 
 [redis]
-ca_file = "{pki_dir / "ca.pem"}"
-cert_file = "{pki_dir / "client.pem"}"
-key_file = "{pki_dir / "client.key"}"
-app_password_file = "{passwords[RedisRole.APP]}"
-controller_password_file = "{passwords[RedisRole.CONTROLLER]}"
+ca_file = "{tls.ca[0]}"
+cert_file = "{tls.client[0]}"
+key_file = "{tls.client[1]}"
+app_password_file = "{password_file(secrets_dir, RedisRole.APP)}"
+controller_password_file = "{password_file(secrets_dir, RedisRole.CONTROLLER)}"
 
 [[regions]]
 name = "us-east-1"
@@ -150,8 +154,7 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     tmp_path: Path, redis_tls_binary: str, cleanup: list[object]
 ) -> None:
     work = tmp_path
-    pki = make_pki(work / "pki", [EAST, WEST, STATE])
-    passwords = write_password_files(work / "passwords")
+    secrets_dir = work / "secrets"
     redis_port = free_port(EAST, WEST, STATE)
     ports = {
         "app": free_port(EAST_ZONE, WEST_ZONE),
@@ -159,58 +162,63 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
         "dns": free_port(CP_A, CP_B, udp=True),
         "canary": free_port(EAST_CANARY, WEST_CANARY),
     }
-    east = TlsRedis(redis_tls_binary, "redis-east", EAST, redis_port, pki, work)
-    cleanup.append(east)
-    west = TlsRedis(redis_tls_binary, "redis-west", WEST, redis_port, pki, work,
-                    replica_of=(EAST, redis_port))  # fmt: skip
-    cleanup.append(west)
-    state = TlsRedis(redis_tls_binary, "redis-state", STATE, redis_port, pki, work)
-    cleanup.append(state)
-    config_file = write_config(work, pki.ca.parent, passwords, ports, east.url, state.url)
+    east_url, west_url, state_url = (f"rediss://{a}:{redis_port}" for a in (EAST, WEST, STATE))
+    config_file = write_config(work, secrets_dir, ports, east_url, state_url)
     env = {
         **os.environ,
         "RIDEOUT_CONFIG": str(config_file),
-        region_env_name("us-west-2"): west.url,  # as a platform sets one region's Redis
-        "RIDEOUT_REDIS__MONITOR_PASSWORD_FILE": str(passwords[RedisRole.MONITOR]),
+        region_env_name("us-west-2"): west_url,  # as a platform sets one region's Redis
+        "RIDEOUT_REDIS__MONITOR_PASSWORD_FILE": str(password_file(secrets_dir, RedisRole.MONITOR)),
         "RIDEOUT_LOG_FORMAT": "json",
     }
     config = load_config(config_file, env=env)
-    assert config.region("us-west-2").redis.url == west.url
-
-    def checker(server: TlsRedis) -> aioredis.Redis:
-        return aioredis.Redis(
-            host=server.address, port=server.port, ssl=True, ssl_ca_certs=str(pki.ca),
-            ssl_certfile=str(pki.client_cert), ssl_keyfile=str(pki.client_key),
-            username=CHECKER.username, password=CHECKER.password, decode_responses=True,
-            socket_timeout=3,
-        )  # fmt: skip
-
-    async def answers(server: TlsRedis) -> bool:
-        client = checker(server)
-        try:
-            return bool(await client.ping())
-        except Exception:
-            return False
-        finally:
-            await client.aclose()
-
-    for server in (east, west, state):
-        await until(lambda s=server: answers(s), WITHIN, interval=0.2, message=f"{server.name}")
-    # Plain TCP without a client certificate is refused: the servers require mTLS.
-    bare = aioredis.Redis(host=EAST, port=redis_port, socket_timeout=2)
-    with pytest.raises(Exception):  # noqa: B017,PT011  # a reset or a protocol error
-        await bare.ping()
-    await bare.aclose()
+    assert config.region("us-west-2").redis.url == west_url
 
     def part(name: str, *args: str) -> Part:
         p = Part(name, args, work, env)
         cleanup.append(p)
         return p
 
-    # The shared secrets, made once (a platform mounts the directory on every host).
+    # Step 1 of docs/external.md: every secret, the Redis servers' certificates (named
+    # after the regions and the state Redis, from the config's rediss:// URLs) and ACL
+    # users, made once by rideout's own command.
     secrets_init = part("secrets", "secrets", "init")
     assert secrets_init.proc is not None
     assert secrets_init.proc.wait(60) == 0, secrets_init.text()
+    for host in ("us-east-1", "us-west-2", "control-plane-state"):
+        assert f"Redis {host}" in secrets_init.text(), secrets_init.text()
+
+    # Step 2: the Redis servers, each with its own certificate and the ACL file.
+    east = TlsRedis(redis_tls_binary, "us-east-1", EAST, redis_port, secrets_dir, work)
+    cleanup.append(east)
+    west = TlsRedis(redis_tls_binary, "us-west-2", WEST, redis_port, secrets_dir, work,
+                    replica_of=(EAST, redis_port))  # fmt: skip
+    cleanup.append(west)
+    state = TlsRedis(redis_tls_binary, "control-plane-state", STATE, redis_port, secrets_dir, work)
+    cleanup.append(state)
+    assert (east.url, west.url, state.url) == (east_url, west_url, state_url)
+    tls = TlsFiles.of(secrets_dir)
+
+    def checker(server: TlsRedis, role: RedisRole = RedisRole.MONITOR) -> aioredis.Redis:
+        """The outcome read as rideout's own users: the monitor reads the writer's role
+        and the room streams, the controller the control plane's lease and state."""
+        user = load_credentials(secrets_dir, role)
+        return aioredis.Redis(
+            host=server.address, port=server.port, ssl=True, ssl_ca_certs=str(tls.ca[0]),
+            ssl_certfile=str(tls.client[0]), ssl_keyfile=str(tls.client[1]),
+            username=user.username, password=user.password, decode_responses=True,
+            socket_timeout=3,
+        )  # fmt: skip
+
+    for server in (east, west, state):
+        await until(
+            lambda s=server: pings(checker(s)), WITHIN, interval=0.2, message=f"{server.name}"
+        )
+    # Plain TCP without a client certificate is refused: the servers require mTLS.
+    bare = aioredis.Redis(host=EAST, port=redis_port, socket_timeout=2)
+    with pytest.raises(Exception):  # noqa: B017,PT011  # a reset or a protocol error
+        await bare.ping()
+    await bare.aclose()
 
     a_url, b_url = f"http://{CP_A}:{ports['cp']}", f"http://{CP_B}:{ports['cp']}"
     cp_a = part("cp-a", "control-plane", "--instance", "cp-a",
@@ -389,7 +397,7 @@ async def test_external_mode_failover_and_failback_through_two_control_planes(
     assert await asyncio.to_thread(east_zone.proc.wait, 15) == 0, east_zone.text()[-2000:]
     for p in (zones["us-west-2"], *canaries):
         assert await asyncio.to_thread(p.stop, 15) == 0, f"{p.name}:\n{p.text()[-2000:]}"
-    released = checker(state)
+    released = checker(state, RedisRole.CONTROLLER)
     try:
         assert await released.get(CONTROL_PLANE_LEASE) is None  # given up
         saved = json.loads(await released.get(CONTROL_PLANE_STATE))

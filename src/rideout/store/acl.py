@@ -87,6 +87,7 @@ __all__ = [
     "denied_message",
     "load_credentials",
     "load_or_create_users",
+    "password_file",
     "prepare_server_auth",
     "rejected_message",
     "server_config_text",
@@ -277,7 +278,8 @@ def credentials_dir(keys_dir: Path) -> Path:
     return Path(keys_dir) / "redis"
 
 
-def _password_file(keys_dir: Path, role: RedisRole) -> Path:
+def password_file(keys_dir: Path, role: RedisRole) -> Path:
+    """Where `role`'s password lives in a keys directory (``redis/ROLE.password``)."""
     return credentials_dir(keys_dir) / f"{role.value}{_PASSWORD_SUFFIX}"
 
 
@@ -286,7 +288,7 @@ def load_credentials(keys_dir: Path, role: RedisRole) -> RedisCredentials:
 
     Raises :class:`CredentialsUnavailable` naming the file when it cannot be used.
     """
-    path = _password_file(keys_dir, role)
+    path = password_file(keys_dir, role)
     try:
         password = path.read_text(encoding="ascii").strip()
     except FileNotFoundError:
@@ -307,7 +309,7 @@ def load_credentials(keys_dir: Path, role: RedisRole) -> RedisCredentials:
 def load_or_create_users(keys_dir: Path) -> RedisUsers:
     """Every role's credentials, creating a missing password file (0600, 256 bits) once."""
     for role in RedisRole:
-        path = _password_file(keys_dir, role)
+        path = password_file(keys_dir, role)
         if path.exists():
             continue
         try:
@@ -339,7 +341,7 @@ def credentials_for(config: Config, role: RedisRole) -> RedisCredentials:
     user: str = getattr(access, f"{role.value}_user")
     own: str = getattr(access, f"{role.value}_password_file")
     if not own and not access.password_file:
-        path = _password_file(config.keys_dir, role)
+        path = password_file(config.keys_dir, role)
         if not path.exists():
             raise CredentialsUnavailable(
                 f"no Redis password for {user}: set [redis] {role.value}_password_file "
