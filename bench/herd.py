@@ -47,7 +47,6 @@ from bench._harness import BENCH_ROOT, Child, cpu_seconds, median, wait_for_log
 from bench.realtime import FANOUT_ZONE, REGION, Run, Settings
 from rideout.config import Config, dump_toml
 from rideout.drill.machine import core_speed
-from rideout.store.functions import ensure_library
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
 
@@ -194,10 +193,7 @@ async def main(rounds: int, clients: int, missed: int, keep: bool) -> None:
     ratios: dict[str, list[float]] = {name: [] for name in VARIANTS}
     restored: dict[str, list[float]] = {name: [] for name in VARIANTS}
     try:
-        await run.start_redis()
-        loader = run.redis_client()
-        await ensure_library(loader)  # as `rideout up` does on every writer it starts
-        await loader.aclose()
+        await run.start_redis()  # with rideout's function library, as `rideout up`
         await run.start_clients()
         herd = Herd(run, clients, missed)
         await herd.seed()

@@ -20,6 +20,11 @@ ran meanwhile, and a cProfile of the fan-out.
 
 ``heartbeat`` runs 50 connections' heartbeat loops and prints server CPU per round
 trip, then a cProfile of the same load.
+
+``handshake`` opens `conns` connections with the auction's tokens (32 in flight per
+client process, as a herd arrives), closes them, and prints server CPU per handshake;
+then the same under cProfile, sorted by own time and by cumulative time: where a
+handshake's CPU goes besides the token's verification (issue #29's herd).
 """
 
 from __future__ import annotations
@@ -294,6 +299,56 @@ async def profile_heartbeat(run: Run, url: str, conns: int, seconds: float = 3.0
     await run.close_all(workers)
 
 
+def _own_time_by_layer(profiler: cProfile.Profile, conns: int) -> None:
+    """Each function's own time summed by the library it is in (C functions: by name),
+    per handshake and as a share: which layer a handshake's CPU goes to."""
+    stats = pstats.Stats(profiler).stats  # type: ignore[attr-defined]
+    layers: dict[str, float] = {}
+    for (filename, _, name), (_, _, own, _, _) in stats.items():
+        if filename == "~":  # a built-in: the crypto's own verify, the loop's writes
+            layer = "ed25519 verify (C)" if "ed25519" in name.lower() else "built-ins (C)"
+        else:
+            layer = next((x for x in (*_LAYERS, "cryptography", "prometheus_client")
+                          if f"/{x}/" in filename), "stdlib and other")  # fmt: skip
+        layers[layer] = layers.get(layer, 0.0) + own
+    total = sum(layers.values())
+    table = Table(title="own time by layer, under cProfile", title_justify="left")
+    for column in ("layer", "µs per handshake", "share"):
+        table.add_column(column, justify="left" if column == "layer" else "right")
+    for layer, own in sorted(layers.items(), key=lambda item: -item[1]):
+        table.add_row(layer, f"{own / conns * 1e6:,.0f}", f"{own / total:.0%}")
+    console.print(table)
+
+
+async def profile_handshake(run: Run, url: str, conns: int) -> None:
+    """Server CPU per handshake of `conns` connections opened at once, then a cProfile."""
+    workers = run.clients
+    for profiled in (False, True):
+        profiler = cProfile.Profile()
+        c0 = time.process_time()
+        if profiled:
+            profiler.enable()
+        opened = await run.open(workers, url, conns, f"hs{int(profiled)}-", rideout=True)
+        profiler.disable()
+        cpu = time.process_time() - c0
+        await run.close_all(workers)
+        await asyncio.sleep(0.5)
+        if profiled:
+            _own_time_by_layer(profiler, conns)
+            _print_profile(profiler, f"cProfile of {conns:,} handshakes (sorted by own time):")
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(30)
+            console.print("by cumulative time:")
+            console.print("   ncalls" + out.getvalue().split("ncalls", 1)[-1], markup=False)
+        else:
+            console.print(
+                f"{conns} handshakes in {opened['seconds']:.2f} s "
+                f"({conns / opened['seconds']:,.0f}/s), server CPU "
+                f"{cpu / conns * 1e6:.0f} µs per handshake (this process: the client "
+                "processes are apart)"
+            )
+
+
 async def profile(what: str, conns: int, bids: int, work_dir: Path) -> None:
     run = Run(Settings(client_procs=2), work_dir)
     try:
@@ -304,6 +359,8 @@ async def profile(what: str, conns: int, bids: int, work_dir: Path) -> None:
                 await profile_memory(run, url, conns)
             elif what == "heartbeat":
                 await profile_heartbeat(run, url, min(conns, 50))
+            elif what == "handshake":
+                await profile_handshake(run, url, conns)
             else:
                 await profile_fanout(run, app, url, conns, bids)
     finally:
@@ -312,7 +369,7 @@ async def profile(what: str, conns: int, bids: int, work_dir: Path) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.profile_realtime", description=__doc__)
-    parser.add_argument("what", choices=["memory", "fanout", "heartbeat"])
+    parser.add_argument("what", choices=["memory", "fanout", "heartbeat", "handshake"])
     parser.add_argument("--conns", type=int, default=2500)
     parser.add_argument("--bids", type=int, default=5)
     args = parser.parse_args()

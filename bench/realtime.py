@@ -67,6 +67,7 @@ from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config, dump_toml, parse_config
 from rideout.store.client import probe_client
 from rideout.store.embedded import RedisSpec, find_redis_server
+from rideout.store.functions import ensure_library
 from rideout.store.replication import ensure_epoch
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)
@@ -218,6 +219,11 @@ class Run:
             await ensure_epoch(client)
         finally:
             await client.aclose()
+        loader = self.redis_client()
+        try:
+            await ensure_library(loader)  # as `rideout up` does on every writer it starts
+        finally:
+            await loader.aclose()
 
     def redis_client(self) -> aioredis.Redis:
         r = self.config.primary.redis
