@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.realtime import Run, Settings
+
 from rideout.store.functions import LIBRARY_NAME
 
 
@@ -21,7 +22,9 @@ async def test_a_benchmarks_redis_has_rideouts_function_library(tmp_path: Path) 
             info = await client.info("server")
             if int(str(info.get("redis_version", "7")).split(".")[0]) < 7:
                 return  # 6.2 runs scripts with EVALSHA: no library to load
-            libraries = await client.execute_command("FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME)
+            libraries = await client.execute_command(
+                "FUNCTION", "LIST", "LIBRARYNAME", LIBRARY_NAME
+            )
         finally:
             await client.aclose()
         assert libraries, "no rideout function library on the benchmark's Redis"
