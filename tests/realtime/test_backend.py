@@ -85,6 +85,7 @@ async def test_the_probe_is_for_the_canary_only(deployment: Deployment) -> None:
     assert reply == {
         "type": "probe", "region": "us-east-1", "zone": "use1-az1", "role": "writer",
         "epoch": deployment.servers["a1"].epoch.value, "replicas": None, "full": False,
+        "busy": False,
     }  # fmt: skip
 
 
@@ -105,7 +106,7 @@ async def test_a_frozen_writer_fails_the_probe_within_its_bound_and_heartbeats_f
     url = deployment.urls["a1"] + "/ws"
     token = canary_token(deployment)
     timeout = deployment.config.timing.canary_timeout
-    assert await probe(url, token, timeout * 5) == (True, None, False)
+    assert await probe(url, token, timeout * 5) == (True, None, False, False)
     server = deployment.servers["a1"]
     redis = deployment.redis["us-east-1"]
     assert redis.pid is not None
@@ -128,7 +129,7 @@ async def test_a_frozen_writer_fails_the_probe_within_its_bound_and_heartbeats_f
         await until(lambda: not server.backend.degraded, 10, message="never recovered")
         await send(ws, action="heartbeat")
         assert await recv(ws) == PONG
-    assert await probe(url, token, timeout * 5) == (True, None, False)
+    assert await probe(url, token, timeout * 5) == (True, None, False, False)
 
 
 async def test_a_dead_writer_fails_the_probe_with_the_reason(deployment: Deployment) -> None:
