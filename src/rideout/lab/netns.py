@@ -232,6 +232,24 @@ class Lab:
 
     # ------------------------------------------------------------------ hosts
 
+    def add_relay_address(self, group: str, number: int = 0) -> str:
+        """Give the router relay address `number` of `group` (for a
+        :class:`~rideout.lab.relay.Link` to listen on); that address. Idempotent."""
+        address = self.topology.relay_address(group, number)
+        self._run(
+            [
+                "ip",
+                "-n",
+                self.topology.router_netns,
+                "addr",
+                "replace",
+                address + "/32",
+                "dev",
+                "lo",
+            ]
+        )
+        return address
+
     def exec_argv(self, host: str) -> list[str]:
         """The argv prefix that runs a command on `host` (``ip netns exec NS``)."""
         return exec_argv(self.topology.host(host).netns)
