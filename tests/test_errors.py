@@ -23,8 +23,8 @@ from rideout.dns.doh import DohRequestError
 from rideout.drill.errors import DrillError
 from rideout.errors import InvalidArgument, InvalidArgumentType, RideoutError
 from rideout.evacuate import EvacuationError
-from rideout.lab import LabError
 from rideout.health import MetricError
+from rideout.lab import LabError
 from rideout.protocol import ProtocolError
 from rideout.store import StoreError
 from rideout.store.embedded import EmbeddedRedisError
