@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
+import signal
 import stat
 import subprocess
 import sys
@@ -88,15 +89,19 @@ def test_a_failed_step_removes_what_was_made(tmp_path: Path) -> None:
 
 def test_the_body_raising_still_tears_down(tmp_path: Path) -> None:
     runner = Recorder()
+    before = signal.getsignal(signal.SIGTERM)
 
     def body() -> None:
         with fake_lab(tmp_path, runner):
             assert len(runner.namespaces) == 4
+            if before is signal.SIG_DFL:  # SIGTERM would end the process: it raises instead
+                assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
             raise RuntimeError("the body failed")
 
     with pytest.raises(RuntimeError, match="the body"):
         body()
     assert runner.namespaces == []
+    assert signal.getsignal(signal.SIGTERM) == before  # restored
 
 
 def test_faults_are_idempotent_recorded_and_reloaded(tmp_path: Path) -> None:
@@ -273,3 +278,27 @@ def test_a_killed_lab_is_swept(lab_dir: Path) -> None:
     Lab.load(lab_dir, lab_id).destroy()
     assert not [ns for ns in lab_namespaces() if ns.startswith(f"rdo-{lab_id}-")]
     assert sweep(lab_id) == []
+
+
+@needs_root
+def test_sigterm_inside_the_with_tears_the_lab_down(lab_dir: Path) -> None:
+    lab_id = secrets.token_hex(3)
+    script = textwrap.dedent(f"""
+        import time
+        from pathlib import Path
+        from rideout.lab.netns import Lab
+        from rideout.lab.topology import plan_topology
+        with Lab(plan_topology({lab_id!r}, {GROUPS!r}), Path({str(lab_dir)!r})):
+            print("up", flush=True)
+            time.sleep(60)
+    """)
+    with subprocess.Popen(
+        [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "up"
+        assert len([ns for ns in lab_namespaces() if ns.startswith(f"rdo-{lab_id}-")]) == 4
+        proc.terminate()
+        assert proc.wait(timeout=30) == 143
+    assert not [ns for ns in lab_namespaces() if ns.startswith(f"rdo-{lab_id}-")]
+    assert not (lab_dir / f"{lab_id}.json").exists()

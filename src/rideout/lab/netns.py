@@ -7,8 +7,10 @@ in force. :meth:`Lab.destroy` removes exactly what the file names; :func:`sweep`
 whatever namespaces carry a lab's prefix (what a lab killed with SIGKILL left behind).
 
 Teardown runs on every exit path of ``with Lab(...)``: an error while building, an
-exception in the body, a KeyboardInterrupt (SIGINT), or a task cancelled by the
-caller's signal handler (SIGTERM, as ``rideout up`` does it). Processes started in a
+exception in the body, a KeyboardInterrupt (SIGINT), SIGTERM (made SystemExit inside
+the ``with`` when nothing else handles it), or a task cancelled by the caller's own
+signal handler (as ``rideout up`` does it). Only SIGKILL leaves a lab behind, which
+its record or :func:`sweep` removes. Processes started in a
 host with :func:`start_in` die with their parent (``PR_SET_PDEATHSIG``), and
 :meth:`Lab.destroy` kills whatever still runs in a lab namespace before deleting it.
 
@@ -23,10 +25,11 @@ import json
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from types import TracebackType
+from types import FrameType, TracebackType
 from typing import Any
 
 from rideout._files import replace_atomically
@@ -121,6 +124,32 @@ def _remove(namespaces: Sequence[str], runner: Runner) -> list[str]:
     return errors
 
 
+_SignalHandler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+def _exit_on_sigterm() -> _SignalHandler:
+    """In a plain program (the main thread, SIGTERM at its default, which would end the
+    process without running a ``finally``), make SIGTERM raise SystemExit(143) so the
+    lab's teardown runs; the handler to restore. Where the caller handles SIGTERM itself
+    (an asyncio program's ``add_signal_handler``, as ``rideout up`` does), nothing
+    changes: its handler cancels the work, which runs the teardown."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        return None
+
+    def leave(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+    return signal.SIG_DFL
+
+
+def _restore_sigterm(previous: _SignalHandler) -> None:
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
+
+
 class Lab:
     """The lab of `topology`, recorded in `state_dir`; see the module docstring.
 
@@ -142,6 +171,7 @@ class Lab:
         self._euid = euid
         self._cuts: set[Cut] = set()
         self._namespaces: list[str] = []
+        self._sigterm: _SignalHandler = None
 
     @property
     def state_file(self) -> Path:
@@ -189,7 +219,12 @@ class Lab:
         self._cuts.clear()
 
     def __enter__(self) -> Lab:
-        self.create()
+        self._sigterm = _exit_on_sigterm()
+        try:
+            self.create()
+        except BaseException:
+            _restore_sigterm(self._sigterm)
+            raise
         return self
 
     def __exit__(
@@ -198,7 +233,10 @@ class Lab:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self.destroy()
+        try:
+            self.destroy()
+        finally:
+            _restore_sigterm(self._sigterm)
 
     # ------------------------------------------------------------------ faults
 
