@@ -649,12 +649,13 @@ def matrix_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
 
 # A test is in the `deployment` tier by what it starts, told from the fixtures it uses
 # and from what its module calls: a whole deployment (the supervisor, `rideout up`,
-# in-process app servers and zones), a `rideout` subprocess, or a browser. `./dev test
+# in-process app servers and zones), a `rideout` subprocess, a browser, or a network lab. `./dev test
 # --quick` runs the rest (`-m "not deployment"`): unit tests and components over one
 # real Redis. Nothing is listed by hand, so a new end-to-end test cannot forget it.
 _DEPLOYMENT_FIXTURES = frozenset(
-    {"deployment", "cluster", "workdir", "make_workdir", "browser", "page", "tls_deployment"}
-)
+    {"deployment", "cluster", "workdir", "make_workdir", "browser", "page", "tls_deployment",
+     "lab", "lab_dir"}  # a network lab: namespaces, processes in them (tests/lab/conftest.py)
+)  # fmt: skip
 _STARTS = re.compile(
     r"LocalCluster\(|\bstarted\(|\bUp\(|\"-m\", \"rideout\"|async_playwright|chromium"
     r"|running_zone|start_zone|ZoneProcess|run_drill|\bserve_app\("

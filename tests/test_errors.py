@@ -24,6 +24,7 @@ from rideout.drill.errors import DrillError
 from rideout.errors import InvalidArgument, InvalidArgumentType, RideoutError
 from rideout.evacuate import EvacuationError
 from rideout.health import MetricError
+from rideout.lab import LabError
 from rideout.protocol import ProtocolError
 from rideout.store import StoreError
 from rideout.store.embedded import EmbeddedRedisError
@@ -54,6 +55,7 @@ PACKAGE_BASES: dict[str, type[RideoutError]] = {
     "rideout.cluster": ClusterError,
     "rideout.controlplane": ControlPlaneError,
     "rideout.drill": DrillError,
+    "rideout.lab": LabError,
     "rideout.waitingroom": RoomError,
     "rideout.evacuate": EvacuationError,
     "rideout.aws": AwsError,
