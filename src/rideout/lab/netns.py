@@ -33,6 +33,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from rideout._files import replace_atomically
+from rideout._json import decode_object
 from rideout._process import ManagedProcess
 from rideout.lab.errors import LabError
 from rideout.lab.faults import Cut, cuts_for, rule_command
@@ -319,7 +320,7 @@ class Lab:
         process); LabError if none is, or the record cannot be read."""
         path = state_path(state_dir, lab_id)
         try:
-            state: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+            state = decode_object(path.read_bytes())
             topology = plan_topology(lab_id, state["groups"], network=state["network"])
             lab = cls(topology, state_dir, runner=runner, euid=euid)
             lab._namespaces = [str(n) for n in state["namespaces"]]

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rideout import _validate
+from rideout._json import decode_object
 from rideout.errors import InvalidArgument
 from rideout.lab.errors import LabError
 
@@ -397,7 +398,7 @@ async def serve_control(path: Path, links: Mapping[str, Link]) -> asyncio.Server
         try:
             line = await asyncio.wait_for(reader.readline(), 5)
             try:
-                request = json.loads(line)
+                request = decode_object(line)  # strict: one object, no duplicate keys
                 if request["op"] == "set":
                     link = links[request["link"]]
                     link.set_toxics(request.get("direction", "both"), **request["toxics"])
@@ -433,7 +434,7 @@ async def send_control(path: Path, request: Mapping[str, Any], timeout: float = 
     finally:
         writer.close()
     try:
-        reply = json.loads(line)
+        reply = decode_object(line)
     except ValueError:
         raise LabError(f"{path} answered {line!r}") from None
     if not reply.get("ok"):
