@@ -32,10 +32,12 @@ async def test_status_reads_redis_as_the_monitor_and_names_each_server(
     answered (issue #27: `status` names each Redis's server), in the view and printed."""
     config = parse_config(config_data(tmp_path / ".rideout"))
     async with running_redis_pair(config):
-        view = await collect_status(config)
+        # No supervisor runs, so the default would be the leftovers' 0.25 s (CI missed it
+        # under load); a generous budget, asked for as `rideout status --timeout` does.
+        view = await collect_status(config, timeout=5.0)
     primary, secondary = (region["redis"]["state"] for region in view["regions"])
-    assert (primary["reachable"], primary["role"]) == (True, "master")
-    assert (secondary["role"], secondary["link"]) == ("replica", "up")
+    assert (primary["reachable"], primary["role"]) == (True, "master"), primary
+    assert (secondary["role"], secondary["link"]) == ("replica", "up"), secondary
     label = server_info(matrix_server).label  # what the binary says it is: "valkey 8.1.8"
     assert (primary["server"], secondary["server"]) == (label, label)
     console = Console(width=400, record=True, file=io.StringIO())

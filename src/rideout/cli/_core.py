@@ -174,7 +174,8 @@ def status(
         typer.Option(
             min=0.05,
             help="Seconds each probe (Redis, DNS, HTTP) waits for its answer; a busy "
-            "machine or a far region may need more.  [default: 1.0; 1.5 in external mode]",
+            "machine or a far region may need more.  [default: 1.0; 0.25 while nothing "
+            "runs; 1.5 in external mode]",
             show_default=False,
         ),
     ] = None,
@@ -190,9 +191,9 @@ def status(
         from rideout.cli._external import external_status
 
         external_status(config, as_json, timeout=timeout)
-    from rideout.cluster.status import DEFAULT_PROBE_TIMEOUT, collect_status
+    from rideout.cluster.status import collect_status
 
-    view = asyncio.run(collect_status(config, timeout=timeout or DEFAULT_PROBE_TIMEOUT))
+    view = asyncio.run(collect_status(config, timeout=timeout))
     if as_json:
         sys.stdout.write(json.dumps(view, indent=2) + "\n")
     elif view["running"]:

@@ -27,10 +27,13 @@ from rideout.store.acl import CredentialsUnavailable, RedisRole, credentials_for
 from rideout.store.client import probe_client
 from rideout.store.replication import ReplicationStatus, read_epoch, replication_status
 
-__all__ = ["DEFAULT_PROBE_TIMEOUT", "LocalInventory", "collect_status"]
+__all__ = ["DEFAULT_PROBE_TIMEOUT", "LEFTOVER_PROBE_TIMEOUT", "LocalInventory", "collect_status"]
 
 #: How long each of `rideout status`'s probes waits for its answer, in seconds.
 DEFAULT_PROBE_TIMEOUT = 1.0
+#: ... when no supervisor runs: the probes look for leftovers, which answer at once on
+#: loopback, so `status` need not wait out a name server that is not there.
+LEFTOVER_PROBE_TIMEOUT = 0.25
 
 
 async def _probe_http(client: httpx.AsyncClient, url: str) -> dict[str, Any]:
@@ -82,12 +85,14 @@ async def _probe_dns(config: Config, timeout: float) -> dict[str, Any]:
 
 
 async def collect_status(
-    config: Config, *, probe: bool = True, timeout: float = DEFAULT_PROBE_TIMEOUT
+    config: Config, *, probe: bool = True, timeout: float | None = None
 ) -> dict[str, Any]:
     """The deployment as the run files record it, plus live probes when `probe` is set.
 
     Each probe (Redis, DNS; HTTP half a second more) waits `timeout` seconds for its
-    answer; one that does not come in time is reported with its error, as is one refused.
+    answer (None: :data:`DEFAULT_PROBE_TIMEOUT` while a supervisor runs, else
+    :data:`LEFTOVER_PROBE_TIMEOUT`); one that does not come in time is reported with its
+    error, as is one refused.
     """
     run = RunState.read(config.run_dir)
     supervisor = read_lock_pid(config.run_dir)
@@ -162,9 +167,9 @@ async def collect_status(
             }
         )
     if probe:
-        # With no supervisor the probes look for leftovers, which answer at once on
-        # loopback: `status` need not wait out a name server that is not there.
-        await _add_probes(config, view, timeout=timeout if supervisor is not None else 0.25)
+        if timeout is None:
+            timeout = DEFAULT_PROBE_TIMEOUT if supervisor is not None else LEFTOVER_PROBE_TIMEOUT
+        await _add_probes(config, view, timeout=timeout)
     return view
 
 
