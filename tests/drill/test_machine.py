@@ -99,9 +99,13 @@ def test_cpu_rate_counts_calls_per_second_of_the_clock_it_is_given() -> None:
 
 def test_time_spent_waiting_for_a_core_does_not_count() -> None:
     """CPU time, not wall time: a call that sleeps costs (almost) nothing, so a busy
-    machine's wait for a core does not read as a slow core."""
-    slept = cpu_rate(lambda: time.sleep(0.0001), 0.02)
-    assert slept > 2 / 0.0001  # twice the calls that fit in wall time, had it counted
+    machine's wait for a core does not read as a slow core.
+
+    Sleeping still costs the system call and the timer: ~90 µs of CPU a call on CI's
+    loaded VM, which made 0.1 ms sleeps count as about as much CPU as wall time. 5 ms
+    sleeps keep the two apart by far more than any machine's noise."""
+    slept = cpu_rate(lambda: time.sleep(0.005), 0.02)
+    assert slept > 10 / 0.005  # ten times the calls that fit in wall time, had it counted
 
 
 def test_core_speed_issues_real_tokens() -> None:
