@@ -21,6 +21,7 @@ from typing import Any
 import httpx
 
 from rideout import _http
+from rideout._control_socket import serve_json_lines
 from rideout.cluster.children import Child, RedisChild, ServerChild, replica_key
 from rideout.cluster.errors import ClusterError
 from rideout.cluster.runstate import CONTROL_SOCKET
@@ -234,30 +235,13 @@ class ChaosControl(abc.ABC):
     # ------------------------------------------------------------------ the socket
 
     async def _serve_control_socket(self) -> None:
-        path = self.control_socket
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        self._control = await asyncio.start_unix_server(self._handle_control, path=str(path))
-        path.chmod(0o600)
+        self._control = await serve_json_lines(self.control_socket, self.command)
 
     def _close_control_socket(self) -> None:
         if self._control is not None:
             self._control.close()
             with contextlib.suppress(FileNotFoundError):
                 self.control_socket.unlink()
-
-    async def _handle_control(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
-    ) -> None:
-        try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            reply = await self.command(line)
-            writer.write(json.dumps(reply).encode() + b"\n")
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
-        finally:
-            writer.close()
 
     async def command(self, line: bytes) -> dict[str, Any]:
         """Run one control command (``{"op": "kill", "region": "us-east-1"}``; kill,

@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rideout import _validate
+from rideout._control_socket import serve_json_lines
 from rideout._json import decode_object
 from rideout.errors import InvalidArgument
 from rideout.lab.errors import LabError
@@ -384,40 +385,28 @@ async def serve_control(path: Path, links: Mapping[str, Link]) -> asyncio.Server
     ``{"ok": true, "links": {NAME: {"up": {...}, "down": {...}}}}`` or
     ``{"ok": false, "error": ...}``.
     """
+    # The directory (0700) keeps others out from the socket's first moment; 0600 besides.
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     path.parent.chmod(0o700)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
 
     def show() -> dict[str, Any]:
         return {
             name: {d: asdict(t) for d, t in link.toxics.items()} for name, link in links.items()
         }
 
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def command(line: bytes) -> dict[str, Any]:
         try:
-            line = await asyncio.wait_for(reader.readline(), 5)
-            try:
-                request = decode_object(line)  # strict: one object, no duplicate keys
-                if request["op"] == "set":
-                    link = links[request["link"]]
-                    link.set_toxics(request.get("direction", "both"), **request["toxics"])
-                elif request["op"] != "show":
-                    raise ValueError(f"unknown op {request['op']!r}")
-                reply: dict[str, Any] = {"ok": True, "links": show()}
-            except (ValueError, KeyError, TypeError) as exc:
-                reply = {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-            writer.write(json.dumps(reply).encode() + b"\n")
-            await writer.drain()
-        except (TimeoutError, ConnectionError):
-            pass
-        finally:
-            writer.close()
+            request = decode_object(line)  # strict: one object, no duplicate keys
+            if request["op"] == "set":
+                link = links[request["link"]]
+                link.set_toxics(request.get("direction", "both"), **request["toxics"])
+            elif request["op"] != "show":
+                raise ValueError(f"unknown op {request['op']!r}")
+        except (ValueError, KeyError, TypeError) as exc:
+            return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return {"ok": True, "links": show()}
 
-    # The directory (0700) keeps others out from the socket's first moment; 0600 besides.
-    server = await asyncio.start_unix_server(handle, path=str(path))
-    os.chmod(path, 0o600)
-    return server
+    return await serve_json_lines(path, command)
 
 
 async def send_control(path: Path, request: Mapping[str, Any], timeout: float = 10.0) -> Any:
