@@ -40,6 +40,7 @@ from rideout.lab.faults import Cut, cuts_for, rule_command
 from rideout.lab.topology import (
     NETNS_PREFIX,
     Topology,
+    intercept_commands,
     netns_prefix,
     plan_topology,
     setup_commands,
@@ -288,6 +289,14 @@ class Lab:
             ]
         )
         return address
+
+    def intercept(self, source: str, host: str, port: int) -> None:
+        """Deliver TCP from `source` (host or group) to `host`'s `port` to the router,
+        where a transparent :class:`~rideout.lab.relay.Link` on `host`'s address relays
+        it (:func:`~rideout.lab.topology.intercept_commands`): the WAN link without
+        giving anyone a relay address. Gone with the lab."""
+        for command in intercept_commands(self.topology, source, host, port):
+            self._run(command)
 
     def exec_argv(self, host: str) -> list[str]:
         """The argv prefix that runs a command on `host` (``ip netns exec NS``)."""

@@ -71,6 +71,7 @@ LOSS_MODES = ("timeout", "reset")
 BUFFERED_CHUNKS = 64  # per direction and connection, of up to 64 KiB each
 _CHUNK = 65536
 _CLONE_NEWNET = 0x40000000
+_IP_TRANSPARENT = 19  # linux/in.h; not in Python's socket module
 
 T = TypeVar("T")
 
@@ -134,10 +135,12 @@ def socket_in(netns: str | None, make: Callable[[], T]) -> T:
     return made[0]
 
 
-def _listener(address: tuple[str, int]) -> socket.socket:
+def _listener(address: tuple[str, int], transparent: bool = False) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if transparent:  # bind an address that is not this namespace's, and answer from it
+            sock.setsockopt(socket.SOL_IP, _IP_TRANSPARENT, 1)
         sock.bind(address)
         sock.listen(512)
         sock.setblocking(False)
@@ -171,7 +174,12 @@ class _Connection:
 
 class Link:
     """A relay from `listen` (in `netns`) to `upstream` (reached from `upstream_netns`);
-    see the module docstring. `clock`, `sleep` and `rng` are injectable."""
+    see the module docstring. `clock`, `sleep` and `rng` are injectable.
+
+    `transparent` (root): listen on an address that is not `netns`' own, the address of
+    the service itself, to which :meth:`Lab.intercept <rideout.lab.netns.Lab.intercept>`
+    steers one group's traffic: clients keep the service's address, and only the
+    intercepted ones cross the link (``IP_TRANSPARENT``)."""
 
     def __init__(
         self,
@@ -185,8 +193,10 @@ class Link:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: Callable[[], float] = random.random,
         connect_timeout: float = 10.0,
+        transparent: bool = False,
     ) -> None:
         self.name = name
+        self.transparent = transparent
         self.listen = listen
         self.upstream = upstream
         self.netns = netns
@@ -244,7 +254,7 @@ class Link:
         if self._server is not None:
             raise LabError(f"link {self.name} is already started")
         try:
-            sock = socket_in(self.netns, lambda: _listener(self.listen))
+            sock = socket_in(self.netns, lambda: _listener(self.listen, self.transparent))
         except OSError as exc:
             raise LabError(f"link {self.name} cannot listen on {self.listen}: {exc}") from None
         self._server = await asyncio.start_server(self._serve, sock=sock, limit=_CHUNK)

@@ -51,12 +51,15 @@ __all__ = [
     "DEFAULT_NETWORK",
     "HOST_INTERFACE",
     "IFNAMSIZ",
+    "INTERCEPT_RULE_PRIORITY",
+    "INTERCEPT_TABLE",
     "MAX_HOSTS_PER_GROUP",
     "MAX_RELAYS_PER_GROUP",
     "NETNS_PREFIX",
     "ROUTER",
     "Host",
     "Topology",
+    "intercept_commands",
     "netns_prefix",
     "plan_topology",
     "setup_commands",
@@ -227,6 +230,8 @@ def _check_name(kind: str, name: object, seen: set[str]) -> None:
 _LOCALNET = ("route_localnet", "1")
 _NO_RP_FILTER = ("rp_filter", "0")
 LOCAL_RULE_PRIORITY = 32000  # the router's local-table rule, after every fault rule
+INTERCEPT_RULE_PRIORITY = 200  # after the fault rules (100): a partition still cuts first
+INTERCEPT_TABLE = 200  # the router's table of intercepted addresses (each a local route)
 
 
 def _sysctl(netns: str, *settings: str) -> Command:
@@ -282,3 +287,30 @@ def teardown_commands(namespaces: Sequence[str]) -> list[Command]:
     """The commands that remove `namespaces` (hosts first, then the router); each veth
     pair goes with the namespace that holds either end, every route and rule with it."""
     return [("ip", "netns", "del", ns) for ns in reversed(namespaces)]
+
+
+def intercept_commands(topology: Topology, source: str, host: str, port: int) -> list[Command]:
+    """The router commands that deliver TCP from `source` (a host or group) to `host`'s
+    `port` to the router itself, for a transparent :class:`~rideout.lab.relay.Link`
+    listening there on `host`'s own address (``Link(..., transparent=True)``).
+
+    Nobody is given another address: a rule (after the fault rules, so a partition still
+    cuts first) sends what `source` addresses to ``HOST:PORT`` to a table in which that
+    address is local to the router; everything else, `host`'s own region included, is
+    forwarded as before. The relay's own connection to the host is not caught: the
+    router's source address is in no host's prefix. They go with the router's namespace.
+    """
+    target = topology.host(host)
+    src = topology.target_prefix(source)
+    if ipaddress.ip_address(target.address) in ipaddress.ip_network(src):
+        raise InvalidArgument(f"{host!r} is in {source!r}: its own traffic is not intercepted")
+    if not 0 < port < 65536:
+        raise InvalidArgument(f"port must be from 1 to 65535, not {port}")
+    router = topology.router_netns
+    return [
+        ("ip", "-n", router, "route", "replace", "local", target.address + "/32", "dev", "lo",
+         "table", str(INTERCEPT_TABLE)),
+        ("ip", "-n", router, "rule", "add", "pref", str(INTERCEPT_RULE_PRIORITY),
+         "from", src, "to", target.address + "/32", "ipproto", "tcp", "dport", str(port),
+         "lookup", str(INTERCEPT_TABLE)),
+    ]  # fmt: skip
