@@ -1,0 +1,365 @@
+"""Run a lab deployment (:mod:`rideout.lab.deployment`) until told to stop: build the lab,
+make the secrets with ``rideout secrets init``, write the configs, start every process on
+its host stage by stage (each stage ready before the next), start the WAN links and
+their control socket, say what runs where, wait, and tear everything down.
+
+Teardown runs on every exit path: a signal (the caller's handler sets `stop`, or cancels
+the task), a part that exits or is not ready in time, an error while building. Processes
+are stopped last started first (SIGTERM, then SIGKILL), then the links and the control
+socket, then the lab (``with Lab``), which also kills whatever still runs in a
+namespace. Only SIGKILL of this process leaves anything behind: ``rideout lab down``
+removes it from the lab's record.
+
+Readiness is probed from inside the part's own host (a socket made in its namespace,
+:func:`~rideout.lab.relay.socket_in`): the caller's namespace cannot reach lab addresses.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import ssl
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rideout._files import replace_atomically
+from rideout._process import ManagedProcess
+from rideout.lab.deployment import LabDeployment, LabPart, where
+from rideout.lab.errors import LabError
+from rideout.lab.netns import Lab, start_in
+from rideout.lab.relay import Link, serve_control, socket_in
+from rideout.store.acl import RedisRole, load_credentials
+from rideout.store.tls_files import TlsFiles
+
+__all__ = ["http_status", "redis_pings", "run_deployment", "run_until_signal"]
+
+Say = Callable[[str], None]
+_PROBE_TIMEOUT = 2.0
+_STOP_TIMEOUT = 8.0
+
+
+class _Interrupted(Exception):
+    """`stop` was set while the lab was starting."""
+
+
+def _connecting_socket() -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setblocking(False)
+    return sock
+
+
+async def _open(
+    netns: str, address: str, port: int, *, tls: ssl.SSLContext | None = None
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    sock = socket_in(netns, _connecting_socket)
+    try:
+        await asyncio.get_running_loop().sock_connect(sock, (address, port))
+    except BaseException:
+        sock.close()
+        raise
+    return await asyncio.open_connection(
+        sock=sock, ssl=tls, server_hostname=address if tls else None
+    )
+
+
+async def http_status(
+    netns: str, address: str, port: int, path: str, timeout: float = _PROBE_TIMEOUT
+) -> int | None:
+    """The status code of ``GET path`` on ``address:port``, asked from inside `netns`;
+    None if it cannot be asked."""
+    writer: asyncio.StreamWriter | None = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await _open(netns, address, port)
+            writer.write(
+                f"GET {path} HTTP/1.0\r\nHost: {address}:{port}\r\nConnection: close\r\n\r\n".encode()
+            )
+            await writer.drain()
+            parts = (await reader.readline()).split()
+            return int(parts[1]) if len(parts) >= 2 and parts[1].isdigit() else None
+    except (OSError, TimeoutError, ValueError):
+        return None
+    finally:
+        if writer is not None:
+            writer.transport.abort()
+
+
+def _resp(*args: str) -> bytes:
+    out = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(out)
+
+
+async def redis_pings(
+    netns: str, address: str, port: int, secrets: Path, timeout: float = _PROBE_TIMEOUT
+) -> bool:
+    """Whether the Redis at ``address:port`` answers PING over TLS (with rideout's client
+    certificate) as the monitor user, asked from inside `netns`."""
+    tls_files = TlsFiles.of(secrets)
+    writer: asyncio.StreamWriter | None = None
+    try:
+        user = load_credentials(secrets, RedisRole.MONITOR)
+        context = ssl.create_default_context(cafile=str(tls_files.ca[0]))
+        context.load_cert_chain(str(tls_files.client[0]), str(tls_files.client[1]))
+        async with asyncio.timeout(timeout):
+            reader, writer = await _open(netns, address, port, tls=context)
+            writer.write(_resp("AUTH", user.username, user.password) + _resp("PING"))
+            await writer.drain()
+            auth, pong = await reader.readline(), await reader.readline()
+            return auth.startswith(b"+OK") and pong.startswith(b"+PONG")
+    except (OSError, TimeoutError, ValueError, ssl.SSLError):
+        return False
+    except Exception:  # unreadable credentials: not ready (the log says why)
+        return False
+    finally:
+        if writer is not None:
+            writer.transport.abort()
+
+
+async def _is_ready(deployment: LabDeployment, part: LabPart) -> bool:
+    netns = deployment.topology.host(part.host).netns
+    address = deployment.address(part.host)
+    if part.ready == "redis":
+        return await redis_pings(netns, address, part.port, deployment.paths.secrets)
+    return await http_status(netns, address, part.port, part.ready) == 200
+
+
+async def _wait_ready(
+    deployment: LabDeployment, part: LabPart, process: ManagedProcess, deadline: float
+) -> None:
+    while True:
+        if not process.running:
+            code = await process.wait()
+            raise LabError(
+                f"{part.name} on {part.host} exited with {code} before it was ready "
+                f"(log {process.log_file}): {' | '.join(process.tail()[-5:])}"
+            )
+        if await _is_ready(deployment, part):
+            return
+        if time.monotonic() > deadline:
+            raise LabError(
+                f"{part.name} on {part.host} was not ready ({part.ready}) in time "
+                f"(log {process.log_file}): {' | '.join(process.tail()[-5:])}"
+            )
+        await asyncio.sleep(0.2)
+
+
+def _write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    replace_atomically(path, text.encode())
+
+
+def _prepare_files(deployment: LabDeployment) -> None:
+    """Fresh data for this run (a lab is not a place to keep a bid), the config and each
+    Redis config; the secrets are kept, as `rideout secrets init` keeps them."""
+    paths = deployment.paths
+    paths.work.mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths.work.chmod(0o700)
+    for old in (paths.redis, paths.data, paths.logs):
+        shutil.rmtree(old, ignore_errors=True)
+    _write(paths.config, deployment.config_text)
+    for host, text in deployment.redis_configs.items():
+        paths.redis_dir(host).mkdir(parents=True, mode=0o700)
+        _write(paths.redis_config(host), text)
+
+
+def _child_env() -> dict[str, str]:
+    """The caller's environment without RIDEOUT_*: every part reads the lab's config
+    alone, whatever the shell that started the lab had set."""
+    return {k: v for k, v in os.environ.items() if not k.startswith("RIDEOUT_")}
+
+
+async def _secrets_init(deployment: LabDeployment, python: str) -> None:
+    process = ManagedProcess(
+        "secrets-init",
+        deployment.secrets_init_argv(python),
+        log_file=deployment.paths.logs / "secrets-init.log",
+        env=_child_env(),
+    )
+    await process.start()
+    try:
+        code = await asyncio.wait_for(process.wait(), 120)
+    finally:
+        await process.stop()
+    if code != 0:
+        raise LabError(f"`rideout secrets init` failed ({code}): {' | '.join(process.tail()[-5:])}")
+
+
+def _where_text(deployment: LabDeployment) -> list[str]:
+    rows = [("group", "host", "address", "runs"), *where(deployment)]
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    return [
+        f"  {g:<{widths[0]}}  {h:<{widths[1]}}  {a:<{widths[2]}}  {w}".rstrip()
+        for g, h, a, w in rows
+    ]
+
+
+async def _stop_all(processes: Sequence[Sequence[ManagedProcess]]) -> None:
+    """Stop each stage's processes together, the last stage first."""
+    for stage in reversed(processes):
+        await asyncio.gather(*(p.stop(_STOP_TIMEOUT) for p in stage), return_exceptions=True)
+
+
+async def run_deployment(
+    deployment: LabDeployment,
+    state_dir: Path,
+    *,
+    python: str,
+    stop: asyncio.Event,
+    say: Say,
+    ready_timeout: float = 60.0,
+) -> bool:
+    """Build the lab, run `deployment` in it until `stop` is set, and tear it all down
+    (on every exit path: see the module docstring); False if `stop` was set before it
+    was up. LabError when it cannot start."""
+    try:
+        await _run(deployment, state_dir, python=python, stop=stop, say=say,
+                   ready_timeout=ready_timeout)  # fmt: skip
+    except _Interrupted:
+        return False
+    return True
+
+
+async def _run(
+    deployment: LabDeployment,
+    state_dir: Path,
+    *,
+    python: str,
+    stop: asyncio.Event,
+    say: Say,
+    ready_timeout: float,
+) -> None:
+    started = time.monotonic()
+    processes: list[list[ManagedProcess]] = []
+    links: list[Link] = []
+    control: asyncio.Server | None = None
+    topology = deployment.topology
+    say(f"building lab {topology.lab_id}: {len(topology.hosts)} hosts and a router")
+    with Lab(topology, state_dir) as lab:
+        try:
+            _prepare_files(deployment)
+            say(f"rideout secrets init --dir {deployment.paths.secrets}")
+            await _secrets_init(deployment, python)
+            for wan in deployment.links:
+                lab.intercept(wan.source, wan.host, wan.port)
+                address = (deployment.address(wan.host), wan.port)
+                link = Link(
+                    wan.name, address, address, netns=topology.router_netns,
+                    upstream_netns=topology.router_netns, transparent=True,
+                )  # fmt: skip
+                await link.start()
+                links.append(link)
+            control = await serve_control(
+                deployment.paths.control_socket, {link.name: link for link in links}
+            )
+            env = _child_env()
+            for stage, parts in deployment.stages:
+                if stop.is_set():
+                    raise _Interrupted
+                say(f"starting {stage}: {', '.join(p.name for p in parts)}")
+                started_now = []
+                for part in parts:
+                    process = await start_in(
+                        lab, part.host, part.name, part.argv,
+                        log_file=deployment.paths.logs / f"{part.name}.log", env=env,
+                    )  # fmt: skip
+                    started_now.append(process)
+                processes.append(started_now)
+                deadline = time.monotonic() + ready_timeout
+                waiting: asyncio.Future[list[None]] = asyncio.gather(
+                    *(
+                        _wait_ready(deployment, part, process, deadline)
+                        for part, process in zip(parts, started_now, strict=True)
+                    )
+                )
+                stopping: asyncio.Future[bool] = asyncio.ensure_future(stop.wait())
+                pending: set[asyncio.Future[object]] = {waiting, stopping}  # type: ignore[arg-type]
+                try:
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopping.cancel()
+                if not waiting.done():
+                    waiting.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, LabError):
+                        await waiting
+                    raise _Interrupted
+                waiting.result()
+            say(f"what runs where (config {deployment.paths.config}; logs in "
+                f"{deployment.paths.logs}):")  # fmt: skip
+            for line in _where_text(deployment):
+                say(line)
+            say(
+                "the WAN link (latency, loss: `rideout lab latency|loss`) carries "
+                + ", ".join(link.name for link in links)
+            )
+            say(
+                f"lab {topology.lab_id} is up in {time.monotonic() - started:.1f} s: "
+                f"`rideout lab status --id {topology.lab_id}`; Ctrl-C or SIGTERM stops it"
+            )
+            watch = [
+                asyncio.ensure_future(_report_exit(p, say)) for stage in processes for p in stage
+            ]
+            try:
+                await stop.wait()
+            finally:
+                for task in watch:
+                    task.cancel()
+        finally:
+            t0 = time.monotonic()
+            await _stop_all(processes)
+            if control is not None:
+                control.close()
+                with contextlib.suppress(Exception):
+                    await control.wait_closed()
+                with contextlib.suppress(FileNotFoundError):
+                    deployment.paths.control_socket.unlink()
+            for link in links:
+                await link.stop()
+            say(f"stopped {sum(map(len, processes))} processes in {time.monotonic() - t0:.1f} s; "
+                f"removing lab {topology.lab_id}")  # fmt: skip
+
+
+async def _report_exit(process: ManagedProcess, say: Say) -> None:
+    """Say so when a part exits while the lab runs (the lab keeps running: a drill may
+    have stopped it on purpose)."""
+    code = await process.wait()
+    say(f"{process.name} exited with {code} (log {process.log_file})")
+
+
+async def run_until_signal(
+    deployment: LabDeployment,
+    state_dir: Path,
+    *,
+    python: str,
+    say: Say,
+    ready_timeout: float = 60.0,
+) -> int:
+    """:func:`run_deployment` until SIGINT, SIGTERM or SIGHUP (as ``rideout up`` runs);
+    the exit code: 0 after a signal once up, 130 for a signal during start-up."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signal.Signals(signum).name)
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        up = await run_deployment(
+            deployment, state_dir, python=python, stop=stop, say=say, ready_timeout=ready_timeout
+        )
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
+    why = received[0] if received else "stop"
+    say(f"{why} {'received: lab removed' if up else 'during start-up: lab removed'}")
+    return 0 if up else 130
