@@ -30,6 +30,7 @@ PANELS: Final[dict[str, str]] = {
     # The four patterns (the REST client is a library: rideout.client.http).
     "chaos": "Regional failover: break it, measure it",
     "drill": "Regional failover: break it, measure it",
+    "lab": "Regional failover: break it, measure it",
     "evacuate": "Zone evacuation",
     "recover": "Zone evacuation",
     "room": "Waiting room",
