@@ -263,14 +263,18 @@ def lab_status(
         raise typer.Exit(1)
 
 
-A = Annotated[str, typer.Argument(help="A host (cp-1, redis-usw2, ...) or a region/group.")]
+A = Annotated[
+    str, typer.Argument(metavar="A", help="A host (cp-1, redis-usw2, ...) or a group "
+                        "(us-east-1, us-west-2, global).")
+]  # fmt: skip
+B = Annotated[str, typer.Argument(metavar="B", help="Another host or group.")]
 Direction = Literal["both", "a->b", "b->a"]
 
 
 @lab_app.command("partition")
 def lab_partition(
     a: A,
-    b: A,
+    b: B,
     direction: Annotated[
         Direction,
         typer.Option(
@@ -298,8 +302,8 @@ def lab_partition(
 
 @lab_app.command("heal")
 def lab_heal(
-    a: Annotated[str | None, typer.Argument(help="A host or group.")] = None,
-    b: Annotated[str | None, typer.Argument(help="The other host or group.")] = None,
+    a: Annotated[str | None, typer.Argument(metavar="A", help="A host or group.")] = None,
+    b: Annotated[str | None, typer.Argument(metavar="B", help="The other one.")] = None,
     heal_all: Annotated[bool, typer.Option("--all", help="Undo every partition.")] = False,
     lab_id: IdOption = "lab",
     directory: DirOption = DEFAULT_DIR,
@@ -353,7 +357,10 @@ def _set_toxics(
 
 @lab_app.command("latency")
 def lab_latency(
-    ms: Annotated[float, typer.Argument(help="Milliseconds added to each chunk (0: none).", min=0)],
+    ms: Annotated[
+        float,
+        typer.Argument(metavar="MS", help="Milliseconds added to each chunk (0: none).", min=0),
+    ],
     jitter: Annotated[float, typer.Option(help="Up to this many ms more, at random.", min=0)] = 0.0,
     direction: DirectionOption = "both",
     link: LinkOption = None,
