@@ -1,8 +1,13 @@
 """`rideout lab ...` without building a lab: its refusals (no root, no TLS-capable
-redis-server, no lab running) and its argument errors, each one line, exit 1 or 2."""
+redis-server, no lab running) and its argument errors, each one line, exit 1 or 2; and,
+as root, `lab down` removing a lab whose process was killed."""
 
 from __future__ import annotations
 
+import secrets
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -11,6 +16,7 @@ from typer.testing import CliRunner, Result
 import rideout.store.embedded
 from rideout.cli import app
 from rideout.cli import lab as lab_cli
+from rideout.lab.netns import lab_namespaces
 
 runner = CliRunner()
 
@@ -103,3 +109,31 @@ def test_help_explains_each_command_and_shows_the_choices() -> None:
     assert "both|a->b|b->a" in run("partition", "--help").output.replace(" ", "")
     assert "timeout|reset" in run("loss", "--help").output.replace(" ", "")
     assert "up|down|both" in run("latency", "--help").output.replace(" ", "")
+
+
+def test_down_removes_a_killed_lab_and_says_what(lab_dir: Path) -> None:
+    """As root: a lab whose process died with SIGKILL, removed by `lab down` from its
+    record; `lab up` of the same id before that says how to remove it."""
+    lab_id = secrets.token_hex(3)
+    script = textwrap.dedent(f"""
+        import os, signal
+        from pathlib import Path
+        from rideout.lab.netns import Lab
+        from rideout.lab.topology import plan_topology
+        Lab(plan_topology({lab_id!r}, {{"us-east-1": ["a"], "us-west-2": ["b"]}}),
+            Path({str(lab_dir)!r})).create()
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+    assert len([ns for ns in lab_namespaces() if ns.startswith(f"rdo-{lab_id}-")]) == 3
+    if rideout.store.embedded.tls_redis_server() is not None:
+        again = run("up", "--id", lab_id, "--dir", str(lab_dir))
+        assert again.exit_code == 1, again.output
+        assert f"`rideout lab down --id {lab_id}`" in again.output
+    result = run("down", "--id", lab_id, "--dir", str(lab_dir))
+    assert result.exit_code == 0, result.output
+    assert f"removed lab {lab_id}: 3 namespaces (rdo-{lab_id}-router" in result.output
+    assert not [ns for ns in lab_namespaces() if ns.startswith(f"rdo-{lab_id}-")]
+    assert run("down", "--id", lab_id, "--dir", str(lab_dir)).output.startswith(
+        f"no lab {lab_id} here"
+    )

@@ -141,7 +141,8 @@ def lab_up(
             )
         )
     except (LabError, InvalidArgument, OSError) as exc:
-        fail(f"lab {lab_id} did not start: {exc}")
+        hint = f" (left by an `up` that was killed? `rideout lab down --id {lab_id}`)"
+        fail(f"lab {lab_id} did not start: {exc}{hint if 'already' in str(exc) else ''}")
     raise typer.Exit(code)
 
 
