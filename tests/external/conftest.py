@@ -18,14 +18,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from rideout.store.acl import (
-    ACL_FILENAME,
-    FUNCTIONS_ACL_FILENAME,
-    SERVER_CONFIG_FILENAME,
-    credentials_dir,
-)
 from rideout.store.embedded import server_info, tls_redis_server
-from rideout.store.tls_files import TlsFiles
+from rideout.store.server_config import redis_config
 
 
 @pytest.fixture(scope="session")
@@ -42,12 +36,6 @@ def redis_tls_binary() -> str:
 # --------------------------------------------------------------------------- redis
 
 
-def server_acl_file(secrets_dir: Path, binary: str) -> Path:
-    """The ACL file `rideout secrets init` made for this server: 7.0+'s or 6.2's."""
-    functions = server_info(binary).key_permissions
-    return credentials_dir(secrets_dir) / (FUNCTIONS_ACL_FILENAME if functions else ACL_FILENAME)
-
-
 class TlsRedis:
     """A redis-server that listens on TLS only, requires client certificates, and
     replicates over TLS as rideout's replication user: configured as docs/external.md
@@ -60,34 +48,14 @@ class TlsRedis:
         self.name, self.address, self.port = name, address, port
         directory = work / f"redis-{name}"
         directory.mkdir(parents=True)
-        tls = TlsFiles.of(secrets_dir)
-        cert, key = tls.server(certificate or name)  # another host's: a test of the SANs
         conf = directory / "redis.conf"
         conf.write_text(
-            "\n".join(
-                [
-                    f"include {credentials_dir(secrets_dir) / SERVER_CONFIG_FILENAME}",
-                    f"aclfile {server_acl_file(secrets_dir, binary)}",
-                    "port 0",
-                    f"tls-port {port}",
-                    f"bind {address}",
-                    f"bind-source-addr {address}",
-                    f"tls-cert-file {cert}",
-                    f"tls-key-file {key}",
-                    f"tls-ca-cert-file {tls.ca[0]}",
-                    "tls-auth-clients yes",
-                    "tls-replication yes",
-                    f"dir {directory}",
-                    "appendonly yes",
-                    'save ""',
-                    "repl-diskless-sync yes",
-                    "repl-diskless-sync-delay 0",
-                    "daemonize no",
-                    *([f"replicaof {replica_of[0]} {replica_of[1]}"] if replica_of else []),
-                ]
+            redis_config(
+                server=server_info(binary), address=address, port=port,
+                certificate_name=certificate or name,  # another host's: a test of the SANs
+                secrets=secrets_dir, directory=directory, replica_of=replica_of,
             )
-            + "\n"
-        )
+        )  # fmt: skip
         conf.chmod(0o600)
         self.log = (directory / "redis.log").open("w")
         self.proc = subprocess.Popen(

@@ -19,13 +19,13 @@ from rideout.lab.deployment import (
 )
 from rideout.lab.topology import INTERCEPT_TABLE, intercept_commands
 from rideout.store.acl import RedisRole, password_file
+from rideout.store.embedded import RedisServer
 from rideout.store.tls_files import TlsFiles
 
 
 def plan(tmp_path: Path, version: tuple[int, int, int] = (7, 0, 15)):  # type: ignore[no-untyped-def]
-    return plan_deployment(
-        "t1", tmp_path, redis_server="/opt/redis-server", redis_version=version, python="py"
-    )
+    server = RedisServer(Path("/opt/redis-server"), "redis", version)
+    return plan_deployment("t1", tmp_path, redis_server=server, python="py")
 
 
 def test_the_hosts_and_their_addresses(tmp_path: Path) -> None:

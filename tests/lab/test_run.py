@@ -23,9 +23,8 @@ def deployment(lab_dir: Path) -> LabDeployment:
     if binary is None:
         pytest.skip("no redis-server that serves TLS (Debian's has it)")
     return plan_deployment(
-        secrets.token_hex(3), lab_dir, redis_server=binary,
-        redis_version=server_info(binary).version, python=sys.executable,
-    )  # fmt: skip
+        secrets.token_hex(3), lab_dir, redis_server=server_info(binary), python=sys.executable
+    )
 
 
 def processes_of(work: Path) -> list[str]:

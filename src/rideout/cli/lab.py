@@ -124,9 +124,8 @@ def lab_up(
             "one with --redis-server or $REDIS_TLS_SERVER_BINARY"
         )
     try:
-        version = server_info(binary).version
         deployment = plan_deployment(
-            lab_id, directory, redis_server=binary, redis_version=version, python=sys.executable
+            lab_id, directory, redis_server=server_info(binary), python=sys.executable
         )
     except (EmbeddedRedisError, InvalidArgument) as exc:
         fail(str(exc))

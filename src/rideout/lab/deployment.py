@@ -40,15 +40,9 @@ from pathlib import Path
 
 from rideout.errors import InvalidArgument
 from rideout.lab.topology import Topology, plan_topology
-from rideout.store.acl import (
-    ACL_FILENAME,
-    FUNCTIONS_ACL_FILENAME,
-    SERVER_CONFIG_FILENAME,
-    RedisRole,
-    credentials_dir,
-    password_file,
-)
-from rideout.store.functions import FUNCTIONS_SINCE
+from rideout.store.acl import RedisRole, password_file
+from rideout.store.embedded import RedisServer
+from rideout.store.server_config import redis_config
 from rideout.store.tls_files import TlsFiles
 
 __all__ = [
@@ -65,7 +59,6 @@ __all__ = [
     "WanLink",
     "lab_groups",
     "plan_deployment",
-    "redis_config",
     "where",
 ]
 
@@ -80,7 +73,6 @@ CANARY_PORT = 9100
 APP_DOMAIN = "auction.lab.rideout.test"
 STATE_REDIS = "state-redis"
 CONTROL_PLANES = ("cp-1", "cp-2")
-BIND_SOURCE_ADDR_SINCE = (7, 0)  # Redis 7.0 added bind-source-addr
 
 
 def _zones(region: str) -> list[str]:
@@ -222,49 +214,6 @@ def _redis_hosts(topology: Topology) -> list[tuple[str, str, str | None]]:
     ]
 
 
-def redis_config(
-    *,
-    address: str,
-    port: int,
-    certificate_name: str,
-    secrets: Path,
-    directory: Path,
-    version: tuple[int, int, int],
-    replica_of: tuple[str, int] | None,
-) -> str:
-    """One Redis server's config, as docs/external.md's step 3 writes it: TLS only with
-    client certificates, the ACL users `rideout secrets init` made (the 7.0+ file or
-    6.2's), replication over TLS as the replication user, an append-only file; plus
-    ``replica-announce-ip`` (see the module docstring) and, on 7.0+, ``bind-source-addr``
-    so a replica connects from the address the configuration names."""
-    tls = TlsFiles.of(secrets)
-    cert, key = tls.server(certificate_name)
-    acl = FUNCTIONS_ACL_FILENAME if version >= FUNCTIONS_SINCE else ACL_FILENAME
-    lines = [
-        f"include {credentials_dir(secrets) / SERVER_CONFIG_FILENAME}",
-        f"aclfile {credentials_dir(secrets) / acl}",
-        "port 0",
-        f"tls-port {port}",
-        f"bind {address}",
-        *([f"bind-source-addr {address}"] if version[:2] >= BIND_SOURCE_ADDR_SINCE else []),
-        f"replica-announce-ip {address}",
-        f"tls-cert-file {cert}",
-        f"tls-key-file {key}",
-        f"tls-ca-cert-file {tls.ca[0]}",
-        "tls-auth-clients yes",
-        "tls-replication yes",
-        f"dir {directory}",
-        "appendonly yes",
-        "appendfsync everysec",
-        'save ""',
-        "repl-diskless-sync yes",
-        "repl-diskless-sync-delay 0",
-        "daemonize no",
-        *([f"replicaof {replica_of[0]} {replica_of[1]}"] if replica_of else []),
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def _config_text(topology: Topology, paths: LabPaths) -> str:
     def addr(host: str) -> str:
         return topology.host(host).address
@@ -316,17 +265,15 @@ def plan_deployment(
     lab_id: str,
     state_dir: Path,
     *,
-    redis_server: str,
-    redis_version: tuple[int, int, int],
+    redis_server: RedisServer,
     python: str,
     drain_timeout: float = 2.0,
 ) -> LabDeployment:
     """The deployment of lab `lab_id` whose record is in `state_dir` (its files in
-    ``state_dir/<lab id>/``): `redis_server` (a TLS-capable server of `redis_version`)
-    runs every Redis, `python` every ``rideout`` part."""
-    if redis_version[:2] < (6, 2):
+    ``state_dir/<lab id>/``): `redis_server` (a TLS-capable server) runs every Redis, `python` every ``rideout`` part."""
+    if redis_server.version[:2] < (6, 2):
         raise InvalidArgument(
-            f"the lab needs a redis-server 6.2 or newer, not {'.'.join(map(str, redis_version))}"
+            f"the lab needs a redis-server 6.2 or newer, not {redis_server.label}"
         )
     topology = plan_topology(lab_id, lab_groups())
     paths = LabPaths(state_dir / lab_id)
@@ -340,8 +287,8 @@ def plan_deployment(
     redis_configs: dict[str, str] = {}
     for host, certificate, follows in _redis_hosts(topology):
         redis_configs[host] = redis_config(
-            address=addr(host), port=REDIS_PORT, certificate_name=certificate,
-            secrets=paths.secrets, directory=paths.redis_dir(host), version=redis_version,
+            server=redis_server, address=addr(host), port=REDIS_PORT, certificate_name=certificate,
+            secrets=paths.secrets, directory=paths.redis_dir(host),
             replica_of=(addr(follows), REDIS_PORT) if follows else None,
         )  # fmt: skip
         stage = (
@@ -349,7 +296,7 @@ def plan_deployment(
             if follows is None and host != STATE_REDIS
             else ("state Redis" if host == STATE_REDIS else "other Redis")
         )
-        argv: tuple[str, ...] = (redis_server, str(paths.redis_config(host)))
+        argv: tuple[str, ...] = (str(redis_server.path), str(paths.redis_config(host)))
         parts.append(LabPart(host, host, stage, argv, "redis", REDIS_PORT))
     for n, cp in enumerate(CONTROL_PLANES):
         argv = (
