@@ -43,8 +43,8 @@ _PROBE_TIMEOUT = 2.0
 _STOP_TIMEOUT = 8.0
 
 
-class _Interrupted(Exception):
-    """`stop` was set while the lab was starting."""
+class _Interrupted(LabError):
+    """`stop` was set while the lab was starting (caught by :func:`run_deployment`)."""
 
 
 def _connecting_socket() -> socket.socket:
@@ -287,8 +287,9 @@ async def _run(
                     stopping.cancel()
                 if not waiting.done():
                     waiting.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, LabError):
-                        await waiting
+                    await asyncio.wait({waiting})  # the probes end (a cancel of ours still raises)
+                    if not waiting.cancelled():
+                        waiting.exception()  # retrieved: a part that failed meanwhile is moot
                     raise _Interrupted
                 waiting.result()
             say(f"what runs where (config {deployment.paths.config}; logs in "
