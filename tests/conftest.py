@@ -198,6 +198,20 @@ def moto_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
         server.stop()
 
 
+# WAIT returns as soon as the replicas acknowledge, so its timeout is paid only when they
+# do not: a generous bound, not a race. A replica still in its first full sync (a pair
+# just started, on a loaded machine) acknowledges only once the sync is done; 2 s was
+# missed in a CI run (tests/store/test_replication.py, under a second deployment).
+REPLICA_ACK_MS = 30_000
+
+
+async def replicated(client: Any, replicas: int = 1) -> None:
+    """Wait until `replicas` replicas acknowledged every write `client`'s connection made
+    (Redis WAIT); fail naming how many did."""
+    acked = await client.wait(replicas, REPLICA_ACK_MS)
+    assert acked >= replicas, f"{acked} of {replicas} replicas acknowledged in {REPLICA_ACK_MS} ms"
+
+
 # --------------------------------------------------------------------------- waiting
 
 

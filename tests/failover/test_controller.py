@@ -13,7 +13,14 @@ from rideout.store import keys
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import replication_status
-from tests.conftest import TEST_ADMIN, FakeClock, fill_for_a_slow_load, loading_redis, until
+from tests.conftest import (
+    TEST_ADMIN,
+    FakeClock,
+    fill_for_a_slow_load,
+    loading_redis,
+    replicated,
+    until,
+)
 from tests.failover.conftest import Pair
 
 # Replication, failover and restarts: on every server of the supported matrix (issue #27).
@@ -60,7 +67,7 @@ async def test_writer_gone_promote_then_demote_it_when_it_returns_and_fail_back(
     controller = FailoverController(config, on_change=lambda st: events.append(st.events[-1].kind))
     try:
         await p.xadd(keys.room_stream("lot"), {"state": "{}", "epoch": "1"})
-        await p.wait(1, 2000)
+        await replicated(p)
         assert (await controller.tick({P: True, S: True})).move == "none"
         assert (controller.writer, controller.epoch) == (P, 1)
         assert controller.dns_health({P: True, S: True}) == {P: True, S: False}

@@ -24,7 +24,7 @@ from rideout.store.auction import AuctionSettings, AuctionStore
 from rideout.store.embedded import EmbeddedRedis, server_info
 from rideout.store.functions import LIBRARY_NAME
 from rideout.store.replication import compare, is_fenced, replication_status
-from tests.conftest import as_user, until
+from tests.conftest import as_user, replicated, until
 from tests.failover.conftest import Pair
 
 P, S = "us-east-1", "us-west-2"
@@ -37,7 +37,7 @@ async def _bids(client: aioredis.Redis, room: str, count: int) -> None:
 
 
 async def _synced(p: aioredis.Redis, count: int) -> None:
-    assert await p.wait(1, 5000) == 1, "the replica did not acknowledge"
+    await replicated(p)
 
 
 @dataclass

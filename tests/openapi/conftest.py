@@ -24,7 +24,7 @@ from rideout.store.acl import load_or_create_users
 from rideout.store.client import probe_client
 from rideout.store.replication import ensure_epoch
 from rideout.waitingroom.extension import WaitingRoom
-from tests.conftest import TEST_ADMIN, config_data, running_redis_pair, serving
+from tests.conftest import TEST_ADMIN, config_data, replicated, running_redis_pair, serving
 
 CALLBACK = "https://rp.example/oidc/callback"
 
@@ -92,7 +92,7 @@ class _Servers(threading.Thread):
             )
             try:
                 await ensure_epoch(writer)
-                assert await writer.wait(1, 5000) == 1
+                await replicated(writer)
             finally:
                 await writer.aclose()
             await stack.enter_async_context(serving(self.control_plane_app, cp.address, cp.port))

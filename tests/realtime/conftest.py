@@ -23,7 +23,7 @@ from rideout.realtime.zone import ZoneServer
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis
 from rideout.store.replication import ensure_epoch
-from tests.conftest import TEST_ADMIN, free_port, running_redis_pair, serving
+from tests.conftest import TEST_ADMIN, free_port, replicated, running_redis_pair, serving
 
 
 @dataclass
@@ -131,7 +131,7 @@ async def running_deployment(
             await ensure_epoch(writer)
             # The replica region's server reads the epoch from its own Redis when no
             # control plane answers: let the replica have it before any server starts.
-            assert await writer.wait(1, 5000) == 1
+            await replicated(writer)
         finally:
             await writer.aclose()
         for name, region, zone, port in plan:

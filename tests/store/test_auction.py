@@ -43,6 +43,7 @@ from tests.conftest import (
     credentials,
     examples,
     free_port,
+    replicated,
     running_redis_pair,
     until,
 )
@@ -102,7 +103,7 @@ async def pair(servers: Pair) -> Pair:
     """The module's pair, emptied, with epoch 1 on both servers."""
     await servers.admin.flushall()
     await servers.admin.set(keys.EPOCH, 1)
-    assert await servers.admin.wait(1, 2000) == 1
+    await replicated(servers.admin)
     return servers
 
 
@@ -523,7 +524,7 @@ async def test_scripts_survive_script_flush(pair: Pair) -> None:
 async def test_state_written_on_the_primary_reads_on_the_replica(pair: Pair) -> None:
     store, room = pair.store(), fresh()
     results = [await store.bid(room, "alice", 10 * i, f"r{i}", epoch=1) for i in range(1, 4)]
-    assert await pair.writer.wait(1, 1000) == 1
+    await replicated(pair.writer)
     await pair.admin_reader.script_flush()  # a fresh server: the script is loaded on demand
     replica = pair.replica_store()
     view = await replica.get_state(room, "alice", results[0].position)
@@ -541,7 +542,7 @@ async def test_read_room_and_read_session_are_get_state_in_two_parts(pair: Pair)
     the session is read apart, on the primary or the replica alike."""
     store, room = pair.store(), fresh()
     results = [await store.bid(room, "alice", 10 * i, f"r{i}", epoch=1) for i in range(1, 4)]
-    assert await pair.writer.wait(1, 1000) == 1
+    await replicated(pair.writer)
     for reader in (store, pair.replica_store()):
         for since in (
             None,

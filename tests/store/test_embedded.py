@@ -21,6 +21,7 @@ from rideout.store.embedded import (
 )
 from tests.conftest import (
     ADMIN,
+    REPLICA_ACK_MS,
     children_die_with_their_parent,
     free_port,
     locked_auth,
@@ -107,7 +108,7 @@ async def test_primary_and_replica_on_loopback(make_config: Callable[..., Config
         reader = redis.Redis(config.secondary.redis.address, config.secondary.redis.port, **ADMIN)
         try:
             writer.set("greeting", "hello")
-            assert writer.wait(1, 2000) == 1  # acknowledged by the replica
+            assert writer.wait(1, REPLICA_ACK_MS) == 1  # acknowledged by the replica
             assert reader.get("greeting") == b"hello"
             assert reader.info("replication")["role"] == "slave"
         finally:

@@ -30,6 +30,7 @@ from tests.conftest import (
     fill_for_a_slow_load,
     free_port,
     loading_redis,
+    replicated,
     running_redis_pair,
     until,
 )
@@ -54,7 +55,7 @@ async def test_roles_links_and_epoch(make_config: Callable[..., Config]) -> None
             assert await ensure_epoch(writer) == 1
             await writer.set(keys.EPOCH, 7)
             assert await ensure_epoch(writer) == 7  # an existing epoch is kept
-            await admin.wait(1, 2000)
+            await replicated(admin)
             assert await read_epoch(reader) == 7
 
             master = await replication_status(writer)

@@ -16,7 +16,7 @@ from rideout.store.acl import RedisRole
 from rideout.store.auction import NotWriter
 from rideout.store.client import probe_client, state_client
 from rideout.store.revocations import RevocationStore
-from tests.conftest import TEST_ADMIN, config_data, credentials, running_redis_pair
+from tests.conftest import TEST_ADMIN, config_data, credentials, replicated, running_redis_pair
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ async def test_a_revocation_reaches_the_replica_and_is_refused_there(
     primary, replica = stores
     t = now_ms()
     await primary.record("sub:bob", until_ms=t, expires_ms=t + 60_000, at_ms=t, now_ms=t)
-    assert await primary.client.wait(1, 5000) == 1
+    await replicated(primary.client)
     records = await replica.load()
     assert records.version == await primary.version()
     assert "sub:bob" in records.entries

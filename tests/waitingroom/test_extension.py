@@ -19,7 +19,7 @@ from rideout.realtime.app import create_app
 from rideout.store.client import probe_client
 from rideout.store.replication import ensure_epoch, promote
 from rideout.waitingroom.extension import WaitingRoom
-from tests.conftest import TEST_ADMIN, running_redis_pair, serving, until
+from tests.conftest import TEST_ADMIN, replicated, running_redis_pair, serving, until
 
 
 @contextlib.asynccontextmanager
@@ -30,7 +30,7 @@ async def two_regions(config: Config) -> AsyncIterator[dict[str, Any]]:
         writer = probe_client(p.redis.address, p.redis.port, credentials=TEST_ADMIN, timeout=6.0)
         try:
             await ensure_epoch(writer)
-            assert await writer.wait(1, 5000) == 1
+            await replicated(writer)
         finally:
             await writer.aclose()
         urls = {}

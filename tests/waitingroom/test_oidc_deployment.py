@@ -18,7 +18,7 @@ from rideout.auth.oidc_secrets import oidc_secret_path
 from rideout.config import Config
 from rideout.store.client import probe_client
 from rideout.store.replication import promote
-from tests.conftest import TEST_ADMIN
+from tests.conftest import TEST_ADMIN, replicated
 from tests.waitingroom.test_extension import two_regions
 
 CALLBACK = "https://shop.example/callback"
@@ -69,7 +69,7 @@ async def test_a_sign_in_started_in_one_region_ends_in_the_other(
         writer = probe_client(config.primary.redis.address, config.primary.redis.port,
                               credentials=TEST_ADMIN, timeout=6.0)  # fmt: skip
         try:
-            assert await writer.wait(1, 5000) == 1  # all of it reached the replica
+            await replicated(writer)  # all of it reached the replica
         finally:
             await writer.aclose()
         replica = probe_client(config.secondary.redis.address, config.secondary.redis.port,
