@@ -72,10 +72,14 @@ def test_surge_with_a_region_killed_keeps_the_site_within_capacity(tmp_path: Pat
     # that, CI saw 201 of 200 once: an orphan.
     assert final["queue"] == VISITORS
     assert final["tokens"] == out["served"]
-    # The micro-cache: far fewer Redis reads than polls served.
+    # The micro-cache: fewer Redis reads than polls served (without it, one per poll).
+    # How many fewer depends on how often the visitors poll within a TTL, which a
+    # starved machine slows: 0.61 in a suite run beside a network lab, under 0.5 in the
+    # runs before. The cache's own bound (one read per key per TTL, whatever the surge) is
+    # tests/waitingroom/test_api.py's test_the_micro_cache_takes_a_surge_of_polls_with_one_read.
     load = s["load"]
     assert load["counter_polls_served"] > 0
-    assert load["reads_per_poll"] < 0.5
+    assert load["reads_per_poll"] < 1
 
 
 def test_a_refused_option_exits_2_without_a_traceback(tmp_path: Path) -> None:
