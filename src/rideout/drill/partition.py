@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
 import sys
 import time
@@ -139,7 +140,11 @@ class _Run:
         return process
 
     def _writer_node(self, rows: list[dict[str, Any]], read: Mapping[str, Any]) -> str | None:
-        named = [r.get("writer_redis") for r in rows if r.get("status") == 200]
+        named = [
+            r.get("writer_redis")
+            for r in rows
+            if r.get("status") == 200 and r.get("acting") is not False
+        ]
         named = [n for n in named if n]
         if named:
             return str(named[-1])
@@ -185,10 +190,10 @@ class _Run:
                 "--dns-port", str(DNS_PORT), "--clients", str(per_region),
                 "--prefix", f"c{host.rsplit('-', 1)[1]}", "--out", str(self.work / "bids.jsonl"),
             ))  # fmt: skip
-        say(f"{per_region} bidding clients on each of {', '.join(_CLIENT_HOSTS.values())}; "
-            f"warming up {plan.warmup:g} s")  # fmt: skip
+        say(f"{per_region} bidding clients on each of {', '.join(_CLIENT_HOSTS.values())}")
         ready = await self._first_acks(per_region * len(REGIONS))
-        say(f"{ready} of {per_region * len(REGIONS)} clients had a bid acknowledged")
+        say(f"{ready} of {per_region * len(REGIONS)} clients had a bid acknowledged; "
+            f"warming up {plan.warmup:g} s")  # fmt: skip
         started = time.time()
         await asyncio.sleep(plan.warmup)
         fault_at = time.time()
@@ -403,7 +408,7 @@ def main_partition(options: PartitionOptions, out: Any, *, redis_server: str | N
         out.print(line, highlight=False, markup=False)
 
     try:
-        require_root()
+        require_root(os.geteuid)  # looked up now: a test replaces it to see the refusal
         binary = redis_server or tls_redis_server()
         if binary is None:
             raise DrillError("no redis-server that serves TLS found (the lab needs one: "

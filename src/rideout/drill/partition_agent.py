@@ -112,6 +112,7 @@ def _row(body: dict[str, Any]) -> dict[str, Any]:
     return {
         "writer": failover.get("writer"),
         "writer_redis": failover.get("writer_redis"),
+        "acting": (body.get("lease") or {}).get("mine"),
         "replication": failover.get("replication"),
         "epoch": failover.get("epoch"),
         "dns": (body.get("dns") or {}).get("region"),

@@ -76,7 +76,14 @@ SCENARIOS: dict[str, Scenario] = {
 
 
 def _answered(rows: Sequence[Row]) -> list[Row]:
-    return [r for r in rows if r.get("status") == 200 and r.get("writer") is not None]
+    """The answers of the acting control plane (the lease's holder): a standby's view of
+    the writer is its own last reading, seconds stale after a move. Rows that do not say
+    (``acting`` absent) count."""
+    return [
+        r
+        for r in rows
+        if r.get("status") == 200 and r.get("writer") is not None and r.get("acting") is not False
+    ]
 
 
 def reported_lost(rows: Sequence[Row]) -> int | None:
