@@ -290,8 +290,11 @@ async def _run(
                     stopping.cancel()
                 if not waiting.done():
                     waiting.cancel()
-                    with contextlib.suppress(asyncio.CancelledError, LabError):
-                        await waiting
+                    # asyncio.wait rather than suppressing the CancelledError: a cancellation of this
+                    # task meanwhile must still propagate (tests/test_quality.py).
+                    await asyncio.wait({waiting})
+                    if not waiting.cancelled():
+                        waiting.exception()  # retrieved: a part that failed as we stopped
                     raise _Interrupted
                 waiting.result()
             say(f"what runs where (config {deployment.paths.config}; logs in "
