@@ -12,6 +12,7 @@ from rideout.drill.partition_check import (
     check,
     fence_times,
 )
+from tests.conftest import examples
 
 
 def ack(
@@ -140,7 +141,7 @@ def test_records_round_trip() -> None:
     assert BidAttempt.from_dict({**a.as_dict(), "extra": 1}) == a
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     rooms=st.integers(1, 4),
     per_room=st.integers(1, 12),
@@ -158,7 +159,7 @@ def test_property_the_checker_finds_exactly_the_removed_bids(rooms: int, per_roo
     assert verdict.ok, verdict.problems
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(
     split=st.booleans(),
     fence=st.floats(10, 20),
