@@ -136,3 +136,14 @@ def test_a_standby_control_planes_stale_view_is_left_out() -> None:
     observed, problems = judge("split-brain", rows)
     assert problems == []
     assert observed["writer_at_end"] == S
+
+
+def test_a_steady_row_is_the_primary_at_rest() -> None:
+    from rideout.drill.partition_scenarios import steady_row
+
+    ok = {**row(1), "alarms": {P: "OK", S: "OK"}}
+    assert steady_row(ok, P)
+    assert not steady_row({**ok, "alarms": {P: "OK", S: "ALARM"}}, P)
+    assert not steady_row({**ok, "alarms": {}}, P)
+    assert not steady_row({**ok, "dns": S}, P)
+    assert not steady_row({**ok, "writer": S}, P)

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SCENARIOS", "Scenario", "expectations", "reported_lost"]
+__all__ = ["SCENARIOS", "Scenario", "expectations", "reported_lost", "steady_row"]
 
 Row = Mapping[str, Any]
 
@@ -84,6 +84,18 @@ def _answered(rows: Sequence[Row]) -> list[Row]:
         for r in rows
         if r.get("status") == 200 and r.get("writer") is not None and r.get("acting") is not False
     ]
+
+
+def steady_row(row: Row, primary: str) -> bool:
+    """Whether one answer shows the deployment at rest: `primary` holds the writer and
+    the DNS answer, every alarm OK."""
+    alarms = row.get("alarms") or {}
+    return (
+        row.get("writer") == primary
+        and row.get("dns") == primary
+        and bool(alarms)
+        and all(state == "OK" for state in alarms.values())
+    )
 
 
 def reported_lost(rows: Sequence[Row]) -> int | None:
