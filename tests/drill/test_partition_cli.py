@@ -26,7 +26,7 @@ def test_help_shows_the_scenarios() -> None:
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.stdout.split())
     assert "replication-cut|split-brain|zone-store-cut|control-plane-isolated" in text
-    for option in ("--clients", "--max-lost", "--id", "--report", "--dir"):
+    for option in ("--clients", "--max-lost", "--replication", "--id", "--report", "--dir"):
         assert option in text
 
 
@@ -38,6 +38,7 @@ def test_help_shows_the_scenarios() -> None:
         (["--scenario", "split-brain", "--clients", "1"], "--clients"),
         (["--scenario", "split-brain", "--max-lost", "-1"], "--max-lost"),
         (["--scenario", "split-brain", "--id", "Bad_Id"], "--id"),
+        (["--scenario", "split-brain", "--replication", "semi"], "'sync', 'async'"),
     ],
 )
 def test_bad_input_exits_2_naming_it(args: list[str], says: str) -> None:
@@ -51,6 +52,8 @@ def test_options_refuse_what_the_cli_cannot_catch() -> None:
         PartitionOptions(scenario="meteor")
     with pytest.raises(DrillError, match="--clients 1"):
         PartitionOptions(scenario="split-brain", clients=1)
+    with pytest.raises(DrillError, match="--replication 'semi'"):
+        PartitionOptions(scenario="split-brain", replication="semi")
     with pytest.raises(DrillError, match="--max-lost -1"):
         PartitionOptions(scenario="split-brain", max_lost=-1)
     assert PartitionOptions(scenario="replication-cut", state_dir=Path("/x")).plan.cuts == (

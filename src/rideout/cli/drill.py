@@ -299,6 +299,9 @@ def drill_partition(
         int, typer.Option(help="Bidding clients, half in each region's lab host.", min=2)
     ] = 8,
     max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.", min=0)] = 0,
+    replication: Annotated[
+        Replication, typer.Option(help="The lab deployment's replication mode.")
+    ] = "async",
     lab_id: Annotated[
         str, typer.Option("--id", help="The lab's id (its namespaces are rdo-ID-HOST).")
     ] = "part",
@@ -331,7 +334,7 @@ def drill_partition(
     _run(
         lambda: PartitionOptions(
             scenario=scenario, clients=clients, max_lost=max_lost, lab_id=lab_id,
-            state_dir=directory, report_dir=report,
+            state_dir=directory, report_dir=report, replication=replication,
         ),
         lambda options, out: main_partition(options, out, redis_server=redis_server),
     )  # fmt: skip

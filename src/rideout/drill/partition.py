@@ -64,8 +64,11 @@ class PartitionOptions:
     state_dir: Path = Path("/run/rideout-lab")
     report_dir: Path | None = None
     ready_timeout: float = 90.0
+    replication: str = "async"
 
     def __post_init__(self) -> None:
+        if self.replication not in ("async", "sync"):
+            raise DrillError(f"--replication {self.replication!r}: 'async' or 'sync'")
         if self.scenario not in SCENARIOS:
             raise DrillError(
                 f"--scenario {self.scenario!r}: one of {', '.join(SCENARIOS)} is needed"
@@ -445,7 +448,8 @@ def main_partition(options: PartitionOptions, out: Any, *, redis_server: str | N
             raise DrillError("no redis-server that serves TLS found (the lab needs one: "
                              "Debian's, or $REDIS_TLS_SERVER_BINARY)")  # fmt: skip
         deployment = plan_deployment(options.lab_id, options.state_dir,
-                                     redis_server=server_info(binary), python=sys.executable)  # fmt: skip
+                                     redis_server=server_info(binary), python=sys.executable,
+                                     replication=options.replication)  # fmt: skip
     except (LabError, DrillError, EmbeddedRedisError, InvalidArgument) as exc:
         say(f"error: {exc}")
         return 1
