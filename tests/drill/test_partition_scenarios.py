@@ -147,3 +147,25 @@ def test_a_steady_row_is_the_primary_at_rest() -> None:
     assert not steady_row({**ok, "alarms": {}}, P)
     assert not steady_row({**ok, "dns": S}, P)
     assert not steady_row({**ok, "writer": S}, P)
+
+
+def test_the_pollers_row_of_a_summary() -> None:
+    from rideout.drill.partition_agent import _row
+
+    body = {
+        "lease": {"role": "active", "holder": "cp-1"},
+        "dns": {"region": P},
+        "alarms": {P: {"state": "OK"}, S: {"state": "ALARM"}},
+        "zones": [{"zone": "use1-az1", "evacuated": True}, {"zone": "use1-az2", "evacuated": False}],
+        "failover": {"writer": P, "writer_redis": P, "epoch": 3, "lost_writes": 2,
+                     "replication": "async", "failovers": 1, "failbacks": 1,
+                     "events": [{"kind": "demote", "message": "us-east-1 was stale"}]},
+    }  # fmt: skip
+    got = _row(body)
+    assert got["acting"] is True
+    assert (got["writer"], got["epoch"], got["lost_writes"], got["dns"]) == (P, 3, 2, P)
+    assert got["alarms"] == {P: "OK", S: "ALARM"}
+    assert got["evacuated"] == ["use1-az1"]
+    assert got["events"] == ["demote: us-east-1 was stale"]
+    assert _row({**body, "lease": {"role": "standby"}})["acting"] is False
+    assert _row({})["acting"] is None

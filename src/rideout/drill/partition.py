@@ -190,7 +190,11 @@ class _Run:
         for what the start-up did. Whether it got there."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            rows = [r for r in _jsonl(timeline) if r.get("status") == 200 and r.get("acting")]
+            rows = [
+                r
+                for r in _jsonl(timeline)
+                if r.get("status") == 200 and r.get("acting") is not False
+            ]
             good = [steady_row(r, REGIONS[0]) for r in rows]
             bad = [r["t"] for r, ok in zip(rows, good, strict=True) if not ok]
             if rows and good[-1] and rows[-1]["t"] - max(bad, default=rows[0]["t"]) >= hold:

@@ -107,12 +107,18 @@ async def _bid(args: argparse.Namespace, out: IO[str]) -> None:
 # ------------------------------------------------------------------------------ poll
 
 
+def _acting(body: dict[str, Any]) -> bool | None:
+    """Whether this control plane holds the lease (None: it does not say)."""
+    role = (body.get("lease") or {}).get("role")
+    return None if role is None else role == "active"
+
+
 def _row(body: dict[str, Any]) -> dict[str, Any]:
     failover = body.get("failover") or {}
     return {
         "writer": failover.get("writer"),
         "writer_redis": failover.get("writer_redis"),
-        "acting": (body.get("lease") or {}).get("mine"),
+        "acting": _acting(body),
         "replication": failover.get("replication"),
         "epoch": failover.get("epoch"),
         "dns": (body.get("dns") or {}).get("region"),
