@@ -169,3 +169,20 @@ def test_the_pollers_row_of_a_summary() -> None:
     assert got["events"] == ["demote: us-east-1 was stale"]
     assert _row({**body, "lease": {"role": "standby"}})["acting"] is False
     assert _row({})["acting"] is None
+
+
+def test_at_rest_needs_a_steady_hold_and_no_recent_move() -> None:
+    from rideout.drill.partition_scenarios import at_rest
+
+    ok = {"alarms": {P: "OK", S: "OK"}}
+    steady = [{**row(t / 2), **ok} for t in range(10)]  # 0 .. 4.5 s, epoch 1
+    assert at_rest(steady, P)
+    assert not at_rest(steady[:5], P)  # 2 s only
+    assert not at_rest([], P)
+    assert not at_rest([*steady, {**row(5), "alarms": {P: "ALARM", S: "OK"}}], P)
+    # A move and back (epochs 2, 3): at rest only 15 s after the last epoch appeared.
+    moved = [{**row(1, S, dns=S, epoch=2), **ok}] + [
+        {**row(2 + t), **ok, "epoch": 3} for t in range(20)
+    ]
+    assert not at_rest(moved[:15], P)  # 2 .. 15 s: 13 s since epoch 3
+    assert at_rest(moved, P)  # 2 .. 21 s

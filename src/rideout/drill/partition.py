@@ -37,9 +37,9 @@ from rideout.drill.partition_check import BidAttempt, HistoryEntry, check, fence
 from rideout.drill.partition_scenarios import (
     SCENARIOS,
     Scenario,
+    at_rest,
     expectations,
     reported_lost,
-    steady_row,
 )
 from rideout.lab.deployment import CONTROL_PLANE_PORT, DNS_PORT, REGIONS, LabDeployment
 
@@ -184,10 +184,10 @@ class _Run:
             await asyncio.sleep(0.5)
 
     async def _steady(self, timeline: Path, hold: float = 3.0, timeout: float = 90.0) -> bool:
-        """Wait until the acting control plane has said for `hold` s that the primary holds
-        the writer and DNS and every alarm is OK: on a loaded machine the lab may start
-        with a move (a canary late under load), and a fault on top of one would be judged
-        for what the start-up did. Whether it got there."""
+        """Wait until the acting control plane shows the deployment at rest
+        (:func:`~rideout.drill.partition_scenarios.at_rest`): on a loaded machine the lab
+        may start with a move (a canary late under load), and a fault on top of one would
+        be judged for what the start-up did. Whether it got there."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             rows = [
@@ -195,9 +195,7 @@ class _Run:
                 for r in _jsonl(timeline)
                 if r.get("status") == 200 and r.get("acting") is not False
             ]
-            good = [steady_row(r, REGIONS[0]) for r in rows]
-            bad = [r["t"] for r, ok in zip(rows, good, strict=True) if not ok]
-            if rows and good[-1] and rows[-1]["t"] - max(bad, default=rows[0]["t"]) >= hold:
+            if at_rest(rows, REGIONS[0], hold=hold):
                 return True
             await asyncio.sleep(0.5)
         return False
@@ -220,7 +218,7 @@ class _Run:
             ))  # fmt: skip
         say(f"{per_region} bidding clients on each of {', '.join(_CLIENT_HOSTS.values())}")
         steady = await self._steady(timeline)
-        say("the primary holds the writer and DNS, every alarm OK" if steady else
+        say("at rest: the primary holds the writer and DNS, every alarm OK" if steady else
             "the deployment did not settle in 90 s (the report says so)")  # fmt: skip
         ready = await self._first_acks(per_region * len(REGIONS))
         say(f"{ready} of {per_region * len(REGIONS)} clients had a bid acknowledged; "

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SCENARIOS", "Scenario", "expectations", "reported_lost", "steady_row"]
+__all__ = ["SCENARIOS", "Scenario", "at_rest", "expectations", "reported_lost", "steady_row"]
 
 Row = Mapping[str, Any]
 
@@ -96,6 +96,28 @@ def steady_row(row: Row, primary: str) -> bool:
         and bool(alarms)
         and all(state == "OK" for state in alarms.values())
     )
+
+
+def at_rest(rows: Sequence[Row], primary: str, *, hold: float = 3.0,
+            after_move: float = 15.0) -> bool:  # fmt: skip
+    """Whether the acting control plane's answers (`rows`, in order) show the deployment
+    at rest: :func:`steady_row` for the last `hold` s, and, if the writer's epoch changed
+    in them, not within the last `after_move` s. A move arms autoshift's hold-down
+    (``[evacuate] autoshift_holddown``, 15 s): a zone cut then would be judged under it,
+    not as the scenario means (seen: a move in a loaded start-up, then the zone's failure
+    became a regional failover)."""
+    if not rows or not steady_row(rows[-1], primary):
+        return False
+    last = rows[-1]["t"]
+    bad = [r["t"] for r in rows if not steady_row(r, primary)]
+    if last - max(bad, default=rows[0]["t"]) < hold:
+        return False
+    epoch = rows[-1].get("epoch")
+    other = [r["t"] for r in rows if r.get("epoch") != epoch]
+    if other:
+        since = min(r["t"] for r in rows if r["t"] > max(other))
+        return last - since >= after_move
+    return True
 
 
 def reported_lost(rows: Sequence[Row]) -> int | None:
