@@ -108,7 +108,7 @@ def at_rest(rows: Sequence[Row], primary: str, *, hold: float = 3.0,
     became a regional failover)."""
     if not rows or not steady_row(rows[-1], primary):
         return False
-    last = rows[-1]["t"]
+    last = float(rows[-1]["t"])
     bad = [r["t"] for r in rows if not steady_row(r, primary)]
     if last - max(bad, default=rows[0]["t"]) < hold:
         return False
