@@ -115,7 +115,7 @@ def at_rest(rows: Sequence[Row], primary: str, *, hold: float = 3.0,
     epoch = rows[-1].get("epoch")
     other = [r["t"] for r in rows if r.get("epoch") != epoch]
     if other:
-        since = min(r["t"] for r in rows if r["t"] > max(other))
+        since = min(float(r["t"]) for r in rows if r["t"] > max(other))
         return last - since >= after_move
     return True
 
