@@ -186,3 +186,5 @@ def test_at_rest_needs_a_steady_hold_and_no_recent_move() -> None:
     ]
     assert not at_rest(moved[:15], P)  # 2 .. 15 s: 13 s since epoch 3
     assert at_rest(moved, P)  # 2 .. 21 s
+    # Answers before the controller knew an epoch are no move.
+    assert at_rest([{**row(0), **ok, "epoch": None}, *steady], P)

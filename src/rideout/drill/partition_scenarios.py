@@ -113,7 +113,8 @@ def at_rest(rows: Sequence[Row], primary: str, *, hold: float = 3.0,
     if last - max(bad, default=rows[0]["t"]) < hold:
         return False
     epoch = rows[-1].get("epoch")
-    other = [r["t"] for r in rows if r.get("epoch") != epoch]
+    # An answer without an epoch (the controller not yet started) is no move.
+    other = [r["t"] for r in rows if r.get("epoch") not in (epoch, None)]
     if other:
         since = min(float(r["t"]) for r in rows if r["t"] > max(other))
         return last - since >= after_move
