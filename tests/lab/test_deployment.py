@@ -187,3 +187,15 @@ def test_intercept_commands(tmp_path: Path) -> None:
         intercept_commands(topology, "us-west-2", "redis-use1", 0)
     with pytest.raises(InvalidArgument, match="no host"):
         intercept_commands(topology, "us-west-2", "nope", 6380)
+
+
+def test_sync_replication_is_written_and_loaded(tmp_path: Path) -> None:
+    assert "[failover]" not in plan(tmp_path).config_text  # the default: async
+    server = RedisServer(Path("/opt/redis-server"), "redis", (7, 0, 15))
+    sync = plan_deployment("t1", tmp_path, redis_server=server, python="py", replication="sync")
+    assert '[failover]\nreplication = "sync"' in sync.config_text
+    sync.paths.work.mkdir(parents=True)
+    sync.paths.config.write_text(sync.config_text)
+    assert load_config(sync.paths.config, env={}).failover.replication == "sync"
+    with pytest.raises(InvalidArgument, match="replication"):
+        plan_deployment("t1", tmp_path, redis_server=server, python="py", replication="semi")

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from rideout.cli._core import ConfigOption, app, console, fail
+from rideout.errors import InvalidArgument
 
 __all__ = ["drill_app"]
 
@@ -278,4 +279,62 @@ def drill_surge(
             config_path=config_path,
         ),
         main_surge,
+    )  # fmt: skip
+
+
+# The choices, as --help shows them (tests/drill/test_partition_cli.py checks them against
+# rideout.drill.partition_scenarios.SCENARIOS).
+PartitionScenario = Literal[
+    "replication-cut", "split-brain", "zone-store-cut", "control-plane-isolated"
+]
+
+
+@drill_app.command("partition")
+def drill_partition(
+    scenario: Annotated[
+        PartitionScenario,
+        typer.Option(help="What the network does (docs/drill.md, Partition)."),
+    ],
+    clients: Annotated[
+        int, typer.Option(help="Bidding clients, half in each region's lab host.", min=2)
+    ] = 8,
+    max_lost: Annotated[int, typer.Option(help="Objective: acknowledged bids lost.", min=0)] = 0,
+    replication: Annotated[
+        Replication, typer.Option(help="The lab deployment's replication mode.")
+    ] = "async",
+    lab_id: Annotated[
+        str, typer.Option("--id", help="The lab's id (its namespaces are rdo-ID-HOST).")
+    ] = "part",
+    directory: Annotated[
+        Path,
+        typer.Option(
+            "--dir", help="Where the lab is recorded, its files in DIR/ID/.", file_okay=False
+        ),
+    ] = Path("/run/rideout-lab"),
+    redis_server: Annotated[
+        str | None,
+        typer.Option("--redis-server", metavar="BINARY", help="A redis-server built with TLS."),
+    ] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Report folder (default DIR/ID/drills/partition-...).")
+    ] = None,
+) -> None:
+    """Run one partition scenario on a network lab of its own (root): bidding clients in
+    both regions' hosts, the cut, the heal, then a Jepsen-style check of every
+    acknowledged bid against every Redis's history, of split-brain windows and of the
+    control plane's moves. Exit 0 when every check passed, 1 when one failed or the lab
+    could not run, 2 for bad input."""
+    from rideout.drill.partition import PartitionOptions, main_partition
+    from rideout.lab.topology import netns_prefix
+
+    try:
+        netns_prefix(lab_id)
+    except InvalidArgument as exc:
+        fail(f"--id: {exc}", 2)
+    _run(
+        lambda: PartitionOptions(
+            scenario=scenario, clients=clients, max_lost=max_lost, lab_id=lab_id,
+            state_dir=directory, report_dir=report, replication=replication,
+        ),
+        lambda options, out: main_partition(options, out, redis_server=redis_server),
     )  # fmt: skip

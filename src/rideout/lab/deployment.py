@@ -214,7 +214,7 @@ def _redis_hosts(topology: Topology) -> list[tuple[str, str, str | None]]:
     ]
 
 
-def _config_text(topology: Topology, paths: LabPaths) -> str:
+def _config_text(topology: Topology, paths: LabPaths, replication: str = "async") -> str:
     def addr(host: str) -> str:
         return topology.host(host).address
 
@@ -252,13 +252,20 @@ urls = [{cp_urls}]
 state_redis_url = "rediss://{addr(STATE_REDIS)}:{REDIS_PORT}"
 lease_ttl = 3.0
 
-[redis]
+{_failover(replication)}[redis]
 ca_file = "{tls.ca[0]}"
 cert_file = "{tls.client[0]}"
 key_file = "{tls.client[1]}"
 {passwords}
 
 ''' + "\n".join(regions)
+
+
+def _failover(replication: str) -> str:
+    """The ``[failover]`` table: none for async (the default), else the mode."""
+    if replication not in ("async", "sync"):
+        raise InvalidArgument(f"replication must be 'async' or 'sync', not {replication!r}")
+    return "" if replication == "async" else f'[failover]\nreplication = "{replication}"\n\n'
 
 
 def plan_deployment(
@@ -268,9 +275,13 @@ def plan_deployment(
     redis_server: RedisServer,
     python: str,
     drain_timeout: float = 2.0,
+    replication: str = "async",
 ) -> LabDeployment:
     """The deployment of lab `lab_id` whose record is in `state_dir` (its files in
-    ``state_dir/<lab id>/``): `redis_server` (a TLS-capable server) runs every Redis, `python` every ``rideout`` part."""
+    ``state_dir/<lab id>/``): `redis_server` (a TLS-capable server) runs every Redis, `python` every ``rideout`` part.
+    `replication`: ``async`` (the default) or ``sync`` (``[failover] replication``: each
+    bid waits for a replica, as docs/configuration.md says)."""
+    _failover(replication)  # checked before anything is planned
     if redis_server.version[:2] < (6, 2):
         raise InvalidArgument(
             f"the lab needs a redis-server 6.2 or newer, not {redis_server.label}"
@@ -329,7 +340,7 @@ def plan_deployment(
     return LabDeployment(
         topology=topology,
         paths=paths,
-        config_text=_config_text(topology, paths),
+        config_text=_config_text(topology, paths, replication),
         redis_configs=redis_configs,
         parts=tuple(parts),
         links=tuple(links),

@@ -215,13 +215,15 @@ async def run_deployment(
     stop: asyncio.Event,
     say: Say,
     ready_timeout: float = 60.0,
+    up: asyncio.Event | None = None,
 ) -> bool:
     """Build the lab, run `deployment` in it until `stop` is set, and tear it all down
     (on every exit path: see the module docstring); False if `stop` was set before it
-    was up. LabError when it cannot start."""
+    was up. LabError when it cannot start. `up` is set once every part is ready (a drill
+    waits for it, then breaks the lab through its record, ``Lab.load``)."""
     try:
         await _run(deployment, state_dir, python=python, stop=stop, say=say,
-                   ready_timeout=ready_timeout)  # fmt: skip
+                   ready_timeout=ready_timeout, up=up)  # fmt: skip
     except _Interrupted:
         return False
     return True
@@ -235,6 +237,7 @@ async def _run(
     stop: asyncio.Event,
     say: Say,
     ready_timeout: float,
+    up: asyncio.Event | None,
 ) -> None:
     started = time.monotonic()
     processes: list[list[ManagedProcess]] = []
@@ -307,6 +310,8 @@ async def _run(
             watch = [
                 asyncio.ensure_future(_report_exit(p, say)) for stage in processes for p in stage
             ]
+            if up is not None:
+                up.set()
             try:
                 await stop.wait()
             finally:

@@ -1,0 +1,196 @@
+"""The partition drill's scenarios and what each must show (pure: data and checks on
+the control plane's timeline and the servers' final views; the run is
+:mod:`rideout.drill.partition`).
+
+Each scenario is a set of both-ways partitions in the lab's router (hosts or groups of
+:func:`rideout.lab.deployment.lab_groups`), held for some seconds under bidding clients
+in both regions, then healed. Beyond the checker's verdict
+(:mod:`rideout.drill.partition_check`: no acknowledged bid lost, no split-brain window,
+every server caught up), each says what the control plane must have done:
+
+| scenario | cut | expected |
+|---|---|---|
+| ``replication-cut`` | ``us-east-1`` from ``us-west-2`` | no writer move, no zone evacuated, DNS on us-east-1 throughout |
+| ``split-brain`` | ``us-east-1`` from ``global`` and from ``us-west-2`` | the writer moves to us-west-2; after the heal only one Redis is a master |
+| ``zone-store-cut`` | ``use1-az1`` from ``redis-use1`` and ``replica-use1`` | ``use1-az1`` evacuated (autoshift), no writer move |
+| ``control-plane-isolated`` | ``global`` from both regions | no writer move, DNS still answers us-east-1, no zone evacuated |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SCENARIOS", "Scenario", "at_rest", "expectations", "reported_lost", "steady_row"]
+
+Row = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One partition drill: what is cut, for how long, and what must follow."""
+
+    name: str
+    what: str
+    cuts: tuple[tuple[str, str], ...]  # each partitioned both ways
+    warmup: float  # seconds of bidding before the fault
+    fault: float  # seconds the cuts hold
+    after: float  # seconds of bidding after the heal
+    failover: bool  # the writer must move to the secondary (else: must not move)
+    evacuated: tuple[str, ...] = ()  # zones that must be evacuated (and no other)
+    dns_kept: bool = False  # DNS must answer the primary throughout
+
+
+SCENARIOS: dict[str, Scenario] = {
+    s.name: s
+    for s in (
+        Scenario(
+            "replication-cut",
+            "only the inter-region link fails (us-east-1 from us-west-2, both ways); both "
+            "regions stay healthy",
+            (("us-east-1", "us-west-2"),),
+            warmup=5.0, fault=10.0, after=6.0, failover=False, dns_kept=True,
+        ),
+        Scenario(
+            "split-brain",
+            "the writer region loses the control planes (global) and the other region, "
+            "and keeps its own clients",
+            (("us-east-1", "global"), ("us-east-1", "us-west-2")),
+            warmup=5.0, fault=20.0, after=15.0, failover=True,
+        ),
+        Scenario(
+            "zone-store-cut",
+            "one zone host (use1-az1) cannot reach its region's Redis hosts",
+            (("use1-az1", "redis-use1"), ("use1-az1", "replica-use1")),
+            warmup=5.0, fault=15.0, after=6.0, failover=False, evacuated=("use1-az1",),
+        ),
+        Scenario(
+            "control-plane-isolated",
+            "both control planes (and the state Redis) lose both regions",
+            (("global", "us-east-1"), ("global", "us-west-2")),
+            warmup=5.0, fault=12.0, after=6.0, failover=False, dns_kept=True,
+        ),
+    )
+}  # fmt: skip
+
+
+def _answered(rows: Sequence[Row]) -> list[Row]:
+    """The answers of the acting control plane (the lease's holder): a standby's view of
+    the writer is its own last reading, seconds stale after a move. Rows that do not say
+    (``acting`` absent) count."""
+    return [
+        r
+        for r in rows
+        if r.get("status") == 200 and r.get("writer") is not None and r.get("acting") is not False
+    ]
+
+
+def steady_row(row: Row, primary: str) -> bool:
+    """Whether one answer shows the deployment at rest: `primary` holds the writer and
+    the DNS answer, every alarm OK."""
+    alarms = row.get("alarms") or {}
+    return (
+        row.get("writer") == primary
+        and row.get("dns") == primary
+        and bool(alarms)
+        and all(state == "OK" for state in alarms.values())
+    )
+
+
+def at_rest(rows: Sequence[Row], primary: str, *, hold: float = 3.0,
+            after_move: float = 15.0) -> bool:  # fmt: skip
+    """Whether the acting control plane's answers (`rows`, in order) show the deployment
+    at rest: :func:`steady_row` for the last `hold` s, and, if the writer's epoch changed
+    in them, not within the last `after_move` s. A move arms autoshift's hold-down
+    (``[evacuate] autoshift_holddown``, 15 s): a zone cut then would be judged under it,
+    not as the scenario means (seen: a move in a loaded start-up, then the zone's failure
+    became a regional failover)."""
+    if not rows or not steady_row(rows[-1], primary):
+        return False
+    last = float(rows[-1]["t"])
+    bad = [r["t"] for r in rows if not steady_row(r, primary)]
+    if last - max(bad, default=rows[0]["t"]) < hold:
+        return False
+    epoch = rows[-1].get("epoch")
+    # An answer without an epoch (the controller not yet started) is no move.
+    other = [r["t"] for r in rows if r.get("epoch") not in (epoch, None)]
+    if other:
+        since = min(float(r["t"]) for r in rows if r["t"] > max(other))
+        return last - since >= after_move
+    return True
+
+
+def reported_lost(rows: Sequence[Row]) -> int | None:
+    """The ``lost_writes`` the control planes reported over the drill: the largest seen
+    less the smallest seen at the start (None if no answer said). Each new acting
+    control plane reads it from the shared state, so it never goes down."""
+    seen = [int(r["lost_writes"]) for r in _answered(rows) if r.get("lost_writes") is not None]
+    if not seen:
+        return None
+    return max(seen) - seen[0]
+
+
+def expectations(
+    scenario: Scenario,
+    rows: Sequence[Row],
+    servers: Mapping[str, Mapping[str, Any]],
+    *,
+    primary: str,
+    secondary: str,
+    fault: tuple[float, float],
+) -> tuple[dict[str, Any], list[str]]:
+    """What the control plane did (from its polled `rows`) and the `servers`' final views
+    (name: role, error), against what `scenario` expects; (observed, problems).
+    `fault`: when the cuts were made and healed (wall clock)."""
+    answered = _answered(rows)
+    problems: list[str] = []
+    if not answered:
+        return {"answers": 0}, ["no control plane answered the drill's polls"]
+    start, healed = fault
+    during = [r for r in answered if start <= r["t"] <= healed]
+    moves = [int(r["failovers"] or 0) for r in answered]
+    failbacks = [int(r["failbacks"] or 0) for r in answered]
+    writers = sorted({str(r["writer"]) for r in answered})
+    dns = sorted({str(r["dns"]) for r in answered if r.get("dns")})
+    evacuated = sorted({z for r in answered for z in r.get("evacuated") or []})
+    first_move = next((r["t"] for r in answered if r["writer"] != primary), None)
+    masters = sorted(k for k, v in servers.items() if v.get("role") == "master")
+    unread = sorted(k for k, v in servers.items() if v.get("error"))
+    observed: dict[str, Any] = {
+        "answers": len(answered),
+        "failovers": moves[-1] - moves[0],
+        "failbacks": failbacks[-1] - failbacks[0],
+        "writers_seen": writers,
+        "writer_at_end": answered[-1]["writer"],
+        "writer_moved_after": None if first_move is None else first_move - start,
+        "dns_seen": dns,
+        "evacuated_seen": evacuated,
+        "masters_at_end": masters,
+        "servers_unread": unread,
+        "polls_during_fault": len(during),
+    }
+    if scenario.failover:
+        if not any(r["writer"] == secondary for r in answered):
+            problems.append(f"the writer never moved to {secondary}")
+    elif writers != [primary] or observed["failovers"]:
+        problems.append(
+            f"the writer moved ({observed['failovers']} failovers; writers seen "
+            f"{', '.join(writers)}): none was expected"
+        )
+    if scenario.dns_kept and dns != [primary]:
+        problems.append(f"DNS answered {', '.join(dns)}: only {primary} was expected")
+    unexpected = sorted(set(evacuated) - set(scenario.evacuated))
+    if unexpected:
+        problems.append(f"zones evacuated that should not have been: {', '.join(unexpected)}")
+    for zone in scenario.evacuated:
+        if zone not in evacuated:
+            problems.append(f"{zone} was never evacuated (autoshift expected)")
+    if len(masters) != 1:
+        problems.append(
+            f"{len(masters)} Redis servers are masters after the heal "
+            f"({', '.join(masters) or 'none'}): exactly one was expected"
+        )
+    if unread:
+        problems.append(f"servers not read after the heal: {', '.join(unread)}")
+    return observed, problems
