@@ -152,3 +152,83 @@ STEPS = ("promote", "follow", "bump_epoch", "count_unreplicated")
 
 async def _reachable(client: aioredis.Redis) -> bool:
     return (await replication_status(client)).reachable
+
+
+async def test_every_acknowledged_change_the_new_writer_lacks_is_counted(
+    make_config: Callable[..., Config],
+) -> None:
+    """A split: the replica is promoted, then each side takes writes the other never
+    sees. What the stale writer holds alone is counted in every room, also in a room the
+    new writer has since written to (ids past the stale's); the count once stopped at
+    the new writer's newest entry and missed those (the partition drill's split-brain)."""
+    config = make_config()
+    async with running_redis_pair(config):
+        p, s = config.primary.redis, config.secondary.redis
+        stale = aioredis.Redis(host=p.address, port=p.port, **ADMIN)
+        writer = aioredis.Redis(host=s.address, port=s.port, **ADMIN)
+        counter = aioredis.Redis(
+            host=p.address, port=p.port, **as_user(config, RedisRole.CONTROLLER)
+        )
+        on_writer = aioredis.Redis(
+            host=s.address, port=s.port, **as_user(config, RedisRole.CONTROLLER)
+        )
+        shared, written, alone, clash = (
+            keys.room_stream(r) for r in ("shared", "written", "alone", "clash")
+        )
+        try:
+            for key in (shared, written, alone, clash):
+                for n in (1, 2, 3):
+                    await stale.xadd(key, {"bid": str(n)}, id=f"{n}-0")
+            await replicated(stale)
+            await writer.replicaof("NO", "ONE")
+            for key in (shared, written, alone):
+                for n in (4, 5):
+                    await stale.xadd(key, {"bid": str(n)}, id=f"{n}-0")  # acknowledged, alone
+            await writer.xadd(written, {"bid": "new"}, id="9-0")  # past every id of the stale's
+            await stale.xadd(clash, {"bid": "stale"}, id="4-0")  # one id, two bids
+            await writer.xadd(clash, {"bid": "writer"}, id="4-0")
+            for n in range(1, 6):  # the writer's copy of "shared" ends as the stale's does
+                if n > 3:
+                    await writer.xadd(shared, {"bid": str(n)}, id=f"{n}-0")
+
+            assert (
+                await count_unreplicated(counter, on_writer) == 2 + 2 + 1
+            )  # written, alone, clash
+            # The other way: what the new writer holds alone.
+            assert (
+                await count_unreplicated(on_writer, counter) == 1 + 1
+            )  # written's 9-0, clash's 4-0
+        finally:
+            for client in (stale, writer, counter, on_writer):
+                await client.aclose()
+
+
+async def test_what_the_new_writer_trimmed_cannot_be_told_and_is_not_counted(
+    make_config: Callable[..., Config],
+) -> None:
+    """A room's history is capped: an entry older than the writer's oldest may be a
+    shared one it trimmed or one it never had, and nothing in the streams tells which. It
+    is not counted: the limit of the count, reached only when the new writer took more
+    bids in a room than its history keeps while the old one was away."""
+    config = make_config()
+    async with running_redis_pair(config):
+        p, s = config.primary.redis, config.secondary.redis
+        stale = aioredis.Redis(host=p.address, port=p.port, **ADMIN)
+        writer = aioredis.Redis(host=s.address, port=s.port, **ADMIN)
+        room = keys.room_stream("capped")
+        try:
+            for n in range(1, 11):
+                await stale.xadd(room, {"bid": str(n)}, id=f"{n}-0")
+            await replicated(stale)
+            await writer.replicaof("NO", "ONE")
+            await stale.xadd(room, {"bid": "lost"}, id="11-0")
+            await stale.xadd(room, {"bid": "lost too"}, id="13-0")
+            await writer.xtrim(room, maxlen=2, approximate=False)  # keeps 9-0 and 10-0
+            assert await count_unreplicated(stale, writer) == 2  # 11-0 and 13-0; 10-0 shared
+            for n in (12, 14, 15):
+                await writer.xadd(room, {"bid": str(n)}, id=f"{n}-0")
+            await writer.xtrim(room, maxlen=3, approximate=False)  # 12-0, 14-0, 15-0
+            assert await count_unreplicated(stale, writer) == 1  # 13-0; 11-0 cannot be told
+        finally:
+            for client in (stale, writer):
+                await client.aclose()
