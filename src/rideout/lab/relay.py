@@ -293,10 +293,13 @@ class Link:
         return task
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        if task is not None:
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+        # The relaying runs in a task of its own, which stop() cancels; this one, the
+        # connection callback's, only waits for it. Python 3.11 logs a traceback for a
+        # connection callback whose own task is cancelled (streams.py asks a cancelled
+        # task for its exception), which every stop with a live connection printed.
+        await asyncio.wait({self._spawn(self._relay(reader, writer))})
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             sock = socket_in(self.upstream_netns, _client_socket)
             try:
