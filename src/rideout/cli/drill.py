@@ -316,7 +316,7 @@ def drill_partition(
         typer.Option("--redis-server", metavar="BINARY", help="A redis-server built with TLS."),
     ] = None,
     report: Annotated[
-        Path | None, typer.Option(help="Report folder (default DIR/ID/drills/partition-...).")
+        Path | None, typer.Option(help="Report folder (default DIR/ID/drills/, one per run).")
     ] = None,
 ) -> None:
     """Run one partition scenario on a network lab of its own (root): bidding clients in

@@ -136,8 +136,10 @@ def _row(body: dict[str, Any]) -> dict[str, Any]:
 async def _poll(args: argparse.Namespace, out: IO[str]) -> None:
     import httpx
 
+    from rideout import _http
+
     stop = _stop_on_sigterm()
-    async with httpx.AsyncClient(timeout=args.interval * 4) as http:
+    async with _http.async_client(timeout=args.interval * 4) as http:
         while not stop.is_set():
             for url in args.urls.split(","):
                 row: dict[str, Any] = {"t": time.time(), "cp": url}
