@@ -25,7 +25,7 @@ def test_help_shows_the_scenarios() -> None:
     shown = runner.invoke(app, ["drill", "partition", "--help"], env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output
     text = " ".join(shown.stdout.split())
-    assert "replication-cut|split-brain|zone-store-cut|control-plane-isolated" in text
+    assert "replication-cut|split-brain|zone-store-cut|control-plane-isolated|one-way" in text
     for option in ("--clients", "--max-lost", "--replication", "--id", "--report", "--dir"):
         assert option in text
 

@@ -108,7 +108,8 @@ def test_the_page_leads_with_the_verdict() -> None:
         "scenario": "split-brain", "what": "the writer region loses the control planes",
         "ok": False, "problems": ["split brain: 3 bids acknowledged in epoch 1"],
         "replication": "async",
-        "fault": {"at": 5.0, "seconds": 20.0, "cuts": [[P, "global"]]},
+        "fault": {"at": 5.0, "seconds": 20.0, "cuts": [[P, "global"]],
+                  "direction": "both", "described": f"{P} | global"},
         "acknowledged_by": {f"{P} epoch 1": 10}, "bids_sent_during_fault": {"cuse1": {"acknowledged": 3}},
         "caught_up_in": 1.5, "control_plane": {"failovers": 1, "failbacks": 0},
         "verdict": {"attempts": 12, "acknowledged": 10, "lost": 3, "max_lost": 0,
@@ -125,6 +126,14 @@ def test_the_page_leads_with_the_verdict() -> None:
     assert "- window: epoch 1 acknowledged 3 bids over 4.00 s after epoch 2" in page
     assert "- r 4 by b (epoch 1, us-east-1, offset 9-0)" in page
     assert "cuse1: 3 acknowledged" in page
+    assert f"({P} | global), then healed" in page
+
+
+def test_the_cuts_are_said_with_their_direction() -> None:
+    assert SCENARIOS["split-brain"].describe_cuts() == f"{P} | global; {P} | us-west-2"
+    one_way = SCENARIOS["one-way"]
+    assert (one_way.direction, one_way.failover) == ("a->b", True)
+    assert one_way.describe_cuts() == f"{P} -> global"
 
 
 def test_a_standby_control_planes_stale_view_is_left_out() -> None:

@@ -228,8 +228,8 @@ class _Run:
         fault_at = time.time()
         try:
             for a, b in plan.cuts:
-                self.lab.partition(a, b, "both")
-            say(f"cut {'; '.join(f'{a} | {b}' for a, b in plan.cuts)} for {plan.fault:g} s")
+                self.lab.partition(a, b, plan.direction)
+            say(f"cut {plan.describe_cuts()} for {plan.fault:g} s")
             await asyncio.sleep(plan.fault)
         finally:
             self.lab.heal_all()
@@ -304,6 +304,8 @@ class _Run:
             "replication": replication,
             "fault": {
                 "cuts": [list(c) for c in plan.cuts],
+                "direction": plan.direction,
+                "described": plan.describe_cuts(),
                 "at": fault[0] - started,
                 "healed": fault[1] - started,
                 "seconds": fault[1] - fault[0],
@@ -370,7 +372,7 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"# Partition drill: {report['scenario']}",
         "",
         f"{report['what']}. Cut at +{f['at']:.1f} s for {f['seconds']:.1f} s "
-        f"({'; '.join(' | '.join(c) for c in f['cuts'])}), then healed; replication "
+        f"({f['described']}), then healed; replication "
         f"{report['replication']}.",
         "",
         f"**{'PASSED' if report['ok'] else 'FAILED'}**",

@@ -14,6 +14,13 @@ every server caught up), each says what the control plane must have done:
 | ``split-brain`` | ``us-east-1`` from ``global`` and from ``us-west-2`` | the writer moves to us-west-2; after the heal only one Redis is a master |
 | ``zone-store-cut`` | ``use1-az1`` from ``redis-use1`` and ``replica-use1`` | ``use1-az1`` evacuated (autoshift), no writer move |
 | ``control-plane-isolated`` | ``global`` from both regions | no writer move, DNS still answers us-east-1, no zone evacuated |
+| ``one-way`` | what ``us-east-1`` sends to ``global`` (``global`` still reaches it) | the writer moves to us-west-2; after the heal only one Redis is a master |
+
+A one-way cut drops one direction's packets (docs/lab.md, Partitions): UDP and the
+replies of established connections go one way, and a new TCP connection either way
+fails its handshake. In ``one-way`` the control planes do not hear the writer region
+(its canary's pushes, its Redis's replies) while its app servers' requests to them are
+lost too; replication to us-west-2 goes on until the controller promotes it.
 """
 
 from __future__ import annotations
@@ -40,6 +47,12 @@ class Scenario:
     failover: bool  # the writer must move to the secondary (else: must not move)
     evacuated: tuple[str, ...] = ()  # zones that must be evacuated (and no other)
     dns_kept: bool = False  # DNS must answer the primary throughout
+    direction: str = "both"  # "both", or "a->b": only what each cut's first side sends
+
+    def describe_cuts(self) -> str:
+        """The cuts as the report and the drill's output say them."""
+        sep = " | " if self.direction == "both" else " -> "
+        return "; ".join(sep.join(cut) for cut in self.cuts)
 
 
 SCENARIOS: dict[str, Scenario] = {
@@ -70,6 +83,13 @@ SCENARIOS: dict[str, Scenario] = {
             "both control planes (and the state Redis) lose both regions",
             (("global", "us-east-1"), ("global", "us-west-2")),
             warmup=5.0, fault=12.0, after=6.0, failover=False, dns_kept=True,
+        ),
+        Scenario(
+            "one-way",
+            "the control planes do not hear the writer region (what us-east-1 sends to "
+            "global is dropped), the writer region still hears them",
+            (("us-east-1", "global"),),
+            warmup=5.0, fault=20.0, after=15.0, failover=True, direction="a->b",
         ),
     )
 }  # fmt: skip
