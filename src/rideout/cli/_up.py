@@ -4,11 +4,11 @@ where once it is ready, and stop everything on a signal."""
 from __future__ import annotations
 
 import asyncio
-import signal
 import time
 
 from rich.text import Text
 
+from rideout._signals import stop_on_signals
 from rideout.cli._console import console, err
 from rideout.cli._status import print_status
 from rideout.config import Config
@@ -45,46 +45,35 @@ class LogPrinter:
 
 async def run_up(config: Config, printer: LogPrinter, ready_timeout: float) -> int:
     """Run the local deployment until a signal (SIGINT, SIGTERM, SIGHUP); the exit code."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(signum: int) -> None:
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(signum, on_signal, signum)
     from rideout.cluster.supervisor import LocalCluster
 
-    cluster = LocalCluster(config, sink=printer, ready_timeout=ready_timeout)
-    started = time.monotonic()
-    try:
-        starting = asyncio.create_task(cluster.start())
-        stopping = asyncio.create_task(stop.wait())
-        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        if not starting.done():
-            # Its clean-up stops every process started so far.
-            await cancel_and_wait(starting, timeout=60.0)
-            printer("rideout", f"{received[0]} during start-up: stopped everything")
-            return 130
-        stopping.cancel()
-        starting.result()  # raises what start raised (after it cleaned up)
-        printer("rideout", f"ready in {time.monotonic() - started:.1f} s")
-        from rideout.cluster.status import collect_status
+    with stop_on_signals() as stop:
+        cluster = LocalCluster(config, sink=printer, ready_timeout=ready_timeout)
+        started = time.monotonic()
+        try:
+            starting = asyncio.create_task(cluster.start())
+            stopping = asyncio.create_task(stop.event.wait())
+            await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not starting.done():
+                # Its clean-up stops every process started so far.
+                await cancel_and_wait(starting, timeout=60.0)
+                printer("rideout", f"{stop.why} during start-up: stopped everything")
+                return 130
+            stopping.cancel()
+            starting.result()  # raises what start raised (after it cleaned up)
+            printer("rideout", f"ready in {time.monotonic() - started:.1f} s")
+            from rideout.cluster.status import collect_status
 
-        print_status(await collect_status(config), title="rideout is up")
-        await _print_login_link(config)
-        console.print("Press Ctrl-C to stop (or run `rideout down` elsewhere).\n")
-        await stop.wait()
-        printer("rideout", f"{received[0] if received else 'stop'} received: shutting down")
-        return 0
-    finally:
-        t0 = time.monotonic()
-        if await cluster.stop():
-            printer("rideout", f"stopped in {time.monotonic() - t0:.1f} s")
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.remove_signal_handler(signum)
+            print_status(await collect_status(config), title="rideout is up")
+            await _print_login_link(config)
+            console.print("Press Ctrl-C to stop (or run `rideout down` elsewhere).\n")
+            await stop.event.wait()
+            printer("rideout", f"{stop.why} received: shutting down")
+            return 0
+        finally:
+            t0 = time.monotonic()
+            if await cluster.stop():
+                printer("rideout", f"stopped in {time.monotonic() - t0:.1f} s")
 
 
 async def _print_login_link(config: Config) -> None:

@@ -28,6 +28,11 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from rideout._signals import stop_on_signals
+
+# The agent runs until the drill stops it (SIGTERM), or Ctrl-C when run by hand.
+_AGENT_STOP = (signal.SIGTERM, signal.SIGINT)
+
 __all__ = ["main"]
 
 BID_TIMEOUT = 8.0
@@ -37,14 +42,6 @@ BID_TIMEOUT = 8.0
 def _line(out: IO[str], data: dict[str, Any]) -> None:
     out.write(json.dumps(data, separators=(",", ":")) + "\n")
     out.flush()
-
-
-def _stop_on_sigterm() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-    return stop
 
 
 # ------------------------------------------------------------------------------ bid
@@ -100,8 +97,8 @@ async def _bidder(index: int, args: argparse.Namespace, out: IO[str], stop: asyn
 
 
 async def _bid(args: argparse.Namespace, out: IO[str]) -> None:
-    stop = _stop_on_sigterm()
-    await asyncio.gather(*(_bidder(i, args, out, stop) for i in range(args.clients)))
+    with stop_on_signals(_AGENT_STOP) as stop:
+        await asyncio.gather(*(_bidder(i, args, out, stop.event) for i in range(args.clients)))
 
 
 # ------------------------------------------------------------------------------ poll
@@ -134,11 +131,15 @@ def _row(body: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _poll(args: argparse.Namespace, out: IO[str]) -> None:
+    with stop_on_signals(_AGENT_STOP) as request:
+        await _poll_until(args, out, request.event)
+
+
+async def _poll_until(args: argparse.Namespace, out: IO[str], stop: asyncio.Event) -> None:
     import httpx
 
     from rideout import _http
 
-    stop = _stop_on_sigterm()
     async with _http.async_client(timeout=args.interval * 4) as http:
         while not stop.is_set():
             for url in args.urls.split(","):

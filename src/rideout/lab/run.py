@@ -20,7 +20,6 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import ssl
 import time
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from rideout._files import replace_atomically
 from rideout._process import ManagedProcess
+from rideout._signals import stop_on_signals
 from rideout.lab.deployment import LabDeployment, LabPart, where
 from rideout.lab.errors import LabError
 from rideout.lab.netns import Lab, start_in
@@ -349,23 +349,10 @@ async def run_until_signal(
 ) -> int:
     """:func:`run_deployment` until SIGINT, SIGTERM or SIGHUP (as ``rideout up`` runs);
     the exit code: 0 after a signal once up, 130 for a signal during start-up."""
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    received: list[str] = []
-
-    def on_signal(signum: int) -> None:
-        received.append(signal.Signals(signum).name)
-        stop.set()
-
-    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
+    with stop_on_signals() as stop:
         up = await run_deployment(
-            deployment, state_dir, python=python, stop=stop, say=say, ready_timeout=ready_timeout
-        )
-    finally:
-        for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            loop.remove_signal_handler(signum)
-    why = received[0] if received else "stop"
-    say(f"{why} {'received: lab removed' if up else 'during start-up: lab removed'}")
+            deployment, state_dir, python=python, stop=stop.event, say=say,
+            ready_timeout=ready_timeout,
+        )  # fmt: skip
+    say(f"{stop.why} {'received: lab removed' if up else 'during start-up: lab removed'}")
     return 0 if up else 130
