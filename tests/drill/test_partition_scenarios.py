@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from rideout.drill.partition import _caught_up, histories_of, render_markdown
-from rideout.drill.partition_scenarios import SCENARIOS, expectations, reported_lost
+from rideout.drill.partition_scenarios import SCENARIOS, events_seen, expectations, reported_lost
 
 P, S = "us-east-1", "us-west-2"
 
@@ -197,3 +197,16 @@ def test_at_rest_needs_a_steady_hold_and_no_recent_move() -> None:
     assert at_rest(moved, P)  # 2 .. 21 s
     # Answers before the controller knew an epoch are no move.
     assert at_rest([{**row(0), **ok, "epoch": None}, *steady], P)
+
+
+def test_events_are_kept_in_the_order_first_seen() -> None:
+    rows = [
+        {"t": 1.0, "events": ["start: writer us-east-1", "library: loaded"]},
+        {"t": 2.0, "events": ["library: loaded", "fail-over: to us-west-2"]},
+        {"t": 2.1},  # an answer without events
+        {"t": 3.0, "events": ["fail-over: to us-west-2", "demote: us-east-1", "fail-back: back"]},
+    ]
+    assert events_seen(rows) == [
+        "start: writer us-east-1", "library: loaded", "fail-over: to us-west-2",
+        "demote: us-east-1", "fail-back: back",
+    ]  # fmt: skip

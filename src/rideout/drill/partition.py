@@ -38,6 +38,7 @@ from rideout.drill.partition_scenarios import (
     SCENARIOS,
     Scenario,
     at_rest,
+    events_seen,
     expectations,
     reported_lost,
 )
@@ -323,7 +324,7 @@ class _Run:
                 | {"entries": len(v.get("entries") or [])}
                 for k, v in sorted(read.items())
             },
-            "events": sorted({e for r in rows for e in r.get("events") or []}),
+            "events": events_seen(rows),
         }
 
     async def stop_agents(self) -> None:

@@ -29,7 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["SCENARIOS", "Scenario", "at_rest", "expectations", "reported_lost", "steady_row"]
+__all__ = [
+    "SCENARIOS", "Scenario", "at_rest", "events_seen", "expectations", "reported_lost", "steady_row",
+]  # fmt: skip
 
 Row = Mapping[str, Any]
 
@@ -139,6 +141,13 @@ def at_rest(rows: Sequence[Row], primary: str, *, hold: float = 3.0,
         since = min(float(r["t"]) for r in rows if r["t"] > max(other))
         return last - since >= after_move
     return True
+
+
+def events_seen(rows: Sequence[Row]) -> list[str]:
+    """The control planes' events, each once, in the order the polls first saw them
+    (each answer carries its last few, oldest first): the order they happened in, give
+    or take a standby's lag. Sorting them by text put ``demote`` before ``fail-over``."""
+    return list(dict.fromkeys(e for r in rows for e in r.get("events") or []))
 
 
 def reported_lost(rows: Sequence[Row]) -> int | None:
