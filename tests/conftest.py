@@ -667,6 +667,26 @@ def matrix_server(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatc
     return path
 
 
+@pytest.fixture(scope="session")
+def redis_tls_binary() -> str:
+    """A redis-server that serves TLS (external mode's tests and the network lab): the
+    one :func:`rideout.store.embedded.tls_redis_server` finds, as ``rideout lab up``
+    does. Skipped where there is none, saying what to install; a failure on CI, where
+    ./dev unpacks Debian's (the same server as the matrix's redis-7.0 line)."""
+    from rideout.store.embedded import tls_redis_server
+
+    found = tls_redis_server()
+    if found is None:
+        message = (
+            "no redis-server that serves TLS (Debian's `apt-get install redis-server` has it, "
+            "./dev unpacks it as root; or set REDIS_TLS_SERVER_BINARY)"
+        )
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}: CI must run external mode's and the lab's tests")
+        pytest.skip(message)
+    return found
+
+
 # ------------------------------------------------------------------------ test tiers
 
 # A test is in the `deployment` tier by what it starts, told from the fixtures it uses

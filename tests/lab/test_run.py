@@ -15,13 +15,10 @@ from rideout.lab.deployment import LabDeployment, plan_deployment
 from rideout.lab.errors import LabError
 from rideout.lab.netns import lab_namespaces
 from rideout.lab.run import run_deployment
-from rideout.store.embedded import server_info, tls_redis_server
+from rideout.store.embedded import server_info
 
 
-def deployment(lab_dir: Path) -> LabDeployment:
-    binary = tls_redis_server()
-    if binary is None:
-        pytest.skip("no redis-server that serves TLS (Debian's has it)")
+def deployment(lab_dir: Path, binary: str) -> LabDeployment:
     return plan_deployment(
         secrets.token_hex(3), lab_dir, redis_server=server_info(binary), python=sys.executable
     )
@@ -49,8 +46,10 @@ def assert_nothing_left(d: LabDeployment) -> None:
     assert not d.paths.control_socket.exists()
 
 
-async def test_a_part_that_fails_half_way_tears_everything_down(lab_dir: Path) -> None:
-    d = deployment(lab_dir)
+async def test_a_part_that_fails_half_way_tears_everything_down(
+    lab_dir: Path, redis_tls_binary: str
+) -> None:
+    d = deployment(lab_dir, redis_tls_binary)
     broken = [
         dataclasses.replace(p, argv=("/bin/sh", "-c", "echo planted failure; exit 3"))
         if p.name == "redis-usw2" else p
@@ -67,8 +66,10 @@ async def test_a_part_that_fails_half_way_tears_everything_down(lab_dir: Path) -
     assert_nothing_left(d)
 
 
-async def test_a_stop_during_start_up_tears_everything_down(lab_dir: Path) -> None:
-    d = deployment(lab_dir)
+async def test_a_stop_during_start_up_tears_everything_down(
+    lab_dir: Path, redis_tls_binary: str
+) -> None:
+    d = deployment(lab_dir, redis_tls_binary)
     stop = asyncio.Event()
     said: list[str] = []
 
