@@ -77,6 +77,16 @@ def _load(directory: Path, lab_id: str) -> Any:
         fail(f"{exc} (is `rideout lab up --id {lab_id}` running? see `--dir`)")
 
 
+def _change_cuts(change: Callable[[], list[Any]]) -> list[Any]:
+    """Make or undo cuts in the router; a bad host or group exits 2, a failed command 1."""
+    try:
+        return change()
+    except InvalidArgument as exc:
+        fail(str(exc), 2)
+    except LabError as exc:
+        fail(str(exc))
+
+
 @lab_app.command("up")
 def lab_up(
     lab_id: IdOption = "lab",
@@ -290,12 +300,7 @@ def lab_partition(
     _root()
     _check_id(lab_id)
     lab = _load(directory, lab_id)
-    try:
-        added = lab.partition(a, b, direction)
-    except InvalidArgument as exc:
-        fail(str(exc), 2)
-    except LabError as exc:
-        fail(str(exc))
+    added = _change_cuts(lambda: lab.partition(a, b, direction))
     what = ", ".join(str(c) for c in added) if added else "already in force"
     console.print(f"partitioned: {what}", markup=False)
 
@@ -314,12 +319,7 @@ def lab_heal(
     if heal_all == (a is not None or b is not None) or (a is None) != (b is None):
         fail("give A and B, or --all", 2)
     lab = _load(directory, lab_id)
-    try:
-        removed = lab.heal_all() if heal_all else lab.heal(a, b)
-    except InvalidArgument as exc:
-        fail(str(exc), 2)
-    except LabError as exc:
-        fail(str(exc))
+    removed = _change_cuts(lambda: lab.heal_all() if heal_all else lab.heal(a, b))
     what = ", ".join(str(c) for c in removed) if removed else "nothing was cut"
     console.print(f"healed: {what}", markup=False)
 
