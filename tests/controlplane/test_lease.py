@@ -189,14 +189,31 @@ async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
 
 
 async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -> None:
-    """Rounds 4 s apart, a lease of 1.5 s: renewed in between, the standby never gets it."""
+    """Rounds 30 s apart, a lease of 3 s: renewed in between, the standby never gets it.
+
+    The lease is 3 s (renewed every second), not shorter: both planes share this
+    test's event loop, and a stall longer than two thirds of the TTL on a loaded
+    machine (CI ran one 1.5 s lease out) lets the standby take it, correctly."""
     config = _external(tmp_path)
     config = dataclasses.replace(
-        config, timing=dataclasses.replace(config.timing, canary_interval=4.0, canary_timeout=1.0)
+        config,
+        timing=dataclasses.replace(config.timing, canary_interval=30.0, canary_timeout=1.0),
+        control_plane=dataclasses.replace(config.control_plane, lease_ttl=3.0),
     )
     async with two_planes(config) as (one, two):
-        await asyncio.sleep(5.0)  # longer than a round and three leases: time is the test
-        assert one.lease is not None
-        assert one.lease.view.mine
-        assert one.lease.view.fence == 1  # never lost, never taken again
+        lease = one.lease
+        assert lease is not None
+        renewals = 0
+        tick = lease.tick
+
+        async def counted() -> LeaseView:
+            nonlocal renewals
+            renewals += 1
+            return await tick()
+
+        lease.tick = counted  # type: ignore[method-assign]
+        # Seven renewals: more than two TTLs without a round (the first came at start).
+        await until(lambda: renewals >= 7, 30, message="the holder renews between rounds")
+        assert lease.view.mine
+        assert lease.view.fence == 1  # never lost, never taken again
         assert not two.readiness()[0]
