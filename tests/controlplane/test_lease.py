@@ -3,7 +3,6 @@ the controller user; and two control planes sharing one lease."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 from collections.abc import AsyncIterator

@@ -6,7 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 from rideout.drill.partition import _caught_up, histories_of, render_markdown
-from rideout.drill.partition_scenarios import SCENARIOS, events_seen, expectations, reported_lost
+from rideout.drill.partition_check import BidAttempt
+from rideout.drill.partition_scenarios import (
+    SCENARIOS,
+    events_seen,
+    expectations,
+    recovery,
+    reported_lost,
+    write_latency,
+)
 
 P, S = "us-east-1", "us-west-2"
 
@@ -130,10 +138,10 @@ def test_the_page_leads_with_the_verdict() -> None:
 
 
 def test_the_cuts_are_said_with_their_direction() -> None:
-    assert SCENARIOS["split-brain"].describe_cuts() == f"{P} | global; {P} | us-west-2"
+    assert SCENARIOS["split-brain"].describe_fault() == f"{P} | global; {P} | us-west-2"
     one_way = SCENARIOS["one-way"]
     assert (one_way.direction, one_way.failover) == ("a->b", True)
-    assert one_way.describe_cuts() == f"{P} -> global"
+    assert one_way.describe_fault() == f"{P} -> global"
 
 
 def test_a_standby_control_planes_stale_view_is_left_out() -> None:
@@ -210,3 +218,90 @@ def test_events_are_kept_in_the_order_first_seen() -> None:
         "start: writer us-east-1", "library: loaded", "fail-over: to us-west-2",
         "demote: us-east-1", "fail-back: back",
     ]  # fmt: skip
+
+
+def attempt(client: str, sent: float, acked: float | None, *, region: str = P,
+            accepted: bool | None = True, epoch: int = 1) -> BidAttempt:  # fmt: skip
+    return BidAttempt(client, "r", client, 1, sent, acked, accepted, region=region, epoch=epoch)
+
+
+def test_a_kill_is_said_by_its_parts_and_the_wan_scenario_kills_the_writer_region() -> None:
+    wan = SCENARIOS["wan"]
+    assert wan.cuts == ()
+    assert wan.describe_fault() == "kill redis-use1, replica-use1, use1-az1, use1-az2"
+    assert (wan.latency, wan.failover) == (0.035, True)
+
+
+def test_write_latency_compares_the_delayed_window_with_the_baseline() -> None:
+    attempts = [
+        attempt("a", 1.0, 1.01),  # baseline: 10, 30 ms
+        attempt("a", 2.0, 2.03),
+        attempt("a", 3.0, 3.08),  # delayed: 80, 100 ms
+        attempt("b", 4.0, 4.10),
+        attempt("b", 4.5, None, accepted=None),  # no ack: not a latency
+        attempt("b", 4.6, 4.9, accepted=False),  # refused: not a write
+        attempt("b", 4.9, 7.2),  # in flight when the window ended: the kill's, not the WAN's
+        attempt("b", 9.0, 9.5),  # after both windows
+    ]
+    found = write_latency(attempts, baseline=(0.0, 3.0), delayed=(3.0, 5.0), rtt=0.07)
+    assert found["rtt"] == 0.07
+    assert found["baseline"]["n"] == 2
+    assert found["delayed"]["n"] == 2
+    assert abs(found["baseline"]["p50"] - 0.02) < 1e-9
+    assert abs(found["delayed"]["p50"] - 0.09) < 1e-9
+    assert abs(found["added"]["p50"] - 0.07) < 1e-9
+    empty = write_latency([], baseline=(0.0, 1.0), delayed=(1.0, 2.0), rtt=0.07)
+    assert empty["added"] == {"p50": None, "p99": None}
+
+
+def test_recovery_counts_each_clients_first_restore_and_write_in_the_new_region() -> None:
+    attempts = [
+        attempt("a", 9.0, 9.5),  # the old region, before the fault
+        attempt("a", 12.0, 13.0, region=S, epoch=2),
+        attempt("a", 14.0, 14.5, region=S, epoch=2),
+        attempt("b", 12.0, None, accepted=None),  # b never wrote again
+        attempt("b", 9.9, 11.0, region=S),  # sent before the kill, answered from the history
+        attempt("c", 15.0, 16.0, region=S, accepted=False, epoch=2),  # refused: no write
+    ]
+    restores = [
+        {"client": "a", "restored": 5.0, "region": P},  # before the fault
+        {"client": "a", "restored": 12.5, "region": S},
+        {"client": "a", "restored": 11.0, "region": S},
+        {"client": "b", "restored": 14.0, "region": S},
+        {"client": "c", "restored": 11.0, "region": P},  # back in the old region
+    ]
+    found = recovery(attempts, restores, fault_at=10.0, region=S)
+    assert found["clients"] == 3
+    assert (found["restored"]["n"], found["restored"]["max"]) == (2, 4.0)
+    assert found["restored"]["p50"] == 2.5
+    assert abs(found["restored"]["p99"] - 3.97) < 1e-9
+    assert found["write_rto"] == {"n": 1, "p50": 3.0, "p99": 3.0, "max": 3.0}
+    none = recovery(attempts, [], fault_at=10.0, region="elsewhere")
+    assert none["restored"] == {"n": 0, "p50": None, "p99": None, "max": None}
+
+
+def test_the_page_gives_the_wan_figures_and_says_killed() -> None:
+    report = {
+        "scenario": "wan", "what": "35 ms each way, then a kill", "ok": True, "problems": [],
+        "replication": "sync",
+        "fault": {"at": 12.0, "seconds": 22.8, "cuts": [], "kill": ["redis-use1"],
+                  "direction": "both", "described": "kill redis-use1"},
+        "acknowledged_by": {}, "bids_sent_during_fault": {}, "caught_up_in": 2.1,
+        "control_plane": {}, "verdict": {},
+        "write_latency": {"rtt": 0.07, "baseline": {"n": 229, "p50": 0.0047, "p99": 0.0483},
+                          "delayed": {"n": 168, "p50": 0.0774, "p99": 0.1198},
+                          "added": {"p50": 0.0727, "p99": None}},
+        "recovery": {"clients": 8, "restored": {"n": 8, "p50": 1.68, "p99": 3.05, "max": 3.05},
+                     "write_rto": {"n": 7, "p50": 2.25, "p99": 3.05, "max": 3.05}},
+    }  # fmt: skip
+    page = render_markdown(report)
+    assert "Killed at +12.0 s for 22.8 s (kill redis-use1), then started again" in page
+    assert (
+        "| write latency p50 / p99: no delay (229 bids); 35.0 ms each way (168 bids); added "
+        "(RTT 70.0 ms) | 4.7 ms / 48.3 ms; 77.4 ms / 119.8 ms; 72.7 ms / - |"
+    ) in page
+    assert (
+        "| write RTO after the kill, p50 / p99 / max (7 of 8 clients) | 2.25 s / 3.05 s / 3.05 s |"
+        in page
+    )
+    assert "state restored after the kill" in page

@@ -1,5 +1,6 @@
 """`rideout lab up`'s run, for real (root): a part that fails half-way, or a stop during
-start-up, leaves no namespace and no process behind."""
+start-up, leaves no namespace and no process behind; and the drills' kill and restart of
+a part (no root)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from rideout.lab.deployment import LabDeployment, plan_deployment
+from rideout._process import ManagedProcess
+from rideout.lab.deployment import LabDeployment, LabPart, plan_deployment
 from rideout.lab.errors import LabError
 from rideout.lab.netns import lab_namespaces
-from rideout.lab.run import run_deployment
+from rideout.lab.run import LabParts, run_deployment
 from rideout.store.embedded import server_info
 
 
@@ -84,3 +86,39 @@ async def test_a_stop_during_start_up_tears_everything_down(
     assert not [line for line in said if line.startswith("starting control plane")]
     assert any(line.startswith("stopped 5 processes") for line in said), said
     assert_nothing_left(d)
+
+
+async def test_lab_parts_kill_and_restart_in_place(tmp_path: Path) -> None:
+    """What a drill's kill and restart do to the list teardown stops (no lab needed: the
+    parts are local processes)."""
+    part = LabPart("p", "h", "stage", ("sleep", "60"), "redis", 1)
+    started: list[ManagedProcess] = []
+
+    async def start(p: LabPart) -> ManagedProcess:
+        process = ManagedProcess(p.name, p.argv, log_file=tmp_path / f"{p.name}.log")
+        await process.start()
+        started.append(process)
+        return process
+
+    async def ready(p: LabPart, process: ManagedProcess) -> None:
+        assert process.running
+
+    parts = LabParts()
+    parts._start, parts._ready = start, ready
+    stage: list[ManagedProcess] = [await start(part)]
+    parts._add(part, stage, 0)
+    try:
+        with pytest.raises(LabError, match="still runs: kill it before"):
+            await parts.restart(["p"])
+        with pytest.raises(LabError, match="no such running part: q"):
+            await parts.kill(["p", "q"])
+        assert stage[0].running  # nothing killed when one name is unknown
+        await parts.kill(["p"])
+        assert stage[0].returncode == -9
+        await parts.restart(["p"])
+        assert stage[0] is started[1]  # teardown stops the new process
+        assert stage[0].running
+    finally:
+        for process in started:
+            await process.stop(2)
+    assert not any(p.running for p in started)

@@ -285,7 +285,7 @@ def drill_surge(
 # The choices, as --help shows them (tests/drill/test_partition_cli.py checks them against
 # rideout.drill.partition_scenarios.SCENARIOS).
 PartitionScenario = Literal[
-    "replication-cut", "split-brain", "zone-store-cut", "control-plane-isolated", "one-way"
+    "replication-cut", "split-brain", "zone-store-cut", "control-plane-isolated", "one-way", "wan"
 ]
 
 

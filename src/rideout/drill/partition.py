@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rideout._process import ManagedProcess
 from rideout.drill.analysis import parse_stream_entry
@@ -40,9 +40,14 @@ from rideout.drill.partition_scenarios import (
     at_rest,
     events_seen,
     expectations,
+    recovery,
     reported_lost,
+    write_latency,
 )
 from rideout.lab.deployment import CONTROL_PLANE_PORT, DNS_PORT, REGIONS, LabDeployment
+
+if TYPE_CHECKING:
+    from rideout.lab.run import LabParts
 
 __all__ = ["CATCH_UP", "PartitionOptions", "histories_of", "render_markdown", "run_partition"]
 
@@ -131,8 +136,9 @@ class _Run:
     """One drill on a lab that is up: the agents, the fault, the reads."""
 
     def __init__(self, lab: Any, deployment: LabDeployment, options: PartitionOptions,
-                 say: Say) -> None:  # fmt: skip
+                 say: Say, parts: LabParts) -> None:  # fmt: skip
         self.lab = lab
+        self.parts = parts
         self.deployment = deployment
         self.options = options
         self.say = say
@@ -160,6 +166,15 @@ class _Run:
             return str(named[-1])
         masters = [k for k, v in read.items() if v.get("role") == "master"]
         return masters[0] if len(masters) == 1 else None
+
+    async def _delay(self, seconds: float) -> None:
+        """`seconds` each way on every WAN link, through the running lab's control socket."""
+        from rideout.lab.relay import send_control
+
+        path = self.deployment.paths.control_socket
+        for name in await send_control(path, {"op": "show"}):  # LabError if it cannot
+            await send_control(path, {"op": "set", "link": name, "direction": "both",
+                                      "toxics": {"latency": seconds}})  # fmt: skip
 
     async def read(self, rooms: list[str], n: int) -> dict[str, Any]:
         out = self.work / f"read-{n}.json"
@@ -216,6 +231,7 @@ class _Run:
                 host, f"bidders-{host}", "bid", "--config", config, "--dns", d.address("cp-1"),
                 "--dns-port", str(DNS_PORT), "--clients", str(per_region),
                 "--prefix", f"c{host.rsplit('-', 1)[1]}", "--out", str(self.work / "bids.jsonl"),
+                "--restores", str(self.work / "restores.jsonl"),
             ))  # fmt: skip
         say(f"{per_region} bidding clients on each of {', '.join(_CLIENT_HOSTS.values())}")
         steady = await self._steady(timeline)
@@ -226,14 +242,27 @@ class _Run:
             f"warming up {plan.warmup:g} s")  # fmt: skip
         started = time.time()
         await asyncio.sleep(plan.warmup)
+        windows: dict[str, tuple[float, float]] = {}
+        if plan.latency:
+            windows["baseline"] = (started, time.time())
+            await self._delay(plan.latency)
+            say(f"the WAN link delayed {plan.latency * 1000:g} ms each way; "
+                f"bidding {plan.warmup:g} s more")  # fmt: skip
+            delayed = time.time()
+            await asyncio.sleep(plan.warmup)
+            windows["delayed"] = (delayed, time.time())
         fault_at = time.time()
         try:
+            if plan.kill:
+                await self.parts.kill(plan.kill)
             for a, b in plan.cuts:
                 self.lab.partition(a, b, plan.direction)
-            say(f"cut {plan.describe_cuts()} for {plan.fault:g} s")
+            say(f"{'' if plan.kill else 'cut '}{plan.describe_fault()} for {plan.fault:g} s")
             await asyncio.sleep(plan.fault)
         finally:
             self.lab.heal_all()
+            if plan.kill:
+                await self.parts.restart(plan.kill)
             healed_at = time.time()
         say(f"healed at +{healed_at - started:.1f} s; bidding {plan.after:g} s more")
         await asyncio.sleep(plan.after)
@@ -252,6 +281,13 @@ class _Run:
         await poller.stop(5)
         rows = _jsonl(timeline)
         report = self._judge(attempts, read, rows, (fault_at, healed_at), started, caught_up_in)
+        if plan.latency:
+            report["write_latency"] = write_latency(
+                attempts, baseline=windows["baseline"], delayed=windows["delayed"],
+                rtt=2 * plan.latency)  # fmt: skip
+        if plan.kill:
+            report["recovery"] = recovery(attempts, _jsonl(self.work / "restores.jsonl"),
+                                          fault_at=fault_at, region=REGIONS[1])  # fmt: skip
         if not steady:
             report["problems"].append("the deployment was not steady before the fault")
             report["ok"] = False
@@ -305,8 +341,10 @@ class _Run:
             "replication": replication,
             "fault": {
                 "cuts": [list(c) for c in plan.cuts],
+                "kill": list(plan.kill),
+                "latency": plan.latency,
                 "direction": plan.direction,
-                "described": plan.describe_cuts(),
+                "described": plan.describe_fault(),
                 "at": fault[0] - started,
                 "healed": fault[1] - started,
                 "seconds": fault[1] - fault[0],
@@ -337,12 +375,12 @@ async def run_partition(
     """Build the lab, run `options`' scenario on it, tear it all down; the report.
     DrillError (or LabError) if the lab or the drill could not run."""
     from rideout.lab.netns import Lab
-    from rideout.lab.run import run_deployment
+    from rideout.lab.run import LabParts, run_deployment
 
-    stop, up = asyncio.Event(), asyncio.Event()
+    stop, up, parts = asyncio.Event(), asyncio.Event(), LabParts()
     deploy = asyncio.ensure_future(run_deployment(
         deployment, options.state_dir, python=sys.executable, stop=stop, say=say,
-        ready_timeout=options.ready_timeout, up=up,
+        ready_timeout=options.ready_timeout, up=up, parts=parts,
     ))  # fmt: skip
     waiting = asyncio.ensure_future(up.wait())
     drill: _Run | None = None
@@ -353,7 +391,7 @@ async def run_partition(
                 raise DrillError("the lab stopped before it was up")
             raise DrillError("interrupted while the lab was starting")
         lab = Lab.load(options.state_dir, options.lab_id)
-        drill = _Run(lab, deployment, options, say)
+        drill = _Run(lab, deployment, options, say, parts)
         return await drill.run()
     finally:
         waiting.cancel()
@@ -372,8 +410,9 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     lines = [
         f"# Partition drill: {report['scenario']}",
         "",
-        f"{report['what']}. Cut at +{f['at']:.1f} s for {f['seconds']:.1f} s "
-        f"({f['described']}), then healed; replication "
+        f"{report['what']}. {'Killed' if f.get('kill') else 'Cut'} at +{f['at']:.1f} s "
+        f"for {f['seconds']:.1f} s ({f['described']}), then "
+        f"{'started again' if f.get('kill') else 'healed'}; replication "
         f"{report['replication']}.",
         "",
         f"**{'PASSED' if report['ok'] else 'FAILED'}**",
@@ -395,13 +434,14 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| writers seen / DNS answers seen | {', '.join(cp.get('writers_seen') or [])} / "
         f"{', '.join(cp.get('dns_seen') or [])} |",
         f"| zones evacuated | {', '.join(cp.get('evacuated_seen') or []) or 'none'} |",
-        "| bids sent during the cut, by the clients' host | "
+        "| bids sent during the fault, by the clients' host | "
         + "; ".join(
             f"{k}: " + ", ".join(f"{n} {o}" for o, n in sorted(c.items()))
             for k, c in report["bids_sent_during_fault"].items()
         )
         + " |",
         f"| every Redis caught up in | {report['caught_up_in']:.1f} s after the clients stopped |",
+        *_wan_rows(report),
         "",
     ]
     for w in v.get("split_brain_windows") or []:
@@ -416,6 +456,35 @@ def render_markdown(report: Mapping[str, Any]) -> str:
     if report.get("events"):
         lines += ["", "Control plane events:", ""] + [f"- {e}" for e in report["events"]]
     return "\n".join(lines) + "\n"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f} ms"
+
+
+def _s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f} s"
+
+
+def _wan_rows(report: Mapping[str, Any]) -> list[str]:
+    """The ``wan`` scenario's figures: write latency against the RTT, and recovery."""
+    rows = []
+    w = report.get("write_latency")
+    if w:
+        b, d, a = w["baseline"], w["delayed"], w["added"]
+        rows.append(
+            f"| write latency p50 / p99: no delay ({b['n']} bids); {_ms(w['rtt'] / 2)} each way "
+            f"({d['n']} bids); added (RTT {_ms(w['rtt'])}) | {_ms(b['p50'])} / {_ms(b['p99'])}; "
+            f"{_ms(d['p50'])} / {_ms(d['p99'])}; {_ms(a['p50'])} / {_ms(a['p99'])} |"
+        )
+    r = report.get("recovery")
+    if r:
+        for key, label in (("restored", "state restored"), ("write_rto", "write RTO")):
+            x = r[key]
+            rows.append(f"| {label} after the kill, p50 / p99 / max ({x['n']} of "
+                        f"{r['clients']} clients) | {_s(x['p50'])} / {_s(x['p99'])} / "
+                        f"{_s(x['max'])} |")  # fmt: skip
+    return rows
 
 
 def write_partition_report(report: Mapping[str, Any], directory: Path, work: Path) -> None:

@@ -6,7 +6,10 @@ address, and a client must sit on one side of a partition to see what that side 
   resolving the app's name at the control plane's DNS as any client does), one room
   each, each bidding the next amount in turn; every attempt is one JSON line (a
   :class:`~rideout.drill.partition_check.BidAttempt`), written as it ends. SIGTERM lets
-  each client finish the bid it is waiting for, so no attempt goes unrecorded.
+  each client finish the bid it is waiting for, so no attempt goes unrecorded. With
+  ``--restores PATH``, each time a client's room state is restored (a
+  :class:`~rideout.client.ws.StateRestored` event: after every connect) is one line
+  there too: ``client``, ``restored`` (wall clock), ``region``.
 - ``poll``: the control planes' ``/v1/summary`` every interval, one JSON line each:
   writer, epoch, DNS answer, ``lost_writes``, moves, alarms, evacuated zones, until
   SIGTERM.
@@ -47,7 +50,16 @@ def _line(out: IO[str], data: dict[str, Any]) -> None:
 # ------------------------------------------------------------------------------ bid
 
 
-async def _bidder(index: int, args: argparse.Namespace, out: IO[str], stop: asyncio.Event) -> None:
+async def _record_restores(events: Any, bidder: str, out: IO[str]) -> None:
+    from rideout.client.ws import StateRestored
+
+    async for event in events:
+        if isinstance(event, StateRestored):
+            _line(out, {"client": bidder, "restored": time.time(), "region": event.region})
+
+
+async def _bidder(index: int, args: argparse.Namespace, out: IO[str], stop: asyncio.Event,
+                  restores: IO[str] | None = None) -> None:  # fmt: skip
     from rideout.auth import SigningKey, TokenIssuer
     from rideout.client.resolve import CachingResolver, NameserverResolver
     from rideout.client.ws import AuctionClient, ClientSettings
@@ -59,46 +71,59 @@ async def _bidder(index: int, args: argparse.Namespace, out: IO[str], stop: asyn
     bidder = f"{args.prefix}-{index}"
     room = f"{args.prefix}-room-{index}"
     resolver = CachingResolver(NameserverResolver(args.dns, args.dns_port, timeout=2.0))
-    step = config.realtime.min_increment
-    amount = config.realtime.min_bid
-    async with AuctionClient(
+    client = AuctionClient(
         config.app_domain,
         port=config.app_port,
         token=lambda: issuer.issue(bidder),
         resolver=resolver,
         rooms=[room],
         settings=ClientSettings.from_config(config),
-    ) as client:
-        with contextlib.suppress(TimeoutError):
-            await client.wait_ready(30)
-        while not stop.is_set():
-            record: dict[str, Any] = {"client": bidder, "room": room, "bidder": bidder,
-                                      "amount": amount, "sent": time.time()}  # fmt: skip
-            try:
-                acked = await client.bid_and_wait(room, amount, timeout=BID_TIMEOUT)
-            except TimeoutError:
-                record.update(acked=None, accepted=None, reason="timeout")
-            except Exception as exc:  # the client stopped: the outcome is unknown
-                record.update(acked=None, accepted=None, reason=type(exc).__name__)
-            else:
-                decided = acked.position is not None  # an error code ends it unpositioned
-                record.update(
-                    acked=time.time() if decided else None,
-                    accepted=acked.accepted if decided else None,
-                    reason=acked.reason,
-                    region=acked.region,
-                    epoch=acked.position.epoch if acked.position else None,
-                    offset=acked.position.offset if acked.position else None,
-                )
-            _line(out, record)
-            amount += step
+    )
+    # The events before the client starts: the first restore is one of them.
+    watch = None if restores is None else asyncio.ensure_future(
+        _record_restores(client.events(), bidder, restores))  # fmt: skip
+    try:
+        async with client:
+            amount = config.realtime.min_bid
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), args.interval)
+                await client.wait_ready(30)
+            while not stop.is_set():
+                _line(out, await _attempt(client, bidder, room, amount))
+                amount += config.realtime.min_increment
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), args.interval)
+    finally:
+        if watch is not None:
+            watch.cancel()
 
 
-async def _bid(args: argparse.Namespace, out: IO[str]) -> None:
+async def _attempt(client: Any, bidder: str, room: str, amount: int) -> dict[str, Any]:
+    """One bid and what came of it, as one record."""
+    record: dict[str, Any] = {"client": bidder, "room": room, "bidder": bidder,
+                              "amount": amount, "sent": time.time()}  # fmt: skip
+    try:
+        acked = await client.bid_and_wait(room, amount, timeout=BID_TIMEOUT)
+    except TimeoutError:
+        record.update(acked=None, accepted=None, reason="timeout")
+    except Exception as exc:  # the client stopped: the outcome is unknown
+        record.update(acked=None, accepted=None, reason=type(exc).__name__)
+    else:
+        decided = acked.position is not None  # an error code ends it unpositioned
+        record.update(
+            acked=time.time() if decided else None,
+            accepted=acked.accepted if decided else None,
+            reason=acked.reason,
+            region=acked.region,
+            epoch=acked.position.epoch if acked.position else None,
+            offset=acked.position.offset if acked.position else None,
+        )
+    return record
+
+
+async def _bid(args: argparse.Namespace, out: IO[str], restores: IO[str] | None) -> None:
     with stop_on_signals(_AGENT_STOP) as stop:
-        await asyncio.gather(*(_bidder(i, args, out, stop.event) for i in range(args.clients)))
+        await asyncio.gather(*(_bidder(i, args, out, stop.event, restores)
+                               for i in range(args.clients)))  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ poll
@@ -201,6 +226,7 @@ def _parser() -> argparse.ArgumentParser:
     bid.add_argument("--clients", type=int, required=True)
     bid.add_argument("--prefix", required=True)
     bid.add_argument("--interval", type=float, default=0.2)
+    bid.add_argument("--restores", default=None)
     bid.add_argument("--out", required=True)
     poll = sub.add_parser("poll")
     poll.add_argument("--urls", required=True)
@@ -219,9 +245,15 @@ def main(argv: list[str] | None = None) -> int:
         found = asyncio.run(_read(args))
         Path(args.out).write_text(json.dumps(found) + "\n", encoding="utf-8")
         return 0
-    run = _bid if args.command == "bid" else _poll
-    with open(args.out, "a", encoding="utf-8") as out:
-        asyncio.run(run(args, out))
+    with contextlib.ExitStack() as files:
+        out = files.enter_context(open(args.out, "a", encoding="utf-8"))
+        if args.command == "poll":
+            asyncio.run(_poll(args, out))
+            return 0
+        restores = None
+        if args.restores is not None:
+            restores = files.enter_context(open(args.restores, "a", encoding="utf-8"))
+        asyncio.run(_bid(args, out, restores))
     return 0
 
 

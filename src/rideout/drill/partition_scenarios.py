@@ -4,7 +4,8 @@ the control plane's timeline and the servers' final views; the run is
 
 Each scenario is a set of both-ways partitions in the lab's router (hosts or groups of
 :func:`rideout.lab.deployment.lab_groups`), held for some seconds under bidding clients
-in both regions, then healed. Beyond the checker's verdict
+in both regions, then healed; or, for ``wan``, a kill of the writer region's parts on a
+WAN with latency, and their restart (the heal of a kill). Beyond the checker's verdict
 (:mod:`rideout.drill.partition_check`: no acknowledged bid lost, no split-brain window,
 every server caught up), each says what the control plane must have done:
 
@@ -15,6 +16,11 @@ every server caught up), each says what the control plane must have done:
 | ``zone-store-cut`` | ``use1-az1`` from ``redis-use1`` and ``replica-use1`` | ``use1-az1`` evacuated (autoshift), no writer move |
 | ``control-plane-isolated`` | ``global`` from both regions | no writer move, DNS still answers us-east-1, no zone evacuated |
 | ``one-way`` | what ``us-east-1`` sends to ``global`` (``global`` still reaches it) | the writer moves to us-west-2; after the heal only one Redis is a master |
+| ``wan`` | none: 35 ms each way on the WAN link, then us-east-1's Redis servers and app servers killed (SIGKILL), started again after the fault | the writer moves to us-west-2; the restarted servers follow it; only one master |
+
+``wan`` also measures (:func:`write_latency`) what a synchronous write costs across the
+WAN: the bids' latency before the delay is set (the baseline) and with it, against the
+round trip it adds.
 
 A one-way cut drops one direction's packets (docs/lab.md, Partitions): UDP and the
 replies of established connections go one way, and a new TCP connection either way
@@ -29,8 +35,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rideout.drill.analysis import percentile
+from rideout.drill.partition_check import BidAttempt
+
 __all__ = [
-    "SCENARIOS", "Scenario", "at_rest", "events_seen", "expectations", "reported_lost", "steady_row",
+    "SCENARIOS",
+    "Scenario",
+    "at_rest",
+    "events_seen",
+    "expectations",
+    "recovery",
+    "reported_lost",
+    "steady_row",
+    "write_latency",
 ]  # fmt: skip
 
 Row = Mapping[str, Any]
@@ -50,9 +67,13 @@ class Scenario:
     evacuated: tuple[str, ...] = ()  # zones that must be evacuated (and no other)
     dns_kept: bool = False  # DNS must answer the primary throughout
     direction: str = "both"  # "both", or "a->b": only what each cut's first side sends
+    latency: float = 0.0  # seconds each way on the WAN link, set after a first warm-up
+    kill: tuple[str, ...] = ()  # parts SIGKILLed at the fault, started again at the heal
 
-    def describe_cuts(self) -> str:
-        """The cuts as the report and the drill's output say them."""
+    def describe_fault(self) -> str:
+        """The fault as the report and the drill's output say it."""
+        if self.kill:
+            return "kill " + ", ".join(self.kill)
         sep = " | " if self.direction == "both" else " -> "
         return "; ".join(sep.join(cut) for cut in self.cuts)
 
@@ -92,6 +113,14 @@ SCENARIOS: dict[str, Scenario] = {
             "global is dropped), the writer region still hears them",
             (("us-east-1", "global"),),
             warmup=5.0, fault=20.0, after=15.0, failover=True, direction="a->b",
+        ),
+        Scenario(
+            "wan",
+            "35 ms each way between the regions, then the writer region's Redis servers "
+            "and app servers killed (SIGKILL), started again after the fault",
+            (),
+            warmup=6.0, fault=20.0, after=15.0, failover=True, latency=0.035,
+            kill=("redis-use1", "replica-use1", "use1-az1", "use1-az2"),
         ),
     )
 }  # fmt: skip
@@ -150,6 +179,65 @@ def events_seen(rows: Sequence[Row]) -> list[str]:
     return list(dict.fromkeys(e for r in rows for e in r.get("events") or []))
 
 
+def _quantiles(values: Sequence[float]) -> dict[str, Any]:
+    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
+
+
+def write_latency(
+    attempts: Sequence[BidAttempt], *, baseline: tuple[float, float], delayed: tuple[float, float],
+    rtt: float,
+) -> dict[str, Any]:  # fmt: skip
+    """The acknowledged bids' latency (ack less send, seconds) sent and acknowledged
+    within the `baseline` window (no delay) and within the `delayed` one (wall clock),
+    p50 and p99 of each, the round trip the delay adds (`rtt`), and what the delay cost
+    at p50 and p99 (delayed less baseline), in seconds. A bid in flight when a window
+    ends is left out: the delayed window ends with the kill, and a bid sent before it
+    but acknowledged after the failover measures the failover, not the WAN."""
+
+    def window(bounds: tuple[float, float]) -> list[float]:
+        return [a.acked - a.sent for a in attempts
+                if a.accepted and a.acked is not None
+                and bounds[0] <= a.sent and a.acked < bounds[1]]  # fmt: skip
+
+    before, during = _quantiles(window(baseline)), _quantiles(window(delayed))
+    cost = {
+        q: None if before[q] is None or during[q] is None else during[q] - before[q]
+        for q in ("p50", "p99")
+    }
+    return {"rtt": rtt, "baseline": before, "delayed": during, "added": cost}
+
+
+def recovery(
+    attempts: Sequence[BidAttempt], restores: Sequence[Row], *, fault_at: float, region: str
+) -> dict[str, Any]:
+    """Per client, after a kill at `fault_at` (wall clock): seconds to its state restored
+    in `region` (the first ``restored`` record there after the fault) and to its first
+    bid acknowledged by `region` in an epoch newer than any acknowledged before the
+    fault (write RTO: a write the new writer took; a bid sent before the kill and
+    answered again after it, from the history, is not one), each as n, p50, p99 and max
+    over the clients that got there, and how many clients there were."""
+    clients = sorted({a.client for a in attempts})
+    before = max((a.epoch for a in attempts
+                  if a.accepted and a.epoch is not None and a.acked is not None
+                  and a.acked <= fault_at), default=0)  # fmt: skip
+    restored: dict[str, float] = {}
+    for r in restores:
+        t = float(r["restored"])
+        if r.get("region") == region and t > fault_at:
+            restored[r["client"]] = min(restored.get(r["client"], t), t)
+    wrote: dict[str, float] = {}
+    for a in attempts:
+        if (a.accepted and a.acked is not None and a.region == region and a.acked > fault_at
+                and a.epoch is not None and a.epoch > before):  # fmt: skip
+            wrote[a.client] = min(wrote.get(a.client, a.acked), a.acked)
+
+    def figures(times: Mapping[str, float]) -> dict[str, Any]:
+        seconds = [t - fault_at for t in times.values()]
+        return {**_quantiles(seconds), "max": max(seconds, default=None)}
+
+    return {"clients": len(clients), "restored": figures(restored), "write_rto": figures(wrote)}
+
+
 def reported_lost(rows: Sequence[Row]) -> int | None:
     """The ``lost_writes`` the control planes reported over the drill: the largest seen
     less the smallest seen at the start (None if no answer said). Each new acting
@@ -171,7 +259,8 @@ def expectations(
 ) -> tuple[dict[str, Any], list[str]]:
     """What the control plane did (from its polled `rows`) and the `servers`' final views
     (name: role, error), against what `scenario` expects; (observed, problems).
-    `fault`: when the cuts were made and healed (wall clock)."""
+    `fault`: when the cuts were made and healed (wall clock). A killed part's Redis that
+    could not be read is a problem as any other: it was started again at the heal."""
     answered = _answered(rows)
     problems: list[str] = []
     if not answered:

@@ -20,10 +20,11 @@ import asyncio
 import contextlib
 import os
 import shutil
+import signal
 import socket
 import ssl
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from rideout._files import replace_atomically
@@ -36,7 +37,7 @@ from rideout.lab.relay import Link, serve_control, socket_in
 from rideout.store.acl import RedisRole, load_credentials
 from rideout.store.tls_files import TlsFiles
 
-__all__ = ["http_status", "redis_pings", "run_deployment", "run_until_signal"]
+__all__ = ["LabParts", "http_status", "redis_pings", "run_deployment", "run_until_signal"]
 
 Say = Callable[[str], None]
 _PROBE_TIMEOUT = 2.0
@@ -151,6 +152,46 @@ async def _wait_ready(
         await asyncio.sleep(0.2)
 
 
+class LabParts:
+    """The running deployment's processes by part name, for a drill that kills parts and
+    starts them again (:func:`run_deployment` fills it as it starts them). A part started
+    again replaces the killed one in teardown's list, so teardown still stops it."""
+
+    def __init__(self) -> None:
+        self._running: dict[str, tuple[LabPart, list[ManagedProcess], int]] = {}
+        self._start: Callable[[LabPart], Awaitable[ManagedProcess]] | None = None
+        self._ready: Callable[[LabPart, ManagedProcess], Awaitable[None]] | None = None
+
+    def _add(self, part: LabPart, stage: list[ManagedProcess], index: int) -> None:
+        self._running[part.name] = (part, stage, index)
+
+    def _known(self, names: Sequence[str]) -> list[tuple[LabPart, list[ManagedProcess], int]]:
+        unknown = sorted(set(names) - set(self._running))
+        if unknown:
+            raise LabError(f"no such running part: {', '.join(unknown)}")
+        return [self._running[name] for name in names]
+
+    async def kill(self, names: Sequence[str]) -> None:
+        """SIGKILL each of `names` (a process that does not run is left as it is) and
+        wait for it to be gone."""
+        found = self._known(names)
+        for _, stage, index in found:
+            stage[index].signal(signal.SIGKILL)
+        await asyncio.gather(*(stage[index].wait() for _, stage, index in found))
+
+    async def restart(self, names: Sequence[str]) -> None:
+        """Start each of `names` again (its log goes on in the same file) and wait until
+        each is ready; LabError if one is not in the lab's ready timeout, or still runs."""
+        found = self._known(names)
+        assert self._start is not None
+        assert self._ready is not None
+        for part, stage, index in found:
+            if stage[index].running:
+                raise LabError(f"{part.name} still runs: kill it before starting it again")
+            stage[index] = await self._start(part)
+        await asyncio.gather(*(self._ready(part, stage[index]) for part, stage, index in found))
+
+
 def _write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     replace_atomically(path, text.encode())
@@ -216,14 +257,16 @@ async def run_deployment(
     say: Say,
     ready_timeout: float = 60.0,
     up: asyncio.Event | None = None,
+    parts: LabParts | None = None,
 ) -> bool:
     """Build the lab, run `deployment` in it until `stop` is set, and tear it all down
     (on every exit path: see the module docstring); False if `stop` was set before it
     was up. LabError when it cannot start. `up` is set once every part is ready (a drill
-    waits for it, then breaks the lab through its record, ``Lab.load``)."""
+    waits for it, then breaks the lab through its record, ``Lab.load``, or kills and
+    restarts parts through `parts`)."""
     try:
         await _run(deployment, state_dir, python=python, stop=stop, say=say,
-                   ready_timeout=ready_timeout, up=up)  # fmt: skip
+                   ready_timeout=ready_timeout, up=up, parts=parts or LabParts())  # fmt: skip
     except _Interrupted:
         return False
     return True
@@ -238,6 +281,7 @@ async def _run(
     say: Say,
     ready_timeout: float,
     up: asyncio.Event | None,
+    parts: LabParts,
 ) -> None:
     started = time.monotonic()
     processes: list[list[ManagedProcess]] = []
@@ -263,23 +307,30 @@ async def _run(
                 deployment.paths.control_socket, {link.name: link for link in links}
             )
             env = _child_env()
-            for stage, parts in deployment.stages:
+
+            async def start(part: LabPart) -> ManagedProcess:
+                return await start_in(lab, part.host, part.name, part.argv,
+                                      log_file=deployment.paths.logs / f"{part.name}.log",
+                                      env=env)  # fmt: skip
+
+            async def ready(part: LabPart, process: ManagedProcess) -> None:
+                await _wait_ready(deployment, part, process, time.monotonic() + ready_timeout)
+
+            parts._start, parts._ready = start, ready
+            for stage, stage_parts in deployment.stages:
                 if stop.is_set():
                     raise _Interrupted
-                say(f"starting {stage}: {', '.join(p.name for p in parts)}")
-                started_now = []
-                for part in parts:
-                    process = await start_in(
-                        lab, part.host, part.name, part.argv,
-                        log_file=deployment.paths.logs / f"{part.name}.log", env=env,
-                    )  # fmt: skip
-                    started_now.append(process)
+                say(f"starting {stage}: {', '.join(p.name for p in stage_parts)}")
+                started_now: list[ManagedProcess] = []
                 processes.append(started_now)
+                for part in stage_parts:
+                    parts._add(part, started_now, len(started_now))
+                    started_now.append(await start(part))
                 deadline = time.monotonic() + ready_timeout
                 waiting: asyncio.Future[list[None]] = asyncio.gather(
                     *(
                         _wait_ready(deployment, part, process, deadline)
-                        for part, process in zip(parts, started_now, strict=True)
+                        for part, process in zip(stage_parts, started_now, strict=True)
                     )
                 )
                 stopping: asyncio.Future[bool] = asyncio.ensure_future(stop.wait())
