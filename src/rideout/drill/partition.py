@@ -428,7 +428,8 @@ def render_markdown(report: Mapping[str, Any]) -> str:
         f"| refused / outcome unknown (applied after all) | {v.get('refused', '?')} / "
         f"{v.get('indeterminate', '?')} ({v.get('indeterminate_applied', '?')}) |",
         f"| acknowledged bids lost (allowed) | {v.get('lost', '?')} ({v.get('max_lost', '?')}) |",
-        f"| writes lost reported by the control plane | {v.get('reported_lost')} |",
+        f"| writes lost reported by the control plane (of which may be writes never "
+        f"acknowledged, at most) | {v.get('reported_lost')} ({v.get('unacked_discards', '?')}) |",
         f"| split-brain windows | {len(v.get('split_brain_windows') or [])} |",
         f"| writer moves (failovers / failbacks) | {cp.get('failovers')} / {cp.get('failbacks')} |",
         f"| writers seen / DNS answers seen | {', '.join(cp.get('writers_seen') or [])} / "
