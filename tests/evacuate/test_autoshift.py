@@ -37,6 +37,41 @@ def test_a_failing_zone_is_shifted_only_while_another_passes() -> None:
     assert [d.zone for d in both] == ["a1"]
 
 
+def test_only_the_periods_failed_while_another_zone_passed_count() -> None:
+    """A region back from an outage: a2 passes from t=20, a1 (still starting) has failed
+    every period since t=0. Its failures during the outage were the region's, not its
+    own: it is shifted only once it has failed `min_failing` periods beside a2."""
+    t = HealthTracker()
+    for start in range(20):
+        t.observe("a1", float(start), False)
+        t.observe("a2", float(start), False)
+    t.observe("a1", 20.0, False)
+    t.observe("a2", 20.0, True)
+    zones = t.views([("a1", "a"), ("a2", "a")], {})
+    assert zones[0].failing == 21
+    assert zones[0].failed_since(20.0) == 1
+    assert decide(zones, 21, recover_after=5, min_failing=2) == []
+    t.observe("a1", 21.0, False)
+    t.observe("a2", 21.0, True)
+    [d] = decide(t.views([("a1", "a"), ("a2", "a")], {}), 22, recover_after=5, min_failing=2)
+    assert (d.action, d.zone) == ("evacuate", "a1")
+    assert d.why == "canary failed 2 periods in a row while a2 passes"
+    # A view made without its periods counts every failed one (as before them).
+    assert ZoneView("a1", "a", False, None, 5).failed_since(100.0) == 5
+
+
+def test_the_tracker_keeps_the_last_failed_periods_and_forgets_them_on_a_pass() -> None:
+    t = HealthTracker()
+    for start in range(100):
+        t.observe("a1", float(start), False)
+    [v] = t.views([("a1", "a")], {})
+    assert v.failing == 100
+    assert v.failing_periods == tuple(float(p) for p in range(36, 100))  # the last 64
+    t.observe("a1", 100.0, True)
+    [v] = t.views([("a1", "a")], {})
+    assert (v.failing, v.failing_periods) == (0, ())
+
+
 def test_recovery_extension_and_practice_expiry() -> None:
     healed = ZoneView("a1", "a", True, 2.0, 0, "autoshift", 100.0)
     assert [d.action for d in decide([healed], 7.5, recover_after=5)] == ["recover"]

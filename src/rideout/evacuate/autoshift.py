@@ -11,8 +11,12 @@ Rules, per round:
   raise the region's alarm, and one failed probe moves nothing) while another zone of
   its region, not evacuated, passes: a zone failure is handled in the region and must
   not fail the region over (an evacuated zone's canary no longer counts in the region's
-  alarm). One zone per region per round; a region whose every zone fails is left to
-  regional failover; no data (a silent canary) is no evidence about a zone.
+  alarm). Only the periods it failed *while* that zone passed count: when a region comes
+  back from an outage, its zones come back one after the other, and the one still
+  starting had failed through the whole outage with its sibling (seen in the partition
+  drill's ``wan`` scenario: the zone evacuated for 5 s as the region restarted). One
+  zone per region per round; a region whose every zone fails is left to regional
+  failover; no data (a silent canary) is no evidence about a zone.
 - **hold**, instead of evacuate, in a region named in ``held`` (the control plane holds
   every region for ``autoshift_holddown`` seconds after the writer moves): a failover's
   herd slows the zones it lands on, one of them first, and evacuating that one moves the
@@ -30,6 +34,7 @@ Rules, per round:
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -39,6 +44,7 @@ from rideout import _validate
 __all__ = ["OPERATOR", "Decision", "HealthTracker", "ZoneView", "decide"]
 
 OPERATOR = "autoshift"
+_KEPT = 64  # failed periods remembered per zone: far more than any min_failing
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,15 @@ class ZoneView:
     failing: int = 0  # complete periods failed in a row
     shift: str | None = None  # None, or the evacuation's reason: manual|autoshift|practice
     expires_at: float | None = None
+    # When each of the last failed periods began (oldest first; at most _KEPT of them).
+    # Empty: not known, and every one of the `failing` periods counts.
+    failing_periods: tuple[float, ...] = ()
+
+    def failed_since(self, start: float | None) -> int:
+        """How many of its periods in a row failed that began at or after `start`."""
+        if not self.failing_periods or start is None:
+            return self.failing
+        return sum(1 for p in self.failing_periods if p >= start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,13 +108,17 @@ def decide(
         if view.shift is not None or view.failing < min_failing or view.region in shifted:
             continue
         others = [z for z in zones if z.region == view.region and z.zone != view.zone]
-        serving_healthy = [z.zone for z in others if z.shift is None and z.healthy]
-        if not serving_healthy:
+        passing = [z for z in others if z.shift is None and z.healthy]
+        if not passing:
+            continue
+        # The periods it failed while one of them passed (the one passing longest).
+        failed = max(view.failed_since(z.healthy_since) for z in passing)
+        if failed < min_failing:
             continue
         shifted.add(view.region)
         why = (
-            f"canary failed {view.failing} periods in a row while "
-            f"{', '.join(serving_healthy)} passes"
+            f"canary failed {failed} periods in a row while "
+            f"{', '.join(z.zone for z in passing)} passes"
         )
         hold = (held or {}).get(view.region)
         if hold is not None:
@@ -117,6 +136,7 @@ class HealthTracker:
         self._healthy: dict[str, bool] = {}
         self._since: dict[str, float | None] = {}
         self._failing: dict[str, int] = {}
+        self._failed: dict[str, deque[float]] = {}
         self._period: dict[str, float] = {}
 
     def observe(self, zone: str, period_start: float, healthy: bool | None) -> None:
@@ -127,12 +147,15 @@ class HealthTracker:
             return
         self._period[zone] = period_start
         self._healthy[zone] = healthy
+        failed = self._failed.setdefault(zone, deque(maxlen=_KEPT))
         if healthy:
             self._failing[zone] = 0
+            failed.clear()
             if self._since.get(zone) is None:
                 self._since[zone] = period_start
         else:
             self._failing[zone] = self._failing.get(zone, 0) + 1
+            failed.append(period_start)
             self._since[zone] = None
 
     def views(
@@ -144,6 +167,7 @@ class HealthTracker:
         for zone, region in zones:
             reason, expires = shifts.get(zone, (None, None))
             view = ZoneView(zone, region, self._healthy.get(zone), self._since.get(zone),
-                            self._failing.get(zone, 0), reason, expires)  # fmt: skip
+                            self._failing.get(zone, 0), reason, expires,
+                            tuple(self._failed.get(zone, ())))  # fmt: skip
             result.append(view)
         return result
