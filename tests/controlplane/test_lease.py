@@ -134,8 +134,8 @@ def _external(tmp_path: Path) -> Config:
     r = data["regions"][0]["redis"]
     data["mode"] = "external"
     data["control_plane"].update(
-        state_redis_url=f"redis://{r['address']}:{r['port']}", lease_ttl=1.5
-    )
+        state_redis_url=f"redis://{r['address']}:{r['port']}", lease_ttl=3.0
+    )  # 3 s, renewed every second: a loop stall under load shorter than 2 s keeps it
     data["redis"] = {f"{role}_password_file": str(secrets / f"{role}.password")
                      for role in ("app", "controller", "monitor")}  # fmt: skip
     config = parse_config(data)
@@ -194,10 +194,9 @@ async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -
     test's event loop, and a stall longer than two thirds of the TTL on a loaded
     machine (CI ran one 1.5 s lease out) lets the standby take it, correctly."""
     config = _external(tmp_path)
+    assert config.control_plane.lease_ttl == 3.0
     config = dataclasses.replace(
-        config,
-        timing=dataclasses.replace(config.timing, canary_interval=30.0, canary_timeout=1.0),
-        control_plane=dataclasses.replace(config.control_plane, lease_ttl=3.0),
+        config, timing=dataclasses.replace(config.timing, canary_interval=30.0, canary_timeout=1.0)
     )
     async with two_planes(config) as (one, two):
         lease = one.lease
