@@ -320,9 +320,10 @@ def drill_partition(
     ] = None,
 ) -> None:
     """Run one partition scenario on a network lab of its own (root): bidding clients in
-    both regions' hosts, the cut, the heal, then a Jepsen-style check of every
-    acknowledged bid against every Redis's history, of split-brain windows and of the
-    control plane's moves. Exit 0 when every check passed, 1 when one failed or the lab
+    both regions' hosts, the cut and the heal (`wan`: 35 ms each way, then the writer
+    region killed and started again), then a Jepsen-style check of every acknowledged
+    bid against every Redis's history, of split-brain windows and of the control
+    plane's moves. Exit 0 when every check passed, 1 when one failed or the lab
     could not run, 2 for bad input."""
     from rideout.drill.partition import PartitionOptions, main_partition
     from rideout.lab.topology import netns_prefix
