@@ -261,9 +261,9 @@ class _Run:
             await asyncio.sleep(plan.fault)
         finally:
             self.lab.heal_all()
-            if plan.kill:
-                await self.parts.restart(plan.kill)
-            healed_at = time.time()
+        if plan.kill:  # not on the way out of an error or Ctrl-C: teardown stops all
+            await self.parts.restart(plan.kill)
+        healed_at = time.time()
         say(f"healed at +{healed_at - started:.1f} s; bidding {plan.after:g} s more")
         await asyncio.sleep(plan.after)
         await asyncio.gather(*(p.stop(BID_TIMEOUT + 4) for p in bidders))
