@@ -245,8 +245,8 @@ def test_write_latency_compares_the_delayed_window_with_the_baseline() -> None:
     ]
     found = write_latency(attempts, baseline=(0.0, 3.0), delayed=(3.0, 5.0), rtt=0.07)
     assert found["rtt"] == 0.07
-    assert found["baseline"]["n"] == 2
-    assert found["delayed"]["n"] == 2
+    assert found["baseline"]["count"] == 2
+    assert found["delayed"]["count"] == 2
     assert abs(found["baseline"]["p50"] - 0.02) < 1e-9
     assert abs(found["delayed"]["p50"] - 0.09) < 1e-9
     assert abs(found["added"]["p50"] - 0.07) < 1e-9
@@ -272,12 +272,12 @@ def test_recovery_counts_each_clients_first_restore_and_write_in_the_new_region(
     ]
     found = recovery(attempts, restores, fault_at=10.0, region=S)
     assert found["clients"] == 3
-    assert (found["restored"]["n"], found["restored"]["max"]) == (2, 4.0)
+    assert (found["restored"]["count"], found["restored"]["max"]) == (2, 4.0)
     assert found["restored"]["p50"] == 2.5
     assert abs(found["restored"]["p99"] - 3.97) < 1e-9
-    assert found["write_rto"] == {"n": 1, "p50": 3.0, "p99": 3.0, "max": 3.0}
+    assert found["write_rto"] == {"count": 1, "p50": 3.0, "p90": 3.0, "p99": 3.0, "max": 3.0}
     none = recovery(attempts, [], fault_at=10.0, region="elsewhere")
-    assert none["restored"] == {"n": 0, "p50": None, "p99": None, "max": None}
+    assert none["restored"] == {"count": 0, "p50": None, "p90": None, "p99": None, "max": None}
 
 
 def test_the_page_gives_the_wan_figures_and_says_killed() -> None:
@@ -288,11 +288,11 @@ def test_the_page_gives_the_wan_figures_and_says_killed() -> None:
                   "direction": "both", "described": "kill redis-use1"},
         "acknowledged_by": {}, "bids_sent_during_fault": {}, "caught_up_in": 2.1,
         "control_plane": {}, "verdict": {},
-        "write_latency": {"rtt": 0.07, "baseline": {"n": 229, "p50": 0.0047, "p99": 0.0483},
-                          "delayed": {"n": 168, "p50": 0.0774, "p99": 0.1198},
+        "write_latency": {"rtt": 0.07, "baseline": {"count": 229, "p50": 0.0047, "p99": 0.0483},
+                          "delayed": {"count": 168, "p50": 0.0774, "p99": 0.1198},
                           "added": {"p50": 0.0727, "p99": None}},
-        "recovery": {"clients": 8, "restored": {"n": 8, "p50": 1.68, "p99": 3.05, "max": 3.05},
-                     "write_rto": {"n": 7, "p50": 2.25, "p99": 3.05, "max": 3.05}},
+        "recovery": {"clients": 8, "restored": {"count": 8, "p50": 1.68, "p99": 3.05, "max": 3.05},
+                     "write_rto": {"count": 7, "p50": 2.25, "p99": 3.05, "max": 3.05}},
     }  # fmt: skip
     page = render_markdown(report)
     assert "Killed at +12.0 s for 22.8 s (kill redis-use1), then started again" in page

@@ -474,15 +474,15 @@ def _wan_rows(report: Mapping[str, Any]) -> list[str]:
     if w:
         b, d, a = w["baseline"], w["delayed"], w["added"]
         rows.append(
-            f"| write latency p50 / p99: no delay ({b['n']} bids); {_ms(w['rtt'] / 2)} each way "
-            f"({d['n']} bids); added (RTT {_ms(w['rtt'])}) | {_ms(b['p50'])} / {_ms(b['p99'])}; "
+            f"| write latency p50 / p99: no delay ({b['count']} bids); {_ms(w['rtt'] / 2)} each way "
+            f"({d['count']} bids); added (RTT {_ms(w['rtt'])}) | {_ms(b['p50'])} / {_ms(b['p99'])}; "
             f"{_ms(d['p50'])} / {_ms(d['p99'])}; {_ms(a['p50'])} / {_ms(a['p99'])} |"
         )
     r = report.get("recovery")
     if r:
         for key, label in (("restored", "state restored"), ("write_rto", "write RTO")):
             x = r[key]
-            rows.append(f"| {label} after the kill, p50 / p99 / max ({x['n']} of "
+            rows.append(f"| {label} after the kill, p50 / p99 / max ({x['count']} of "
                         f"{r['clients']} clients) | {_s(x['p50'])} / {_s(x['p99'])} / "
                         f"{_s(x['max'])} |")  # fmt: skip
     return rows

@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from rideout.drill.analysis import percentile
+from rideout.drill.analysis import summarize
 from rideout.drill.partition_check import BidAttempt
 
 __all__ = [
@@ -179,10 +179,6 @@ def events_seen(rows: Sequence[Row]) -> list[str]:
     return list(dict.fromkeys(e for r in rows for e in r.get("events") or []))
 
 
-def _quantiles(values: Sequence[float]) -> dict[str, Any]:
-    return {"n": len(values), "p50": percentile(values, 50), "p99": percentile(values, 99)}
-
-
 def write_latency(
     attempts: Sequence[BidAttempt], *, baseline: tuple[float, float], delayed: tuple[float, float],
     rtt: float,
@@ -199,11 +195,11 @@ def write_latency(
                 if a.accepted and a.acked is not None
                 and bounds[0] <= a.sent and a.acked < bounds[1]]  # fmt: skip
 
-    before, during = _quantiles(window(baseline)), _quantiles(window(delayed))
-    cost = {
-        q: None if before[q] is None or during[q] is None else during[q] - before[q]
-        for q in ("p50", "p99")
-    }
+    before, during = summarize(window(baseline)), summarize(window(delayed))
+    cost: dict[str, float | None] = {}
+    for q in ("p50", "p99"):
+        b, d = before[q], during[q]
+        cost[q] = None if b is None or d is None else d - b
     return {"rtt": rtt, "baseline": before, "delayed": during, "added": cost}
 
 
@@ -214,7 +210,7 @@ def recovery(
     in `region` (the first ``restored`` record there after the fault) and to its first
     bid acknowledged by `region` in an epoch newer than any acknowledged before the
     fault (write RTO: a write the new writer took; a bid sent before the kill and
-    answered again after it, from the history, is not one), each as n, p50, p99 and max
+    answered again after it, from the history, is not one), each as :func:`~rideout.drill.analysis.summarize` gives them
     over the clients that got there, and how many clients there were."""
     clients = sorted({a.client for a in attempts})
     before = max((a.epoch for a in attempts
@@ -232,8 +228,7 @@ def recovery(
             wrote[a.client] = min(wrote.get(a.client, a.acked), a.acked)
 
     def figures(times: Mapping[str, float]) -> dict[str, Any]:
-        seconds = [t - fault_at for t in times.values()]
-        return {**_quantiles(seconds), "max": max(seconds, default=None)}
+        return summarize([t - fault_at for t in times.values()])
 
     return {"clients": len(clients), "restored": figures(restored), "write_rto": figures(wrote)}
 
