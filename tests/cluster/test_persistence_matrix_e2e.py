@@ -169,7 +169,23 @@ async def _eventually(check: Callable[[], Any], what: str) -> None:
     raise AssertionError(f"{what}: not within {WITHIN} s ({last!r})")
 
 
-async def _at_least(acked: list[int], count: int) -> None:
+async def _writes_accepted(config: Config, epoch: int) -> None:
+    """The writer's Redis takes a bid again: a restarted Redis is fenced (a replica of
+    itself, READONLY) until the control plane has compared it and promoted it."""
+    app = _client(config, config.primary, RedisRole.APP)
+    try:
+        auction = AuctionStore(app, AuctionSettings(), config.primary.name)
+        result = await auction.bid(
+            "probe", "prober", 5, f"probe-{time.monotonic_ns()}", epoch=epoch
+        )
+        assert result.accepted, result
+    finally:
+        await app.aclose()
+
+
+async def _at_least(bidding: asyncio.Task[str], acked: list[int], count: int) -> None:
+    if bidding.done():  # not retried: bidding ended before the kill
+        pytest.fail(f"bidding stopped after {len(acked)} bids, before the kill: {bidding.result()}")
     assert len(acked) >= count, len(acked)
 
 
@@ -195,11 +211,17 @@ async def test_nothing_is_lost_across_kills_down_up_and_a_lost_disk(
         assert (failover["writer"], failover["datasets_lost"], failover["lost_writes"]) == (
             config.primary.name, 0, 0,
         ), failover["events"]  # fmt: skip
+        await _eventually(
+            lambda: _writes_accepted(config, failover["epoch"]),
+            "a bid accepted by the writer's restarted Redis",
+        )
         # SIGKILL of `rideout up` in the middle of bidding: every process dies with it
         # (Redis by SIGKILL too), while bids are in flight.
         acked: list[int] = []
         bidding = asyncio.create_task(_bid_until_it_fails(config, failover["epoch"], acked))
-        await _eventually(lambda: _at_least(acked, 50), "bids acknowledged before the kill")
+        await _eventually(
+            lambda: _at_least(bidding, acked, 50), "bids acknowledged before the kill"
+        )
         up.proc.kill()
         up.wait_exit()
         stopped = await asyncio.wait_for(bidding, WITHIN)
