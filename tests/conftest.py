@@ -699,7 +699,7 @@ _DEPLOYMENT_FIXTURES = frozenset(
      "lab", "lab_dir"}  # a network lab: namespaces, processes in them (tests/lab/conftest.py)
 )  # fmt: skip
 _STARTS = re.compile(
-    r"LocalCluster\(|\bstarted\(|\bUp\(|\"-m\", \"rideout\"|async_playwright|chromium"
+    r"LocalCluster\(|\bstarted\(|\bUp\(|\"-m\", \"rideout[\".]|async_playwright|chromium"
     r"|running_zone|start_zone|ZoneProcess|run_drill|\bserve_app\("
 )
 _module_starts: dict[str, bool] = {}

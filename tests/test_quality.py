@@ -64,3 +64,20 @@ def test_every_property_test_scales_its_examples() -> None:
         if pattern.search(line) and path.name not in ("conftest.py", "test_quality.py")
     ]
     assert not found, found
+
+
+def test_every_test_that_runs_rideout_is_in_the_deployment_tier() -> None:
+    """``./dev test --quick`` leaves out the tests that start a rideout process, told
+    from their module's source (tests/conftest.py): a module run through ``-m`` must be
+    spelled there, not passed in a variable the rule cannot see."""
+    from tests.conftest import _STARTS
+
+    spelled = re.compile(r'"-m",\s*"rideout[".]')
+    hidden = re.compile(r'"-m",\s*[A-Za-z_]')  # a module named by a variable
+    sources = {path: path.read_text() for path in sorted((ROOT / "tests").rglob("test_*.py"))}
+    assert [p for p, s in sources.items() if spelled.search(s) and not _STARTS.search(s)] == []
+    assert [p.name for p, s in sources.items() if hidden.search(s)] == []
+    for argv in ('[sys.executable, "-m", "rideout", "status"]',
+                 '[sys.executable, "-m", "rideout.processes", *args]'):  # fmt: skip
+        assert _STARTS.search(argv), argv
+    assert not _STARTS.search('[sys.executable, "-c", CODE]')

@@ -14,9 +14,13 @@ from rideout.processes import ProcessSetupError, parse_listen
 ENV = {k: v for k, v in os.environ.items() if not k.startswith("RIDEOUT_")}
 
 
-def run(*args: str, cwd: Path, entry: str = "rideout") -> subprocess.CompletedProcess[str]:
+RIDEOUT = [sys.executable, "-m", "rideout"]
+PROCESSES = [sys.executable, "-m", "rideout.processes"]
+
+
+def run(*args: str, cwd: Path, entry: list[str] = RIDEOUT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", entry, *args], cwd=cwd, capture_output=True, text=True,
+        [*entry, *args], cwd=cwd, capture_output=True, text=True,
         timeout=60, check=False, env={**ENV, "COLUMNS": "200"},
     )  # fmt: skip
 
@@ -50,7 +54,7 @@ def test_without_the_shared_secrets_no_part_starts_or_makes_its_own(
 )
 def test_nor_as_rideout_up_starts_them(tmp_path: Path, command: list[str]) -> None:
     (tmp_path / "rideout.toml").write_text(f'mode = "external"\nkeys_dir = "{tmp_path / "s"}"\n')
-    result = run(*command, "--config", "rideout.toml", cwd=tmp_path, entry="rideout.processes")
+    result = run(*command, "--config", "rideout.toml", cwd=tmp_path, entry=PROCESSES)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.startswith("error: external mode: ")
     assert "rideout secrets init" in result.stderr
