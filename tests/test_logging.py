@@ -89,3 +89,25 @@ def test_per_request_lines_of_http_libraries_are_left_out_and_their_warnings_kep
         "WARNING: a warning",
         "INFO: started",
     ]
+
+
+def test_records_go_to_the_stderr_of_the_moment_not_the_one_at_set_up(
+    configure: Callable[[LogFormat], None], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A command run in-process (typer's CliRunner swaps sys.stderr, then closes its
+    stream) configures logging: a record logged afterwards, from any thread, must not
+    hit the closed stream ("--- Logging error --- I/O operation on closed file")."""
+    import io
+    import sys
+
+    swapped = io.StringIO()
+    saved, sys.stderr = sys.stderr, swapped
+    try:
+        configure("text")
+    finally:
+        sys.stderr = saved
+    swapped.close()
+    logging.getLogger("rideout.test").warning("after the command")
+    err = capsys.readouterr().err
+    assert "after the command" in err
+    assert "Logging error" not in err

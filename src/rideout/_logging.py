@@ -70,9 +70,22 @@ def _utc(formatter: logging.Formatter) -> logging.Formatter:
     return formatter
 
 
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes each record to ``sys.stderr`` as it is then, as :data:`logging.lastResort`
+    does: not to the stream it was at set-up, which a command run in-process (a test's
+    CLI runner) swaps and closes, and a later record would hit closed."""
+
+    def __init__(self) -> None:
+        logging.Handler.__init__(self)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+
 def configure_logging(fmt: LogFormat, level: int = logging.INFO) -> None:
     """Send every logger's records to stderr in `fmt` (replaces the root's handlers)."""
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _Stderr()
     handler.setFormatter(
         JsonFormatter() if fmt == "json" else _utc(logging.Formatter(TEXT_FORMAT, TEXT_DATEFMT))
     )
