@@ -2,9 +2,10 @@
 
 All keys share the ``rideout:`` prefix so a shared Redis can be inspected or cleaned
 without touching anything else. A room's keys share a ``{hash tag}``, and so do a
-user's, so each group stays in one slot should a deployment move to Redis Cluster
-(the bid script touches a room and a user together: on Cluster it would need both
-tags co-located, which rideout does not attempt today). Every name is percent-escaped
+user's and a waiting-room event's, so each group stays in one slot of a Redis Cluster
+(:mod:`rideout.store.slots`); the calls that still name keys of several slots (a bid:
+the epoch, its room and its user) are listed by tests/store/test_slots.py and
+docs/capacity.md. Every name is percent-escaped
 (``:``, ``{`` and ``}`` included), so no user id, room or request id can reach into
 another key's space.
 """

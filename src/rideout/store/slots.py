@@ -1,0 +1,50 @@
+"""Redis Cluster's hash slots: which slot a key lives in, and which keys a call spans.
+
+A cluster splits the key space into 16,384 slots; a key's slot is the CRC16 (XMODEM) of
+its *hash tag* modulo 16,384, where the tag is what lies between the key's first ``{``
+and the first ``}`` after it, when that is not empty; otherwise the whole key. A script
+or a multi-key command may only touch keys of one slot (else ``CROSSSLOT``), which is
+why :mod:`rideout.store.keys` gives a room's keys, a user's and a waiting-room event's a
+tag each. This module is the cluster specification's rule, pure, so tests and tools can
+prove which of rideout's calls a cluster would refuse (issue #31); it is checked against
+a real server's ``CLUSTER KEYSLOT``.
+"""
+
+from __future__ import annotations
+
+import binascii
+from collections.abc import Iterable
+from typing import Final
+
+__all__ = ["SLOTS", "hash_tag", "key_slot", "slots_of"]
+
+SLOTS: Final = 16384
+"""How many hash slots a Redis (or Valkey) cluster has."""
+
+
+def _bytes(key: str | bytes) -> bytes:
+    return key.encode() if isinstance(key, str) else key
+
+
+def hash_tag(key: str | bytes) -> bytes:
+    """What a cluster hashes for `key`: its non-empty ``{tag}``, else the whole key
+    (a ``str`` is taken as UTF-8, as redis-py sends it)."""
+    raw = _bytes(key)
+    start = raw.find(b"{")
+    if start != -1:
+        end = raw.find(b"}", start + 1)
+        if end > start + 1:
+            return raw[start + 1 : end]
+    return raw
+
+
+def key_slot(key: str | bytes) -> int:
+    """The hash slot of `key` (0 to 16,383), as ``CLUSTER KEYSLOT`` answers."""
+    # binascii.crc_hqx with 0 as the start value is CRC-16/XMODEM, the cluster's CRC16.
+    return binascii.crc_hqx(hash_tag(key), 0) % SLOTS
+
+
+def slots_of(keys: Iterable[str | bytes]) -> frozenset[int]:
+    """The slots `keys` span: a call that names them runs on a cluster only when
+    this has at most one member."""
+    return frozenset(key_slot(key) for key in keys)

@@ -1,0 +1,281 @@
+"""Which of rideout's calls a Redis Cluster would refuse (issue #31).
+
+First the slot rule (:mod:`rideout.store.slots`) against a real cluster node's
+``CLUSTER KEYSLOT``. Then a tour: every store's operations run on a real Redis while each
+command the client sends is recorded; the server names each command's keys (``COMMAND
+GETKEYS``, which knows ``FCALL``'s and ``XREAD``'s layouts), the epoch a function reads
+by name is added, and each call's keys are placed in slots. A call whose keys span more
+than one slot is one a cluster answers with ``CROSSSLOT``: :data:`CROSSING` lists them as
+they are today, so a change that adds one fails here, and so does one that removes one
+(then the list, and docs/capacity.md, say so).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+import redis.asyncio as aioredis
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from redis.asyncio.connection import AbstractConnection
+from redis.exceptions import ResponseError
+
+from rideout._process import ManagedProcess
+from rideout.config import AuthConfig
+from rideout.controlplane.lease import RedisLease
+from rideout.realtime.demo import claim_name
+from rideout.store import functions, keys
+from rideout.store.acl import RedisRole, load_credentials
+from rideout.store.auction import AuctionSettings, AuctionStore, Position
+from rideout.store.client import state_client
+from rideout.store.embedded import RedisSpec, find_redis_server
+from rideout.store.revocations import RevocationStore
+from rideout.store.slots import SLOTS, hash_tag, key_slot, slots_of
+from rideout.waitingroom.model import EventSettings, InletSettings
+from rideout.waitingroom.store import RoomStore
+from tests.conftest import ADMIN, examples, free_port
+
+ADDRESS = "127.0.1.100"
+
+# --------------------------------------------------------------------- the slot rule
+
+
+def test_the_cluster_specifications_examples() -> None:
+    assert key_slot("123456789") == 0x31C3  # CRC-16/XMODEM's check value
+    assert key_slot("{user1000}.following") == key_slot("{user1000}.followers")
+    assert hash_tag("foo{}{bar}") == b"foo{}{bar}"  # an empty tag: the whole key
+    assert hash_tag("foo{{bar}}zap") == b"{bar"
+    assert hash_tag("foo{bar}{zap}") == b"bar"
+    assert slots_of([]) == frozenset()
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def cluster_node(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[aioredis.Redis]:
+    """A real server in cluster mode (no slots assigned: it answers CLUSTER KEYSLOT),
+    password-locked, on loopback."""
+    directory = tmp_path_factory.mktemp("cluster-node")
+    port, password = free_port(ADDRESS), secrets.token_hex(16)
+    process = ManagedProcess(
+        "cluster-node",
+        [str(find_redis_server()), "--bind", ADDRESS, "--port", str(port),
+         "--requirepass", password, "--cluster-enabled", "yes",
+         "--cluster-config-file", str(directory / "nodes.conf"), "--dir", str(directory),
+         "--save", "", "--appendonly", "no"],
+        log_file=directory / "server.log",
+    )  # fmt: skip
+    await process.start()
+    client = aioredis.Redis(host=ADDRESS, port=port, password=password)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                await client.ping()
+                break
+            except (ConnectionError, OSError, aioredis.ConnectionError) as exc:
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"no cluster node: {process.tail()}") from exc
+                await asyncio.sleep(0.05)
+        yield client
+    finally:
+        await client.aclose()
+        await process.stop()
+
+
+keys_with_braces = st.lists(
+    st.sampled_from(["{", "}", "a", "é", ":", "x"]) | st.binary(max_size=3).map(bytes.hex),
+    max_size=12,
+).map("".join)
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_every_slot_is_the_servers(cluster_node: aioredis.Redis) -> None:
+    found: list[tuple[str | bytes, int]] = []
+
+    @settings(max_examples=examples(300))
+    @given(key=keys_with_braces | st.binary(max_size=24))
+    def collect(key: str | bytes) -> None:
+        found.append((key, key_slot(key)))
+
+    collect()
+    keys_made = found + [(k, key_slot(k)) for k in _rideout_keys()]
+    for key, slot in keys_made:
+        assert await cluster_node.execute_command("CLUSTER", "KEYSLOT", key) == slot, key
+    assert all(0 <= slot < SLOTS for _, slot in keys_made)
+
+
+def _rideout_keys() -> list[str]:
+    event = keys.waitingroom_event_keys("launch")
+    return [keys.room_state("r:{1}"), keys.user_session("alice"), keys.EPOCH,
+            keys.bid_ack("alice", "r", "q"), *event.values(), keys.REVOCATIONS]  # fmt: skip
+
+
+# ------------------------------------------------------------------------ the tour
+
+# A call (what the tour did, as "store.method") -> the key families it names across
+# slots. Today's: what issue #31 must place in one slot each before a cluster can run.
+CROSSING: dict[str, frozenset[str]] = {
+    # The epoch (read by name), the room's keys and the user's: three tags.
+    "auction.bid": frozenset({"epoch", "room", "user"}),
+    "auction.get_state": frozenset({"epoch", "room", "user"}),
+    # The epoch and the room (or the canary's key).
+    "auction.read_room": frozenset({"epoch", "room"}),
+    "auction.probe": frozenset({"epoch", "canary"}),
+    # One XREAD over every followed room's stream (a cluster needs one read per node).
+    "auction.read_updates": frozenset({"room"}),
+    # The event's keys and the index of events.
+    "room.create_event": frozenset({"wr", "wr-index"}),
+    "room.delete_event": frozenset({"wr", "wr-index"}),
+    # A name's claim and the region's count of names.
+    "demo.claim_name": frozenset({"user", "demo"}),
+}
+
+
+def _family(key: str) -> str:
+    """Which family of rideout.store.keys a key is of (what CROSSING names)."""
+    if key == keys.EPOCH:
+        return "epoch"
+    if key == keys.WAITINGROOM_INDEX:
+        return "wr-index"
+    rest = key.removeprefix(keys.PREFIX)
+    return rest.split(":", 1)[0].strip("{}")
+
+
+@contextlib.contextmanager
+def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[Any, ...]]]:
+    """Every command a redis-py asyncio connection packs (alone or in a pipeline)."""
+    sent: list[tuple[Any, ...]] = []
+    pack = AbstractConnection.pack_command
+
+    def record(self: AbstractConnection, *args: Any) -> list[bytes]:
+        sent.append(args)
+        return pack(self, *args)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(AbstractConnection, "pack_command", record)
+        yield sent
+
+
+_BY_NAME = {r.name: r for r in functions.ROUTINES} | {r.replica_name: r for r in functions.ROUTINES}
+_KEYLESS = {"PING", "INFO", "HELLO", "AUTH", "CLIENT", "SELECT", "FUNCTION", "TIME", "MULTI",
+            "EXEC", "SCRIPT", "WAIT", "READONLY", "COMMAND"}  # fmt: skip
+
+
+async def _keys_of(admin: aioredis.Redis, command: tuple[Any, ...]) -> list[str]:
+    """The keys `command` touches: what the server says, plus the epoch a function
+    reads by name (never passed in KEYS)."""
+    name = str(command[0]).split()[0].upper()
+    if name in _KEYLESS:
+        return []
+    try:
+        found = [str(k) for k in await admin.execute_command("COMMAND GETKEYS", *command)]
+    except ResponseError as exc:
+        if "no key arguments" not in str(exc):
+            raise
+        return []
+    if name in ("FCALL", "FCALL_RO") and "EPOCH_KEY" in _BY_NAME[str(command[1])].source:
+        found.append(keys.EPOCH)
+    return found
+
+
+@pytest_asyncio.fixture(loop_scope="module")
+async def clients(redis_server: RedisSpec) -> AsyncIterator[dict[str, aioredis.Redis]]:
+    spec = redis_server
+    made = {
+        role: state_client(spec.address, spec.port,
+                           credentials=load_credentials(spec.data_dir / "keys", role))
+        for role in (RedisRole.APP, RedisRole.CONTROLLER)
+    }  # fmt: skip
+    made["admin"] = aioredis.Redis(
+        host=spec.address, port=spec.port, decode_responses=True, **ADMIN
+    )
+    try:
+        yield made
+    finally:
+        for client in made.values():
+            await client.aclose()
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_which_calls_span_more_than_one_slot(
+    clients: dict[str, aioredis.Redis], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    app, controller, admin = clients[RedisRole.APP], clients[RedisRole.CONTROLLER], clients["admin"]
+    await admin.set(keys.EPOCH, "1")
+    auction = AuctionStore(app, AuctionSettings(), "us-east-1")
+    room = RoomStore(app, region="us-east-1")
+    revocations = RevocationStore(controller, "us-east-1")
+    lease = RedisLease(controller, "cp-a", ttl=5.0)
+    event = EventSettings("launch", validity=600, inlet=InletSettings("max_size", max_size=10))
+    now = int(time.time() * 1000)
+
+    crossing: dict[str, frozenset[str]] = {}
+    seen: set[str] = set()
+
+    async def call(label: str, work: Any) -> None:
+        with recording(monkeypatch) as sent:
+            await work
+        for command in sent:
+            names = await _keys_of(admin, tuple(command))
+            seen.update(_family(k) for k in names)
+            if len(slots_of(names)) > 1:
+                crossing[label] = crossing.get(label, frozenset()) | {_family(k) for k in names}
+
+    await call("auction.bid", auction.bid("r1", "alice", 10, "q1", epoch=1))
+    await call("auction.get_state", auction.get_state("r1", "alice", Position(1, "0-0")))
+    await call("auction.read_room", auction.read_room("r1"))
+    await call("auction.read_session", auction.read_session("alice"))
+    await call("auction.last_offset", auction.last_offset("r1"))
+    await call("auction.current_epoch", auction.current_epoch())
+    await call(
+        "auction.probe", auction.probe(keys.canary_probe("us-east-1", "use1-az1"), "v", epoch=1)
+    )
+    await call("auction.read_updates",
+               auction.read_updates({"r1": "0-0", "r2": "0-0"}, count=10, block_ms=1))  # fmt: skip
+    await call("revocations.record", revocations.record(
+        "sub:mallory", until_ms=now, expires_ms=now + 60_000, at_ms=now, now_ms=now))  # fmt: skip
+    await call("revocations.load", revocations.load())
+    await call("lease.tick", lease.tick())
+    await call("lease.save_state", lease.save_state("{}"))
+    await call("lease.load_state", lease.load_state())
+    await call("demo.claim_name", claim_name(
+        app, "Alice", "holder", 60, address="127.0.0.1", auth=AuthConfig()))  # fmt: skip
+    claim = functions.StoreFunction(app, functions.IDEMPOTENCY_CLAIM)
+    record = keys.idempotency("private", "key-1", "operator")
+    await call("idempotency.claim", claim(keys=[record], args=["in-flight", 60_000]))
+    await call("room.create_event", room.create_event(event))
+    await call("room.list_events", room.list_events())
+    position = await room.assign("launch")
+    await call("room.assign", room.assign("launch"))
+    await call("room.poll", room.poll("launch", position.request_id))
+    await call("room.touch_many", room.touch_many({"launch": {position.request_id: now / 1000}}))
+    await call("room.admit", room.admit("launch", 5))
+    await call("room.claim_token", room.claim_token("launch", position.request_id))
+    await call("room.update_session", room.update_session("launch", position.request_id, 1))
+    await call("room.status", room.status("launch"))
+    await call("room.expired_tokens", room.expired_tokens("launch"))
+    await call("room.sweep", room.sweep("launch"))
+    await call("room.use_stamp", room.use_stamp("launch", "stamp", 60))
+    await call("room.claim_tick", room.claim_tick("launch", "admit", 1, 5))
+    await call("room.delete_event", room.delete_event("launch"))
+
+    assert crossing == CROSSING
+    # The tour reached every family of keys rideout names: a family added later without
+    # a place in the tour fails here.
+    assert seen == FAMILIES
+
+
+FAMILIES = {"epoch", "room", "user", "canary", "demo", "idem", "wr", "wr-index", "revocations",
+            "controlplane"}  # fmt: skip
+"""Every family of rideout.store.keys, as :func:`_family` names them."""
+
+
+def test_the_families_are_every_pattern_of_the_keys_module() -> None:
+    patterns = [getattr(keys, name) for name in keys.__all__ if name.endswith("_KEYS")]
+    assert {_family(p) for p in patterns} | {"epoch", "wr-index"} == FAMILIES
