@@ -62,6 +62,34 @@ async def test_events_are_created_listed_changed_and_deleted(redis_server: Redis
     assert not await redis_server.admin.keys(f"rideout:wr:{{{event.event_id}}}:*")
 
 
+async def test_the_index_of_events_is_kept_apart_from_each_events_keys(
+    redis_server: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The index is a key of another cluster slot than an event's (docs/capacity.md), so
+    it is written by plain commands around the event's script: an id left without its
+    event (a create that failed after indexing it) is skipped; a create that fails after
+    its event is made leaves the event indexed."""
+    store = redis_server.store()
+    await redis_server.admin.sadd(keys.WAITINGROOM_INDEX, "no-such-event")
+    assert "no-such-event" not in {e.event_id for e in await store.list_events()}
+
+    event = EventSettings(fresh_event(), validity=600)
+    index = store._index
+    calls: list[str] = []
+
+    async def second_sadd_fails(command: str, event_id: str) -> None:
+        calls.append(command)
+        if len(calls) == 2:
+            raise ConnectionError("the store went away after the event was made")
+        await index(command, event_id)
+
+    monkeypatch.setattr(store, "_index", second_sadd_fails)
+    with pytest.raises(ConnectionError):
+        await store.create_event(event)
+    assert calls == ["SADD", "SADD"]
+    assert event in await store.list_events()  # made, and indexed before it was made
+
+
 async def test_a_bad_change_is_refused_and_changes_nothing(redis_server: Redis) -> None:
     store = redis_server.store()
     event = await new_event(store)

@@ -142,15 +142,15 @@ end
 CREATE: Final = (
     _COMMON
     + r"""
--- KEYS[12] the index of event ids. ARGV[3] the event id, 4.. : field, value pairs of
--- the settings hash (with the event's first generation).
+-- ARGV[3] the event id, 4.. : field, value pairs of the settings hash (with the
+-- event's first generation). The index of events is another slot's key: the store
+-- adds the id to it around this script (RoomStore.create_event).
 if redis.call('EXISTS', K.event) == 1 then return 'exists' end
 redis.call('HSET', K.event, unpack(ARGV, 4))
-redis.call('SADD', KEYS[12], ARGV[3])
 return 'ok'
 """
 )
-"""Create an event (refused when it exists); add it to the index."""
+"""Create an event (refused when it exists)."""
 
 UPDATE: Final = (
     _COMMON
@@ -172,10 +172,9 @@ return 'ok'
 DELETE: Final = (
     _COMMON
     + r"""
--- KEYS[12] the index of event ids; ARGV[3] the event id.
+-- ARGV[3] the event id (the store has taken it out of the index of events first).
 if redis.call('EXISTS', K.event) == 0 then return 'unknown' end
 redis.call('UNLINK', unpack(KEYS, 1, 11))  -- freed off the main thread
-redis.call('SREM', KEYS[12], ARGV[3])
 return 'ok'
 """
 )
