@@ -79,6 +79,7 @@ def test_every_process_rideout_up_plans_is_one_this_entry_point_takes(config_fil
 
 UNTIL_TERMINATED = r"""
 import asyncio
+import signal
 from rideout.processes import _until_terminated
 
 async def fails():
@@ -89,12 +90,23 @@ async def main():
         await _until_terminated(fails())
     except OSError as exc:
         print("raised", exc)
-    waiting = asyncio.create_task(_until_terminated(asyncio.sleep(10)))
+    ended = []
+
+    async def long_work():
+        try:
+            await asyncio.sleep(10)
+        finally:
+            ended.append("work")
+
+    waiting = asyncio.create_task(_until_terminated(long_work()))
     await asyncio.sleep(0.05)
-    waiting.cancel()  # the caller asked to stop: not swallowed
+    waiting.cancel()  # the caller asked to stop: not swallowed, and the work stops too
     print("cancelled", (await asyncio.gather(waiting, return_exceptions=True))[0].__class__.__name__)
+    print("work ended", ended)
     await _until_terminated(asyncio.sleep(0))
     print("returned")
+    loop = asyncio.get_running_loop()
+    print("handlers left", [loop.remove_signal_handler(s) for s in (signal.SIGTERM, signal.SIGINT)])
 
 asyncio.run(main())
 """
@@ -105,4 +117,7 @@ def test_until_terminated_passes_on_failures_and_cancellations(tmp_path: Path) -
         [sys.executable, "-c", UNTIL_TERMINATED], capture_output=True, text=True, timeout=60,
         check=False,
     )  # fmt: skip
-    assert result.stdout.split("\n")[:3] == ["raised boom", "cancelled CancelledError", "returned"]
+    assert result.stdout.split("\n")[:5] == [
+        "raised boom", "cancelled CancelledError", "work ended ['work']", "returned",
+        "handlers left [False, False]",
+    ], result.stdout + result.stderr  # fmt: skip

@@ -31,6 +31,7 @@ from rideout.auth.canary_keys import canary_key_path
 from rideout.auth.keys import KEY_FILENAME
 from rideout.config import Config, ConfigError, load_config
 from rideout.errors import RideoutError
+from rideout.store.client import cancel_and_wait
 
 if TYPE_CHECKING:
     from rideout.realtime.app import ZoneExtension
@@ -117,12 +118,23 @@ async def _nothing() -> None:
 
 
 async def _until_terminated(work: Coroutine[Any, Any, None]) -> None:
-    """Run `work` until it ends or SIGTERM/SIGINT arrives (then cancel it and return)."""
+    """Run `work` until it ends or SIGTERM/SIGINT arrives (then cancel it and return).
+
+    A cancellation of the caller cancels `work` too, waits for it, and goes on up; the
+    signal handlers are the loop's again (removed) once this returns or raises."""
     task = asyncio.ensure_future(work)
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    signals = (signal.SIGTERM, signal.SIGINT)
+    for signum in signals:
         loop.add_signal_handler(signum, task.cancel)
-    await asyncio.wait({task})  # a cancellation of this caller still reaches it
+    try:
+        await asyncio.wait({task})
+    except asyncio.CancelledError:
+        await cancel_and_wait(task)
+        raise
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
     if not task.cancelled():
         task.result()  # what `work` raised, if it failed
 
