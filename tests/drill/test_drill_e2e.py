@@ -113,6 +113,10 @@ def test_failback_moves_the_clients_back_by_itself_gradually_and_once(tmp_path: 
     # Before, every client was closed at once: ~90 of 200 reconnects started within
     # 100 ms. Spread over failback_drain_seconds (5 s), about 2 per 100 ms on average.
     assert failback["reconnects"]["total"] >= CLIENTS
-    assert failback["reconnects"]["peak_in_window"] <= max(10, CLIENTS // 4), failback
+    # Which view burst says where (drill.analysis: when each attempt was due by the
+    # client's backoff, when it started, when the writer accepted it): a burst in the
+    # starts alone is the clients' processes running late, not the drain.
+    views = {k: failback[k]["peak_in_window"] for k in ("scheduled", "reconnects", "accepted")}
+    assert failback["reconnects"]["peak_in_window"] <= max(10, CLIENTS // 4), views
     names = {o["name"]: o["ok"] for o in report["objectives"]}
     assert names["full-jitter: the writer moved once each way (no flapping)"]
