@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 import os
 import random
 import re
@@ -29,6 +30,7 @@ from hypothesis import strategies as st
 # every test, in one process or in xdist's workers (whose terminal is not a terminal).
 os.environ.setdefault("COLUMNS", "200")
 
+from rideout._logging import QUIET_AT_INFO
 from rideout.config import Config, parse_config
 from rideout.store.acl import load_or_create_users
 
@@ -57,6 +59,24 @@ settings.register_profile(
     max_examples=examples(100),
 )
 settings.load_profile("rideout")
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_left_as_found() -> Iterator[None]:
+    """A command run in-process configures the process's logging (`rideout serve`
+    refusing an unknown zone does so before it refuses): its root handler and levels
+    must not outlive the test, or later tests' records reach the suite's output (httpx's
+    INFO lines did). pytest's own capture handlers come and go by themselves."""
+    root = logging.getLogger()
+    before, level = root.handlers[:], root.level
+    quiet = {name: logging.getLogger(name).level for name in QUIET_AT_INFO}
+    yield
+    for handler in root.handlers[:]:
+        if handler not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
+    for name, was in quiet.items():
+        logging.getLogger(name).setLevel(was)
 
 
 def _port_block() -> range:
