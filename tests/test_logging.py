@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
-from rideout._logging import QUIET_AT_INFO, JsonFormatter, LogFormat, configure_logging, log_format
+from rideout._logging import JsonFormatter, LogFormat, configure_logging, log_format
 
 
 def record(**extra: object) -> logging.LogRecord:
@@ -56,15 +56,10 @@ def test_the_format_comes_from_the_flag_else_the_environment(
 
 
 @pytest.fixture
-def configure() -> Iterator[Callable[[LogFormat], None]]:
-    """:func:`configure_logging`, undone after the test (the root's handlers and levels)."""
-    root = logging.getLogger()
-    saved = root.handlers[:], root.level
-    yield configure_logging
-    root.handlers[:], level = saved
-    root.setLevel(level)
-    for name in QUIET_AT_INFO:
-        logging.getLogger(name).setLevel(logging.NOTSET)
+def configure() -> Callable[[LogFormat], None]:
+    """:func:`configure_logging`, undone after the test by tests/conftest.py (every
+    test's root handlers and levels are left as found)."""
+    return configure_logging
 
 
 def test_configure_sends_every_logger_through_the_format(

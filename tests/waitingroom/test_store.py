@@ -90,6 +90,28 @@ async def test_the_index_of_events_is_kept_apart_from_each_events_keys(
     assert event in await store.list_events()  # made, and indexed before it was made
 
 
+async def test_a_create_and_a_delete_of_one_event_at_once_never_leave_it_unlisted(
+    redis_server: Redis,
+) -> None:
+    """Two operators at once: a create and a delete of the same id, their index writes
+    and scripts interleaved on one Redis. Whichever wins, an event that exists is
+    listed (the inlets and sweeps go by the index)."""
+    store = redis_server.store()
+    for round_ in range(30):
+        event = EventSettings(fresh_event(), validity=600)
+        if round_ % 2:
+            await store.create_event(event)  # half the rounds start with the event there
+        await asyncio.gather(
+            store.create_event(event), store.delete_event(event.event_id),
+            return_exceptions=True,
+        )  # fmt: skip
+        exists = await redis_server.admin.exists(
+            keys.waitingroom_event_keys(event.event_id)["event"]
+        )
+        listed = event.event_id in {e.event_id for e in await store.list_events()}
+        assert listed == bool(exists), (round_, exists, listed)
+
+
 async def test_a_bad_change_is_refused_and_changes_nothing(redis_server: Redis) -> None:
     store = redis_server.store()
     event = await new_event(store)
