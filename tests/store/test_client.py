@@ -49,6 +49,26 @@ async def test_both_clients_talk_to_a_real_server(redis_server: RedisSpec) -> No
             await client.aclose()
 
 
+async def test_closing_is_not_failed_by_a_slow_close(
+    redis_server: RedisSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """redis-py waits for a closed socket's end within the connect timeout and raises
+    TimeoutError past it: on a loaded machine, a restored Redis that answered its
+    readiness PING was reported failed by the probe client's close (a drill's "restore
+    ... Timed out closing connection after 0.5"). The socket is closed either way."""
+    client = probe_client(
+        redis_server.address, redis_server.port, credentials=TEST_ADMIN, timeout=0.05
+    )
+    assert await client.ping()
+
+    async def slow_wait_closed(self: asyncio.StreamWriter) -> None:
+        await asyncio.sleep(1.0)  # a loop too busy to see the close through in time
+
+    monkeypatch.setattr(asyncio.StreamWriter, "wait_closed", slow_wait_closed)
+    await client.aclose()  # no TimeoutError
+    assert all(not c.is_connected for c in client.connection_pool._available_connections)
+
+
 async def test_a_probe_of_a_dead_server_fails_at_once_without_retrying() -> None:
     client = probe_client(
         "127.0.1.100", free_port("127.0.1.100"), timeout=0.5, credentials=TEST_ADMIN
