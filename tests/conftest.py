@@ -198,12 +198,13 @@ MOTO_NO_DEFAULT_AMIS = ("MOTO_EC2_LOAD_DEFAULT_AMIS", "false")
 
 
 @pytest.fixture
-def moto_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+def moto_endpoint(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     """moto in server mode on loopback (real boto3 over real HTTP, fake credentials): a
     fresh server (its own port, an empty account) and boto3 pointed at it."""
     import httpx
     from moto.server import ThreadedMotoServer
 
+    require_aws_mark(request)
     monkeypatch.setenv(*MOTO_NO_DEFAULT_AMIS)
     port = free_port("127.0.0.1")
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
@@ -711,9 +712,10 @@ def redis_tls_binary() -> str:
 
 # A test is in the `deployment` tier by what it starts, told from the fixtures it uses
 # and from what its module calls: a whole deployment (the supervisor, `rideout up`,
-# in-process app servers and zones), a `rideout` subprocess, a browser, or a network lab. `./dev test
-# --quick` runs the rest (`-m "not deployment"`): unit tests and components over one
-# real Redis. Nothing is listed by hand, so a new end-to-end test cannot forget it.
+# in-process app servers and zones), a `rideout` subprocess, a browser, or a network lab.
+# `./dev test --quick` runs the rest but the `aws` tier below (`-m "not deployment and not
+# aws"`): unit tests and components over one real Redis. Nothing is listed by hand, so a
+# new end-to-end test cannot forget it.
 _DEPLOYMENT_FIXTURES = frozenset(
     {"deployment", "cluster", "workdir", "make_workdir", "browser", "page", "tls_deployment",
      "lab", "lab_dir"}  # a network lab: namespaces, processes in them (tests/lab/conftest.py)
@@ -737,7 +739,29 @@ def _starts_a_deployment(item: pytest.Item) -> bool:
     return _module_starts[path]
 
 
+# The `aws` tier: tests that start moto (AWS in a box), told from the fixtures that start
+# it. Each builds an account through moto's HTTP API and runs the engine against it: about
+# 0.7 s of CPU a test, and each worker's first pays 4-6 s of moto importing its backends.
+# In the quick tier they were 3% of the tests and 30% of its CPU (78 s of 255 s), so
+# `./dev test --quick` leaves them out too (`-m "not deployment and not aws"`); the
+# engine's logic still runs there on the in-memory provider (tests/evacuate/test_engine*).
+_AWS_FIXTURES = frozenset({"moto_server", "moto_endpoint"})
+
+
+def require_aws_mark(request: pytest.FixtureRequest) -> None:
+    """Fail a test that starts moto without the ``aws`` mark: one that asks for a moto
+    fixture through ``request.getfixturevalue`` is not seen by the rule above, and must
+    carry the mark itself (``pytest.param(..., marks=pytest.mark.aws)``)."""
+    if request.node.get_closest_marker("aws") is None:
+        pytest.fail(
+            f"{request.node.nodeid} starts moto without the `aws` mark: ./dev test --quick "
+            "would run it; mark it (pytest.mark.aws) or ask for the fixture by argument"
+        )
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if item.get_closest_marker("slow") or _starts_a_deployment(item):
             item.add_marker(pytest.mark.deployment)
+        if _AWS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.aws)

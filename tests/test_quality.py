@@ -81,3 +81,27 @@ def test_every_test_that_runs_rideout_is_in_the_deployment_tier() -> None:
                  '[sys.executable, "-m", "rideout.processes", *args]'):  # fmt: skip
         assert _STARTS.search(argv), argv
     assert not _STARTS.search('[sys.executable, "-c", CODE]')
+
+
+def test_every_test_that_starts_moto_is_in_the_aws_tier() -> None:
+    """``./dev test --quick`` also leaves out the tests that start moto, told from the
+    fixtures that start it (tests/conftest.py): moto is started in those fixtures only,
+    and a test that reaches one another way, unmarked, fails rather than runs."""
+    from types import SimpleNamespace
+
+    from tests.conftest import _AWS_FIXTURES, require_aws_mark
+
+    starts = re.compile(r"def (\w+)\([^)]*\)[^:]*:\n(?:(?!\ndef ).)*ThreadedMotoServer\(", re.S)
+    fixtures = {
+        name
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        for name in starts.findall(path.read_text())
+    }
+    assert fixtures == set(_AWS_FIXTURES)
+
+    def node(marked: bool) -> SimpleNamespace:
+        return SimpleNamespace(nodeid="t.py::x", get_closest_marker=lambda name: marked or None)
+
+    require_aws_mark(SimpleNamespace(node=node(True)))  # type: ignore[arg-type]
+    with pytest.raises(pytest.fail.Exception, match="without the `aws` mark"):
+        require_aws_mark(SimpleNamespace(node=node(False)))  # type: ignore[arg-type]

@@ -68,7 +68,7 @@ def _dynamodb(request: pytest.FixtureRequest) -> Backend:
     )
 
 
-@pytest.fixture(params=["sqlite", "dynamodb"])
+@pytest.fixture(params=["sqlite", pytest.param("dynamodb", marks=pytest.mark.aws)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     return _sqlite(tmp_path) if request.param == "sqlite" else _dynamodb(request)
 

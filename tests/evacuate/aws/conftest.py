@@ -24,7 +24,7 @@ from moto.server import ThreadedMotoServer
 
 from rideout.evacuate.aws import AwsSettings
 from rideout.evacuate.dynamo import DEFAULT_TABLE, KIND_INDEX
-from tests.conftest import MOTO_NO_DEFAULT_AMIS
+from tests.conftest import MOTO_NO_DEFAULT_AMIS, require_aws_mark
 
 REGION = "us-east-1"
 # One session for the tests' own clients: it loads each service model once.
@@ -43,9 +43,15 @@ def moto_server() -> Iterator[str]:
 
 
 @pytest.fixture
-def aws(moto_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> AwsSettings:
+def aws(
+    moto_server: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> AwsSettings:
     """Settings for a fresh moto (state reset), through ``AWS_ENDPOINT_URL`` as a
     deployment would set it: the settings carry no endpoint of their own."""
+    require_aws_mark(request)
     monkeypatch.setenv(*MOTO_NO_DEFAULT_AMIS)  # read as the reset rebuilds the backends
     request = urllib.request.Request(f"{moto_server}/moto-api/reset", method="POST")
     with urllib.request.urlopen(request, timeout=30) as answer:
