@@ -176,6 +176,28 @@ async def test_silence_fails_over_and_dns_follows_the_writer(
         assert moved_after <= n + 4
 
 
+async def test_one_round_at_a_time_whoever_asks(make_config: Callable[..., Config]) -> None:
+    """Rounds asked for at once run one after the other: two at once would both act on
+    the same view (a test calling rounds beside the started loop got two FAILOVER
+    commands for one move, the second refused "already in progress")."""
+    plane = ControlPlane(make_config(), clock=FakeClock(1_800_000_000.0))
+    inside, most, calls = 0, 0, 0
+
+    async def tick(*_: object) -> None:
+        nonlocal inside, most, calls
+        inside, calls = inside + 1, calls + 1
+        most = max(most, inside)
+        await asyncio.sleep(0.05)  # a move under way: its Redis commands take time
+        inside -= 1
+
+    plane.controller.tick = tick  # type: ignore[assignment,method-assign]
+    try:
+        await asyncio.gather(*(plane.evaluate() for _ in range(3)))
+    finally:
+        await plane.stop()
+    assert (calls, most) == (3, 1)
+
+
 async def test_dns_follows_the_writer_as_it_moves_not_at_the_rounds_end(
     make_config: Callable[..., Config],
 ) -> None:

@@ -183,6 +183,7 @@ class ControlPlane:
         self.started_at = clock()
         self._first_seen: dict[str, float] = {}
         self._task: Supervised | None = None
+        self._one_round = asyncio.Lock()
         self._renewing: Supervised | None = None
         self.rounds = 0  # evaluation rounds the loop has run
         self.metrics = PlaneMetrics(self.registry)
@@ -401,7 +402,15 @@ class ControlPlane:
 
     async def evaluate(self) -> None:
         """One round: alarms, health checks, the controller, the DNS answer (with a
-        lease, only while holding it; a standby follows the saved state)."""
+        lease, only while holding it; a standby follows the saved state).
+
+        One round at a time, whoever asks: two at once would both act on the same view
+        (two ``FAILOVER`` commands for one move, the second refused "already in
+        progress" and recorded as an error while the first completes)."""
+        async with self._one_round:
+            await self._evaluate()
+
+    async def _evaluate(self) -> None:
         now = self._clock()
         self.store.prune(now)
         if self.lease is not None and not await self._lease_round():
