@@ -6,9 +6,11 @@ from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from redis.exceptions import ReadOnlyError
 
-from rideout.config import Config
-from rideout.store import keys
+from rideout.config import AuthConfig, Config
+from rideout.realtime.demo import claim_name
+from rideout.store import functions, keys
 from rideout.store.acl import RedisRole
 from rideout.store.client import probe_client
 from rideout.store.embedded import EmbeddedRedis
@@ -38,6 +40,27 @@ from tests.store.conftest import writer_spec
 
 # Replication, failover and restarts: on every server of the supported matrix (issue #27).
 pytestmark = pytest.mark.usefixtures("matrix_server")
+
+
+async def test_a_routine_that_writes_on_a_replica_is_refused_as_read_only(
+    make_config: Callable[..., Config],
+) -> None:
+    """Through FCALL (7.0+) or EVALSHA (6.2), a routine's write on a replica raises what a
+    replica says of any write, ReadOnlyError. On 6.2 the script's error wraps the
+    replica's READONLY, and was passed on as it was: the demo sign-in on the standby
+    region answered 503 "unavailable" to a name's holder instead of checking its claim."""
+    config = make_config()
+    async with running_redis_pair(config):
+        s = config.secondary.redis
+        app = aioredis.Redis(host=s.address, port=s.port, **as_user(config, RedisRole.APP))
+        try:
+            with pytest.raises(ReadOnlyError):
+                await claim_name(app, "zed", "h", 60, address="a", auth=AuthConfig())
+            claim = functions.StoreFunction(app, functions.IDEMPOTENCY_CLAIM)
+            with pytest.raises(ReadOnlyError):
+                await claim(keys=[keys.idempotency("t", "k")], args=["in-flight", 60_000])
+        finally:
+            await app.aclose()
 
 
 async def test_roles_links_and_epoch(make_config: Callable[..., Config]) -> None:

@@ -237,9 +237,14 @@ def missing_library(exc: BaseException, routine: Routine, client: aioredis.Redis
 
 
 def as_replica_refusal(exc: BaseException) -> BaseException:
-    """A read-only twin's refused write as what a replica says of any write (READONLY)."""
-    if isinstance(exc, ResponseError) and _READ_ONLY_SCRIPT in str(exc):
-        return ReadOnlyError(f"READONLY a read-only replica refused the write ({exc})")
+    """A replica's refusal of a routine's write as what a replica says of any write
+    (:class:`~redis.exceptions.ReadOnlyError`): a read-only twin's refused write, or,
+    through ``EVALSHA`` (Redis 6.2), a script's write refused with an error that wraps
+    the replica's ``-READONLY`` in "Error running script"."""
+    if isinstance(exc, ResponseError) and not isinstance(exc, ReadOnlyError):
+        text = str(exc)
+        if _READ_ONLY_SCRIPT in text or "READONLY" in text:
+            return ReadOnlyError(f"READONLY a read-only replica refused the write ({exc})")
     return exc
 
 
@@ -254,7 +259,13 @@ class StoreFunction:
 
     async def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = ()) -> Any:
         if not await runs_functions(self.client):
-            return await self.script(keys=keys, args=args)
+            try:
+                return await self.script(keys=keys, args=args)
+            except ResponseError as exc:
+                refusal = as_replica_refusal(exc)
+                if refusal is exc:
+                    raise
+                raise refusal from exc
         name = self.routine.name
         while True:
             try:
