@@ -4,14 +4,15 @@ requester's, only the deployment's pages may ask, and the setting turns it off."
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 
 import httpx
 
 from rideout.config import Config
 from rideout.realtime.app import create_app
-from rideout.realtime.demo import DEMO_CLAIM
-from rideout.store.keys import demo_name_claim
+from rideout.realtime.demo import DEMO_CLAIM, QuotaReached, claim_name
+from rideout.store.keys import demo_identities, demo_name_claim, legacy_demo_name_claim
 from tests.conftest import serving
 from tests.realtime.conftest import Deployment, rejected, running_deployment
 
@@ -106,6 +107,29 @@ async def test_the_standby_region_checks_claims_but_makes_none(deployment: Deplo
         assert (new.status_code, new.json()["error"]) == (503, "standby")
         assert "retry-after" in new.headers
         assert answer.json()["error"] == "name_taken"
+
+
+async def test_a_name_claimed_before_claims_moved_stays_its_holders(
+    deployment: Deployment,
+) -> None:
+    """Claims moved from the user's tag to the counts' (one slot for the claim's script):
+    one stored at the old key before an upgrade still holds the name, and its holder's
+    renewal moves it, even with the count at its cap (the name is counted already)."""
+    redis, auth = deployment.servers["a1"].redis, deployment.config.auth
+    at_cap = dataclasses.replace(auth, max_demo_identities=1)
+    old, new = legacy_demo_name_claim("Erin"), demo_name_claim("Erin")
+    assert old != new
+    await redis.set(old, "h1", ex=60)
+    await redis.zadd(demo_identities(), {"erin": 2**52})  # counted, as it was then
+    assert await claim_name(redis, "erin", "h2", 60, address="a", auth=auth) is None
+    assert await redis.get(new) is None  # a refusal records nothing
+    renewed = await claim_name(redis, "ERIN", "h1", 60, address="a", auth=at_cap)
+    assert renewed == 60
+    assert await redis.get(new) == "h1"
+    assert await claim_name(redis, "erin", "h2", 60, address="a", auth=auth) is None
+    # A name never claimed is counted against the cap as before.
+    refused = await claim_name(redis, "frank", "h3", 60, address="a", auth=at_cap)
+    assert isinstance(refused, QuotaReached), refused
 
 
 async def test_the_setting_turns_demo_tokens_off(make_config: Callable[..., Config]) -> None:

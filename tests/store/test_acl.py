@@ -713,6 +713,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         keys.idempotency("rest", "k", "bob"),
         keys.idempotency("rest", "k"),
         keys.demo_name_claim("carol"),
+        keys.legacy_demo_name_claim("carol"),
         keys.demo_identities(),
         keys.demo_identities_from("127.0.0.1"),
         keys.canary_probe("us-east-1", "use1-az1"),
@@ -730,7 +731,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     functions = {n for n in keys.__all__ if n.islower()}
     assert functions == {
         "bid_ack", "canary_probe", "demo_identities", "demo_identities_from", "demo_name_claim",
-        "idempotency", "legacy_bid_ack",
+        "idempotency", "legacy_bid_ack", "legacy_demo_name_claim",
         "room_state", "room_stream", "user_session", "waitingroom_event_keys",
         "waitingroom_oidc", "waitingroom_refresh", "waitingroom_stamp", "waitingroom_tick",
     }  # fmt: skip

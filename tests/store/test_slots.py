@@ -130,8 +130,6 @@ CROSSING: dict[str, frozenset[str]] = {
     "auction.probe": frozenset({"epoch", "canary"}),
     # One XREAD over every followed room's stream (a cluster needs one read per node).
     "auction.read_updates": frozenset({"room"}),
-    # A name's claim and the region's count of names.
-    "demo.claim_name": frozenset({"user", "demo"}),
 }
 
 

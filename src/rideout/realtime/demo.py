@@ -93,6 +93,13 @@ async def claim_name(
     names = [keys.demo_name_claim(name), keys.demo_identities()]
     if per_address:
         names.append(keys.demo_identities_from(address))
+    # A claim stored before claims moved beside the counts, read apart (its own slot):
+    # none is written any more, so nothing can take the name between this read and the
+    # script, which moves the holder's claim to its new key.
+    legacy = keys.legacy_demo_name_claim(name)
+    before = await redis.get(legacy)
+    if before is not None and not _same(before, holder):
+        return None
     script = StoreFunction(redis, functions.DEMO_NAME_CLAIM)  # store/scripts.py has its Lua
     args: list[str | int] = [
         holder,
@@ -100,23 +107,30 @@ async def claim_name(
         name.casefold(),
         auth.max_demo_identities,
         per_address,
+        int(before is not None),
     ]
     try:
         outcome, ms = (int(v) for v in await script(keys=names, args=args))
     except ReadOnlyError:  # a replica: a name its holder has lasts what it has left
-        held = await redis.get(names[0])
-        if held is not None and hmac.compare_digest(str(held).encode(), holder.encode()):
-            left = int(await redis.ttl(names[0]))
+        for where in (names[0], legacy):
+            held = await redis.get(where)
+            if held is None:
+                continue
+            if not _same(held, holder):
+                return None
+            left = int(await redis.ttl(where))
             if left > 0:
                 return left
-        if held is not None:
-            return None
         raise
     if outcome == 1:
         return math.ceil(ms / 1000)
     if outcome == 0:
         return None
     return QuotaReached(_QUOTAS[outcome], max(1, math.ceil(ms / 1000)))
+
+
+def _same(held: object, holder: str) -> bool:
+    return hmac.compare_digest(str(held).encode(), holder.encode())
 
 
 def _origin_allowed(config: Config, origin: str | None) -> bool:

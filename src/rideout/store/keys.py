@@ -39,6 +39,7 @@ __all__ = [
     "demo_name_claim",
     "idempotency",
     "legacy_bid_ack",
+    "legacy_demo_name_claim",
     "room_state",
     "room_stream",
     "user_session",
@@ -136,7 +137,19 @@ def canary_probe(region: str, zone: str) -> str:
 def demo_name_claim(name: str) -> str:
     """String: who holds a demo bidder name (a hash of its browser's secret), for as
     long as the tokens issued for it live. Keyed by the case-folded name, so "Alice"
-    cannot pass for "alice"; under the user's hash tag."""
+    cannot pass for "alice"; under the tag of the region's counts of names
+    (:func:`demo_identities`), which the claim's script updates with it."""
+    return f"{PREFIX}demo:{{identities}}:claim:{_safe(name.casefold())}"
+
+
+def legacy_demo_name_claim(name: str) -> str:
+    """String: a claim stored under the user's tag, before claims moved beside the
+    counts (one slot for the claim's script).
+
+    Still read, so a name claimed before an upgrade stays its holder's (and is moved to
+    :func:`demo_name_claim` when renewed); none is written any more, and the last
+    expires ``auth.token_ttl`` after the upgrade.
+    """
     return f"{PREFIX}user:{{{_safe(name.casefold())}}}:demo-claim"
 
 

@@ -477,7 +477,9 @@ return false
 # against the quotas, in one step (Redis's clock: every zone of the region counts
 # alike). KEYS: the name's claim, the region's names, and with a per-address cap the
 # address's names (sorted sets scored by expiry, ms). ARGV: holder, ttl ms, the
-# case-folded name, the cap in all, the cap per address. Answers {1, ms held}, {0, 0}
+# case-folded name, the cap in all, the cap per address, and '1' when the holder holds
+# the name by a claim stored before claims moved beside the counts (renewed, and moved
+# here, as one held). Answers {1, ms held}, {0, 0}
 # when another holds the name, or {2 | 3, ms until the oldest name counted expires} at
 # the cap in all | per address. A holder is the SHA-256 of a random secret, so comparing
 # it in Lua's time leaks nothing worth having.
@@ -487,9 +489,9 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local ttl = tonumber(ARGV[2])
 local sets = {KEYS[2], KEYS[3]}
-if held then
-  if held ~= ARGV[1] then return {0, 0} end
-  redis.call('PEXPIRE', KEYS[1], ttl)
+if held and held ~= ARGV[1] then return {0, 0} end
+if held or ARGV[6] == '1' then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ttl)
   for _, set in ipairs(sets) do
     redis.call('ZADD', set, 'XX', now + ttl, ARGV[3])
     redis.call('PEXPIRE', set, ttl)
