@@ -3,8 +3,10 @@ the controller user; and two control planes sharing one lease."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -188,15 +190,16 @@ async def test_two_control_planes_one_acts_the_other_takes_over_with_its_state(
 
 
 async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -> None:
-    """Rounds 30 s apart, a lease of 3 s: renewed in between, the standby never gets it.
+    """Rounds 30 s apart, a lease of 9 s: renewed in between, the standby never gets it.
 
-    The lease is 3 s (renewed every second), not shorter: both planes share this
-    test's event loop, and a stall longer than two thirds of the TTL on a loaded
-    machine (CI ran one 1.5 s lease out) lets the standby take it, correctly."""
+    The lease is 9 s (renewed every 3 s), not shorter: both planes share this test's
+    event loop, and a stall longer than two thirds of the TTL lets the standby take it,
+    correctly. CI ran a 1.5 s lease out, and then a 3 s one, in a stall of 4.4 s."""
     config = _external(tmp_path)
-    assert config.control_plane.lease_ttl == 3.0
     config = dataclasses.replace(
-        config, timing=dataclasses.replace(config.timing, canary_interval=30.0, canary_timeout=1.0)
+        config,
+        timing=dataclasses.replace(config.timing, canary_interval=30.0, canary_timeout=1.0),
+        control_plane=dataclasses.replace(config.control_plane, lease_ttl=9.0),
     )
     async with two_planes(config) as (one, two):
         lease = one.lease
@@ -209,9 +212,18 @@ async def test_the_lease_is_kept_between_rounds_longer_than_it(tmp_path: Path) -
             renewals += 1
             return await tick()
 
+        async def no_round() -> None:  # a round renews too: none is counted
+            return None
+
         lease.tick = counted  # type: ignore[method-assign]
-        # Seven renewals: more than two TTLs without a round (the first came at start).
-        await until(lambda: renewals >= 7, 30, message="the holder renews between rounds")
+        one.evaluate = no_round  # type: ignore[method-assign]
+        # A third of a TTL past the TTL with no round after the one under way: renewed
+        # every third of the TTL, the lease now expires later than one taken at start.
+        taken_at = time.time()
+        await asyncio.sleep(lease.ttl * 4 / 3)
+        assert renewals >= 4, renewals
         assert lease.view.mine
+        assert lease.view.expires_at is not None
+        assert lease.view.expires_at > taken_at + lease.ttl
         assert lease.view.fence == 1  # never lost, never taken again
         assert not two.readiness()[0]
