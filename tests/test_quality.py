@@ -105,3 +105,16 @@ def test_every_test_that_starts_moto_is_in_the_aws_tier() -> None:
     require_aws_mark(SimpleNamespace(node=node(True)))  # type: ignore[arg-type]
     with pytest.raises(pytest.fail.Exception, match="without the `aws` mark"):
         require_aws_mark(SimpleNamespace(node=node(False)))  # type: ignore[arg-type]
+
+
+def test_no_fixture_is_package_scoped() -> None:
+    """In a directory that is no Python package (tests/ has no __init__.py), a
+    "package"-scoped fixture outlives the directory: the OpenAPI tests' live servers ran
+    beside every later test of their worker. Module or session scope says what it means."""
+    scoped = re.compile(r"scope\s*=\s*[\"']package[\"']")
+    found = [
+        str(path.relative_to(ROOT))
+        for path in sorted((ROOT / "tests").rglob("*.py"))
+        if path.name != "test_quality.py" and scoped.search(path.read_text())
+    ]
+    assert found == []

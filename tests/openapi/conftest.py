@@ -108,7 +108,11 @@ class _Servers(threading.Thread):
         self.join(60)
 
 
-@pytest.fixture(scope="package")
+# Module-scoped: "package" scope outlives the directory where it is no Python package
+# (tests/ has no __init__.py), so the live servers ran in their thread beside every
+# later test of the worker (a zone's store probes, a Redis pair), and a slot test took
+# the probes for its own calls.
+@pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
     config = live_config(tmp_path_factory.mktemp("openapi") / ".rideout")
     servers = _Servers(config)
