@@ -71,7 +71,7 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry, Counter
-from redis.exceptions import ReadOnlyError, RedisError, ResponseError
+from redis.exceptions import ReadOnlyError, RedisError
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -370,9 +370,7 @@ class IdempotencyMiddleware:
         )
         try:
             existing = await self._claim(keys=[record_key], args=[in_flight, _millis(self.lease)])
-        except (ReadOnlyError, ResponseError) as exc:
-            if not isinstance(exc, ReadOnlyError) and "READONLY" not in str(exc):
-                return await self._unavailable(send, exc)
+        except ReadOnlyError:  # StoreFunction's, whichever way the server said it
             # A read-only replica (the other region before promotion) can still replay.
             try:
                 existing = await self.redis.get(record_key)

@@ -493,12 +493,13 @@ def _translate(exc: BaseException, server: str, what: str) -> StoreError:
         return CredentialsRejected(f"{what}: {text}")  # the text names server and file
     if isinstance(exc, NoPermissionError):
         return PermissionDenied(f"{what}: {server}: {text}")
-    if isinstance(exc, ReadOnlyError) or (
-        isinstance(exc, ResponseError) and ("READONLY" in text or _WAIT_ON_REPLICA in text)
+    if isinstance(functions.as_replica_refusal(exc), ReadOnlyError) or (
+        isinstance(exc, ResponseError) and _WAIT_ON_REPLICA in text
     ):
-        # A write inside a script on a replica fails with "... -READONLY ...", and a
-        # script that wrote nothing (fenced, or a duplicate) then has its WAIT refused:
-        # either way the region is not the writer (not a failing store).
+        # A write inside a script on a replica fails with "... -READONLY ..." (pipelined
+        # scripts' errors come as the server wrote them), and a script that wrote
+        # nothing (fenced, or a duplicate) then has its WAIT refused: either way the
+        # region is not the writer (not a failing store).
         return NotWriter(f"{what}: {server} is a read-only replica, not the region's writer")
     if isinstance(exc, ResponseError):
         if text.startswith("rideout:") or "WRONGTYPE" in text:
