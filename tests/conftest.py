@@ -35,6 +35,7 @@ os.environ.setdefault("COLUMNS", "200")
 
 from rideout._logging import QUIET_AT_INFO
 from rideout.config import Config, parse_config
+from rideout.store import keys
 from rideout.store.acl import load_or_create_users
 
 ZONE_ADDRESSES = ("127.0.1.1", "127.0.1.2", "127.0.2.1", "127.0.2.2")
@@ -251,6 +252,19 @@ async def replicated(client: Any, replicas: int = 1) -> None:
     (Redis WAIT); fail naming how many did."""
     acked = await client.wait(replicas, REPLICA_ACK_MS)
     assert acked >= replicas, f"{acked} of {replicas} replicas acknowledged in {REPLICA_ACK_MS} ms"
+
+
+async def set_epoch(client: Any, value: int | str | None) -> None:
+    """Set the epoch and every copy of it (what the scripts fence on) to `value`, or
+    delete them all (None): for tests that move the epoch by hand, lower or corrupt it,
+    as rideout never does (its controller only raises it: store.replication). `client`
+    is a superuser's; one MULTI, so no script sees them disagree."""
+    async with client.pipeline(transaction=True) as pipe:
+        if value is None:
+            pipe.delete(keys.EPOCH, *keys.epoch_copies())
+        else:
+            pipe.mset(dict.fromkeys((keys.EPOCH, *keys.epoch_copies()), value))
+        await pipe.execute()
 
 
 # --------------------------------------------------------------------------- waiting

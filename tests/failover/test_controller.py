@@ -663,6 +663,8 @@ async def test_bump_epoch_is_idempotent_and_never_lowers(pair: Pair) -> None:
     assert await bump_epoch(p, 5) == 6
     assert await bump_epoch(p, 2) == 6  # a server past the target keeps its epoch
     assert await p.get(keys.EPOCH) == "6"
+    # With every copy of it, which the scripts fence on (one per hash slot).
+    assert set(await p.mget(keys.epoch_copies())) == {"6"}
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,7 @@ from starlette.routing import Route
 
 from rideout.realtime.epoch import EpochTracker, control_plane_epoch
 from rideout.store import keys
-from tests.conftest import ADMIN, free_port, serving
+from tests.conftest import ADMIN, free_port, serving, set_epoch
 from tests.realtime.conftest import Deployment, recv_type, send
 
 
@@ -77,7 +77,7 @@ async def test_a_fenced_server_cannot_change_state(deployment: Deployment) -> No
             await send(ws, action="getState", room="lot-5")
             await recv_type(ws, "state")
             # A promotion elsewhere bumped the epoch: this server still believes in 1.
-            await writer.set(keys.EPOCH, 2)
+            await set_epoch(writer, 2)
             await send(ws, action="bid", room="lot-5", amount=5, id="fenced")
             error = await recv_type(ws, "error")
             assert (error["code"], error["id"]) == ("unavailable", "fenced")

@@ -65,6 +65,7 @@ from tests.conftest import (
     credentials,
     free_port,
     running_redis_pair,
+    set_epoch,
 )
 
 # The async tests share the module's servers, so they run in the module's event loop.
@@ -139,7 +140,7 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Ser
         p, s = config.primary.redis, config.secondary.redis
         admin = aioredis.Redis(host=p.address, port=p.port, **ADMIN)
         try:
-            await admin.set(keys.EPOCH, 1)
+            await set_epoch(admin, 1)
         finally:
             await admin.aclose()
         yield Servers(config, p.address, p.port, (s.address, s.port))
@@ -344,6 +345,8 @@ EPOCH_WRITES: list[tuple[Any, ...]] = [
     ("DEL", keys.EPOCH),
     ("INCR", keys.EPOCH),
     ("INCRBY", keys.EPOCH, "100"),
+    ("SET", keys.epoch_copy(keys.room_state("lot-1")), "115"),  # the copy a bid reads
+    ("DEL", keys.epoch_copy(keys.room_state("lot-1"))),
 ]
 OWN_LUA: list[tuple[Any, ...]] = [
     ("SCRIPT", "LOAD", "return 1"),
@@ -366,6 +369,7 @@ async def test_the_app_user_cannot_write_the_epoch_nor_run_lua_of_its_own(
         with pytest.raises(NoPermissionError, match="NOPERM: user rideout-app cannot"):
             await client.execute_command(*command)
         assert await client.get(keys.EPOCH) == "1"  # it may read it
+        assert await client.get(keys.epoch_copy(keys.room_state("lot-1"))) == "1"
     finally:
         await client.aclose()
     assert await epoch_now(servers) == 1
@@ -705,6 +709,8 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     app = RULES[RedisRole.APP].keys + RULES[RedisRole.APP].read_keys
     names = [
         keys.EPOCH,
+        keys.epoch_copy(keys.room_state("lot-1")),
+        *keys.epoch_copies()[:3],
         keys.room_state("a:b{c}*?[x]"),
         keys.room_stream("lot-1"),
         keys.user_session("alice"),
@@ -731,7 +737,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     functions = {n for n in keys.__all__ if n.islower()}
     assert functions == {
         "bid_ack", "canary_probe", "demo_identities", "demo_identities_from", "demo_name_claim",
-        "idempotency", "legacy_bid_ack", "legacy_demo_name_claim",
+        "epoch_copies", "epoch_copy", "idempotency", "legacy_bid_ack", "legacy_demo_name_claim",
         "room_state", "room_stream", "user_session", "waitingroom_event_keys",
         "waitingroom_oidc", "waitingroom_refresh", "waitingroom_stamp", "waitingroom_tick",
     }  # fmt: skip

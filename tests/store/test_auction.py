@@ -35,6 +35,7 @@ from rideout.store.auction import (
     empty_state,
 )
 from rideout.store.client import probe_client, state_client
+from rideout.store.replication import sync_epoch_copies
 from tests.conftest import (
     ADMIN,
     TEST_ADMIN,
@@ -45,6 +46,7 @@ from tests.conftest import (
     free_port,
     replicated,
     running_redis_pair,
+    set_epoch,
     until,
 )
 
@@ -102,7 +104,7 @@ async def servers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Pai
 async def pair(servers: Pair) -> Pair:
     """The module's pair, emptied, with epoch 1 on both servers."""
     await servers.admin.flushall()
-    await servers.admin.set(keys.EPOCH, 1)
+    await set_epoch(servers.admin, 1)
     await replicated(servers.admin)
     return servers
 
@@ -334,7 +336,7 @@ async def test_concurrent_bids_keep_the_room_consistent(pair: Pair) -> None:
 async def test_a_stale_epoch_is_fenced_and_changes_nothing(pair: Pair) -> None:
     store, room = pair.store(), fresh()
     first = await store.bid(room, "alice", 10, "r1", epoch=1)
-    await pair.admin.set(keys.EPOCH, 2)
+    await set_epoch(pair.admin, 2)
     assert await store.current_epoch() == 2
 
     refused = await store.bid(room, "bob", 20, "r2", epoch=1)
@@ -360,22 +362,40 @@ async def test_a_stale_epoch_is_fenced_and_changes_nothing(pair: Pair) -> None:
 
 async def test_an_unset_epoch_is_zero(pair: Pair) -> None:
     store = pair.store()
-    await pair.admin.delete(keys.EPOCH)
+    await set_epoch(pair.admin, None)
     assert await store.current_epoch() == 0
     assert (await store.bid(fresh(), "alice", 10, "r", epoch=0)).accepted
     assert (await store.bid(fresh(), "alice", 10, "s", epoch=1)).reason == Reason.STALE_EPOCH
 
 
+async def test_without_its_copies_the_fence_reads_the_epoch_until_they_are_written(
+    pair: Pair,
+) -> None:
+    """Data from before the copies: the scripts read the epoch itself (one Redis), and
+    the controller's sync_epoch_copies writes the copies, which the fence reads then."""
+    store, room = pair.store(), fresh()
+    await set_epoch(pair.admin, None)
+    await pair.admin.set(keys.EPOCH, 3)
+    assert (await store.bid(room, "alice", 10, "c1", epoch=3)).accepted
+    assert (await store.bid(room, "alice", 20, "c2", epoch=2)).reason == Reason.STALE_EPOCH
+    assert (await store.read_room(room)).position.epoch == 3
+
+    assert await sync_epoch_copies(pair.admin) == 3
+    assert set(await pair.admin.mget(keys.epoch_copies())) == {"3"}
+    await pair.admin.set(keys.EPOCH, 4)  # the epoch alone (rideout moves both at once)
+    assert (await store.bid(room, "alice", 30, "c3", epoch=3)).accepted  # the copy's
+
+
 async def test_a_corrupt_epoch_is_reported(pair: Pair) -> None:
     store = pair.store()
-    await pair.admin.set(keys.EPOCH, "garbage")
+    await set_epoch(pair.admin, "garbage")
     with pytest.raises(StoreCorrupt, match="epoch"):
         await store.current_epoch()
     with pytest.raises(StoreCorrupt, match="epoch"):
         await store.bid(fresh(), "alice", 10, "r", epoch=1)
     with pytest.raises(StoreCorrupt, match="epoch"):
         await store.get_state(fresh(), "alice")
-    await pair.admin.set(keys.EPOCH, 1)
+    await set_epoch(pair.admin, 1)
     room = fresh()
     await pair.admin.set(keys.room_state(room), "not a hash")
     with pytest.raises(StoreCorrupt, match="WRONGTYPE"):
@@ -748,7 +768,7 @@ async def test_bad_arguments_are_refused_before_anything_is_sent(pair: Pair) -> 
         await store.get_state("room", "")
     with pytest.raises(ValueError, match="offset"):
         await store.read_updates({"room": "nope"})
-    assert await pair.admin.dbsize() == 1  # only the epoch
+    assert await pair.admin.dbsize() == 1 + len(keys.epoch_copies())  # only the epoch
 
 
 @pytest.mark.parametrize(

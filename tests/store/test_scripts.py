@@ -18,13 +18,14 @@ from redis.exceptions import ResponseError
 
 from rideout.store import keys, scripts
 from rideout.store.embedded import RedisSpec
-from tests.conftest import ADMIN
+from tests.conftest import ADMIN, set_epoch
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 ROOM, SUB = "lot", "alice"
 #       min_bid, max_bid, min_increment, history_size, history_ttl ms, ack_ttl ms
 LIMITS = ["1", "1000000", "1", "100", "3600000", "60000"]
+COPY = keys.epoch_copy(keys.room_state(ROOM))  # the epoch, as the room's scripts read it
 
 
 @pytest_asyncio.fixture(loop_scope="module")
@@ -34,7 +35,7 @@ async def client(redis_server: RedisSpec) -> AsyncIterator[aioredis.Redis]:
     )
     await redis.flushall()
     await redis.script_flush()
-    await redis.set(keys.EPOCH, "1")
+    await set_epoch(redis, "1")
     try:
         yield redis
     finally:
@@ -50,7 +51,7 @@ async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) 
             keys.bid_ack(SUB, ROOM, request_id),
             keys.legacy_bid_ack(SUB, request_id),
         ],
-        args=[epoch, str(amount), ROOM, SUB, request_id, *LIMITS],
+        args=[epoch, str(amount), ROOM, SUB, request_id, *LIMITS, COPY],
     )
     return kind, json.loads(ack)
 
@@ -58,7 +59,7 @@ async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) 
 async def get_state(client: aioredis.Redis, since_epoch: str = "", since: str = "") -> Any:
     script = client.register_script(scripts.GET_STATE)
     room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.user_session(SUB)]
-    return await script(keys=room_keys, args=[since_epoch, since, "10"])
+    return await script(keys=room_keys, args=[since_epoch, since, "10", COPY])
 
 
 async def test_both_scripts_compile(client: aioredis.Redis) -> None:
@@ -91,9 +92,9 @@ async def test_the_first_decision_is_final(client: aioredis.Redis) -> None:
 async def test_an_epoch_that_is_not_an_integer_is_an_error_naming_rideout(
     client: aioredis.Redis,
 ) -> None:
-    await client.set(keys.EPOCH, "one")
+    await set_epoch(client, "one")
     for call in (bid(client, "1", 10, "r1"), get_state(client)):
-        with pytest.raises(ResponseError, match=r"^rideout: rideout:epoch does not hold"):
+        with pytest.raises(ResponseError, match=r"^rideout: rideout:epoch:\{\w+\} does not hold"):
             await call
 
 

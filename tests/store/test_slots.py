@@ -3,8 +3,8 @@
 First the slot rule (:mod:`rideout.store.slots`) against a real cluster node's
 ``CLUSTER KEYSLOT``. Then a tour: every store's operations run on a real Redis while each
 command the client sends is recorded; the server names each command's keys (``COMMAND
-GETKEYS``, which knows ``FCALL``'s and ``XREAD``'s layouts), the epoch a function reads
-by name is added, and each call's keys are placed in slots. A call whose keys span more
+GETKEYS``, which knows ``FCALL``'s and ``XREAD``'s layouts), the copy of the epoch a
+script reads by a name in ``ARGV`` is added, and each call's keys are placed in slots. A call whose keys span more
 than one slot is one a cluster answers with ``CROSSSLOT``: :data:`CROSSING` lists them as
 they are today, so a change that adds one fails here, and so does one that removes one
 (then the list, and docs/capacity.md, say so). Last, the tour on a real two-node cluster
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -44,7 +43,15 @@ from rideout.store.revocations import RevocationStore
 from rideout.store.slots import SLOTS, hash_tag, key_slot, slots_of
 from rideout.waitingroom.model import EventSettings, InletSettings
 from rideout.waitingroom.store import RoomStore
-from tests.conftest import ADMIN, MATRIX, examples, free_port, load_library, locked_auth
+from tests.conftest import (
+    ADMIN,
+    MATRIX,
+    examples,
+    free_port,
+    load_library,
+    locked_auth,
+    set_epoch,
+)
 
 ADDRESS = "127.0.1.100"
 
@@ -146,23 +153,22 @@ async def test_every_slot_is_the_servers(cluster_node: aioredis.Redis) -> None:
 def _rideout_keys() -> list[str]:
     event = keys.waitingroom_event_keys("launch")
     return [keys.room_state("r:{1}"), keys.user_session("alice"), keys.EPOCH,
-            keys.bid_ack("alice", "r", "q"), *event.values(), keys.REVOCATIONS]  # fmt: skip
+            keys.epoch_copy(keys.room_state("r:{1}")), keys.bid_ack("alice", "r", "q"),
+            *event.values(), keys.REVOCATIONS]  # fmt: skip
 
 
 # ------------------------------------------------------------------------ the tour
 
-# A call (what the tour did, as "store.method") -> the key families it names across
-# slots. Today's: what issue #31 must place in one slot each before a cluster can run.
-CROSSING: dict[str, frozenset[str]] = {
-    # The epoch (read by name), the room's keys and the user's: three tags.
-    "auction.bid": frozenset({"epoch", "room", "user"}),
-    "auction.get_state": frozenset({"epoch", "room", "user"}),
-    # The epoch and the room (or the canary's key).
-    "auction.read_room": frozenset({"epoch", "room"}),
-    "auction.probe": frozenset({"epoch", "canary"}),
+# A call (what the tour did, as "store.method") -> the slots its keys span, each as the
+# families of keys it holds ("a+b"). Today's: what issue #31 must place in one slot
+# each before a cluster can run.
+CROSSING: dict[str, tuple[str, ...]] = {
+    # The room's keys with the epoch's copy in their slot, and the user's.
+    "auction.bid": ("epoch+room", "user"),
+    "auction.get_state": ("epoch+room", "user"),
     # One XREAD over every followed room's stream (refused even where one node holds
     # every slot it names: docs/capacity.md has the way out).
-    "auction.read_updates": frozenset({"room"}),
+    "auction.read_updates": ("room", "room"),
 }
 
 
@@ -204,7 +210,7 @@ def recording(
 _FUNCTIONS = {r.name: r.source for r in functions.ROUTINES} | {
     r.replica_name: r.source for r in functions.ROUTINES
 }
-_READS_EPOCH = re.compile(r"redis\.p?call\('[A-Z]+', EPOCH_KEY")
+_EPOCH_COPY = keys.EPOCH + ":{"
 _KEYLESS = {"PING", "INFO", "HELLO", "AUTH", "CLIENT", "SELECT", "FUNCTION", "TIME", "MULTI",
             "EXEC", "SCRIPT", "WAIT", "READONLY", "COMMAND"}  # fmt: skip
 
@@ -212,8 +218,8 @@ _KEYLESS = {"PING", "INFO", "HELLO", "AUTH", "CLIENT", "SELECT", "FUNCTION", "TI
 async def _keys_of(
     admin: aioredis.Redis, command: tuple[Any, ...], scripts: dict[str, str]
 ) -> list[str]:
-    """The keys `command` touches: what the server says, plus the epoch a function
-    reads by name (never passed in KEYS)."""
+    """The keys `command` touches: what the server says, plus the copy of the epoch a
+    script reads by the name it is given in ARGV (never in KEYS)."""
     name = str(command[0]).split()[0].upper()
     if name in _KEYLESS:
         return []
@@ -223,13 +229,12 @@ async def _keys_of(
         if "no key arguments" not in str(exc):
             raise
         return []
-    # The Lua a call runs: a function by its name, a script (EVALSHA: Redis 6.2, and
-    # the control plane's lease) by its SHA-1, as registered during the test.
-    lua = {"FCALL": _FUNCTIONS, "EVALSHA": scripts}.get(name, {}).get(str(command[1]))
+    # A script's: a function by its name, a script (EVALSHA: Redis 6.2, and the control
+    # plane's lease) by its SHA-1, as registered during the test.
     if name in ("FCALL", "EVALSHA"):
-        assert lua is not None, f"{name} of an unknown script: {command[1]}"
-    if lua is not None and _READS_EPOCH.search(lua):
-        found.append(keys.EPOCH)
+        known = {"FCALL": _FUNCTIONS, "EVALSHA": scripts}[name]
+        assert str(command[1]) in known, f"{name} of an unknown script: {command[1]}"
+        found += [str(a) for a in command[3:] if str(a).startswith(_EPOCH_COPY)]
     return found
 
 
@@ -266,8 +271,8 @@ async def test_which_calls_span_more_than_one_slot(
         return made
 
     monkeypatch.setattr(aioredis.Redis, "register_script", registering)
-    await admin.set(keys.EPOCH, "1")
-    crossing: dict[str, frozenset[str]] = {}
+    await set_epoch(admin, "1")
+    crossing: dict[str, tuple[str, ...]] = {}
     seen: set[str] = set()
 
     async def call(label: str, work: Any) -> None:
@@ -277,7 +282,10 @@ async def test_which_calls_span_more_than_one_slot(
             names = await _keys_of(admin, tuple(command), scripts)
             seen.update(_family(k) for k in names)
             if len(slots_of(names)) > 1:
-                crossing[label] = crossing.get(label, frozenset()) | {_family(k) for k in names}
+                by_slot: dict[int, set[str]] = {}
+                for name in names:
+                    by_slot.setdefault(key_slot(name), set()).add(_family(name))
+                crossing[label] = tuple(sorted("+".join(sorted(f)) for f in by_slot.values()))
 
     await _tour(app, controller, call)
 
@@ -357,10 +365,6 @@ REFUSAL: dict[str, str] = {
     "auction.bid": CROSSSLOT,
     "auction.get_state": CROSSSLOT,
     "auction.read_updates": CROSSSLOT,  # even where one node holds every slot named
-    # One slot in KEYS; the epoch, read by name, is on another node. (Where one node
-    # holds both slots, every server of the matrix lets a script read it.)
-    "auction.read_room": NON_LOCAL,
-    "auction.probe": NON_LOCAL,
 }
 """How a cluster refuses each call of :data:`CROSSING`."""
 
@@ -383,8 +387,8 @@ def _refusal(exc: BaseException) -> str | None:
 @contextlib.asynccontextmanager
 async def two_nodes(directory: Path, address: str) -> AsyncIterator[RedisSpec]:
     """A cluster of two nodes: the second holds the epoch's slot, the first every other
-    (and rideout's function library). The first node's spec once both say the cluster
-    is ok."""
+    (and rideout's function library, and the epoch's copies in its slots). The first
+    node's spec once both say the cluster is ok."""
     first, second = (_node_spec(directory / n, address, f"node-{n}") for n in ("a", "b"))
     async with cluster_mode(first) as a, cluster_mode(second) as b:
         epoch_slot = key_slot(keys.EPOCH)
@@ -400,6 +404,11 @@ async def two_nodes(directory: Path, address: str) -> AsyncIterator[RedisSpec]:
             assert time.monotonic() < deadline, "the two nodes never agreed on the cluster"
             await asyncio.sleep(0.05)
         await b.set(keys.EPOCH, "1")
+        async with a.pipeline(transaction=False) as pipe:
+            for slot, copy in enumerate(keys.epoch_copies()):
+                if slot != epoch_slot:
+                    pipe.set(copy, "1")
+            await pipe.execute()
         await load_library(first)
         yield first
 
@@ -409,8 +418,9 @@ async def test_a_cluster_refuses_the_crossing_calls_and_runs_the_rest(
     matrix_server: Path, request: pytest.FixtureRequest, tmp_path: Path
 ) -> None:
     """The tour on a real cluster, on every server of the matrix: the calls CROSSING
-    lists are refused (as REFUSAL says), and every other call runs. Each line of the
-    matrix on its own address (xdist may run them at once)."""
+    lists are refused (as REFUSAL says), and every other call runs: the scripts that
+    fence on the epoch read its copy in their own slot, on their own node. Each line of
+    the matrix on its own address (xdist may run them at once)."""
     address = f"127.0.7.{2 + MATRIX.index(request.node.callspec.id)}"
     refused: dict[str, str] = {}
     moved: set[str] = set()
@@ -443,3 +453,14 @@ async def test_a_cluster_refuses_the_crossing_calls_and_runs_the_rest(
     assert REFUSAL.keys() == CROSSING.keys()
     # The epoch read alone: a cluster client follows MOVED to the epoch's node.
     assert moved == {"auction.current_epoch"}
+
+
+@pytest.mark.asyncio(loop_scope="module")
+async def test_each_copy_of_the_epoch_is_in_its_own_slot(cluster_node: aioredis.Redis) -> None:
+    copies = keys.epoch_copies()
+    async with cluster_node.pipeline(transaction=False) as pipe:
+        for copy in copies:
+            pipe.execute_command("CLUSTER", "KEYSLOT", copy)
+        slots = await pipe.execute()
+    assert slots == list(range(SLOTS))
+    assert keys.epoch_copy(keys.room_state("r1")) == copies[key_slot(keys.room_state("r1"))]

@@ -74,6 +74,7 @@ from rideout.store.replication import (
     promote,
     read_epoch,
     replication_status,
+    sync_epoch_copies,
 )
 
 __all__ = [
@@ -667,6 +668,9 @@ class FailoverController:
             raise ReplicationError(
                 f"cannot load rideout's function library on {writer}'s Redis: {exc}"
             ) from exc
+        # The scripts fence on the epoch's copies: a writer whose data predates them (an
+        # upgrade) gets them here (its scripts read the epoch itself meanwhile).
+        await sync_epoch_copies(self._clients[writer])
         self._library_on = writer
         if loaded:
             self._event("library", f"loaded rideout's function library on {writer}'s Redis")

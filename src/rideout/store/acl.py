@@ -21,7 +21,7 @@ CLIENT among them):
     with it (``masteruser``/``masterauth``): any of them can become a replica.
 ``rideout-controller``
     the failover controller and the supervisor: REPLICAOF, FAILOVER, INFO, the epoch
-    (GET, SET, the EVAL that raises it), on 7.0+ loading the function library
+    and its copies (GET, SET, the EVAL that raises them), on 7.0+ loading the function library
     (FUNCTION LIST, FUNCTION LOAD: :func:`.functions.ensure_library`) and reading room streams (SCAN, XRANGE,
     XREVRANGE) to count the writes a demotion discards; in external mode also the
     control plane's lease and state (``rideout:{controlplane}:*``, in its own Redis).
@@ -38,10 +38,11 @@ start from the password files.
 Each server reads the ACL file written for what it has (:meth:`ServerAuth.acl_file_for`):
 
 - Redis 7.0+ and Valkey (read-only key patterns and functions): the app user may only
-  read the epoch (``%R~rideout:epoch``; the scripts read it by a name written into them,
-  not passed in KEYS, which FCALL would count as written) and may run rideout's
-  functions (FCALL) but no Lua of its own (no EVAL, EVALSHA, SCRIPT LOAD, FUNCTION).
-- Redis 6.2 only: the epoch key stays writable by the app user, and it may SCRIPT LOAD
+  read the epoch and its copies (``%R~rideout:epoch``, ``%R~rideout:epoch:*``; the
+  scripts read a copy by a name passed in ARGV, not in KEYS, which FCALL would count as
+  written) and may run rideout's functions (FCALL) but no Lua of its own (no EVAL,
+  EVALSHA, SCRIPT LOAD, FUNCTION).
+- Redis 6.2 only: the epoch and its copies stay writable by the app user, and it may SCRIPT LOAD
   and EVALSHA any Lua (checked command by command, but an endless loop still blocks the
   server until ``SCRIPT KILL``): 6.2 has neither read-only key patterns nor functions.
 
@@ -248,14 +249,20 @@ RULES: Final[Mapping[RedisRole, UserRules]] = {
             keys.DEMO_KEYS,
         ),  # revocations: read by each app server's follower; canary: the store probe;
         # demo: the demo sign-in's quotas (realtime/demo.py)
-        read_keys=(keys.EPOCH,),  # the scripts read it by name, never in KEYS
+        read_keys=(keys.EPOCH, keys.EPOCH_COPIES),  # read by name, never in KEYS
         eval_commands=_APP_EVAL,
         function_commands=_APP_FUNCTIONS,
     ),
     RedisRole.REPLICATION: UserRules(("psync", "replconf", "ping")),
     RedisRole.CONTROLLER: UserRules(
         _CONTROLLER_COMMANDS,
-        (keys.EPOCH, keys.ROOM_STREAMS, keys.REVOCATION_KEYS, keys.CONTROL_PLANE_KEYS),
+        (
+            keys.EPOCH,
+            keys.EPOCH_COPIES,
+            keys.ROOM_STREAMS,
+            keys.REVOCATION_KEYS,
+            keys.CONTROL_PLANE_KEYS,
+        ),
         # rideout's function library (store.functions.ensure_library), and its reads of
         # the revocations (`token revoke`: READ_REVOCATIONS) as EVALSHA does on 6.2
         function_commands=("function|list", "function|load", "fcall"),

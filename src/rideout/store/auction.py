@@ -12,6 +12,11 @@ Data layout (key names from :mod:`rideout.store.keys`):
     Unset reads as ``0``. A bid carries the epoch its server believes its writer has;
     the bid script refuses it (``stale_epoch``) when the stored epoch differs, which
     fences servers still attached to a demoted writer.
+``epoch_copy(key)`` (string, one per hash slot)
+    The same integer, in the slot of the keys a script touches: what the scripts read
+    (``rideout:epoch`` is read by the controller, ``current_epoch`` and the status),
+    so that no script names a key of another slot. The controller writes the epoch and
+    every copy in one script (:mod:`rideout.store.replication`).
 ``room_state(room)`` (hash)
     ``bid`` (current highest amount), ``bidder`` (its ``sub``), ``bids`` (accepted
     bids), ``updated_at`` (ms, the writer's ``TIME``), ``offset`` (id of the room's
@@ -294,6 +299,7 @@ def bid_call(
             str(epoch), str(amount), room, sub, request_id,
             str(s.min_bid), str(s.max_bid), str(s.min_increment), str(s.history_size),
             str(_millis(s.history_ttl)), str(_millis(s.ack_ttl)),
+            keys.epoch_copy(keys.room_state(room)),
         ],
     )  # fmt: skip
 
@@ -544,6 +550,7 @@ class AuctionStore:
         self.settings = settings
         self.region = _check_text("region", region)
         self._server = _describe(client, region)
+        keys.epoch_copies()  # the slots' tags, made now rather than on the first bid
         self._bids = ScriptPipeliner(client, StoreFunction(client, functions.BID))
         # Reads too: a herd of reconnecting clients restores its state in one pipeline
         # per loop iteration, not one pooled connection (opened on demand) per client.
@@ -646,7 +653,8 @@ class AuctionStore:
         _check_text("value", value)
         _check_epoch(epoch)
         wait = (wait_replicas, _millis(wait_timeout)) if wait_replicas else None
-        script_keys, script_args = [key], [str(epoch), value, str(_millis(ttl))]
+        script_keys = [key]
+        script_args = [str(epoch), value, str(_millis(ttl)), keys.epoch_copy(key)]
         with self._errors("store probe"):
             try:
                 reply, waited = await self._probes.call(script_keys, script_args, wait=wait)
@@ -733,7 +741,12 @@ class AuctionStore:
         with self._errors(what):
             reply, _ = await pipeliner.call(
                 [keys.room_state(room), keys.room_stream(room), *more_keys],
-                [since_epoch, since_offset, str(self.settings.replay_limit)],
+                [
+                    since_epoch,
+                    since_offset,
+                    str(self.settings.replay_limit),
+                    keys.epoch_copy(keys.room_state(room)),
+                ],
             )
         return reply
 

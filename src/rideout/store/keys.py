@@ -4,15 +4,18 @@ All keys share the ``rideout:`` prefix so a shared Redis can be inspected or cle
 without touching anything else. A room's keys share a ``{hash tag}``, and so do a
 user's and a waiting-room event's, so each group stays in one slot of a Redis Cluster
 (:mod:`rideout.store.slots`); the calls that still name keys of several slots (a bid:
-the epoch, its room and its user) are listed by tests/store/test_slots.py and
-docs/capacity.md. Every name is percent-escaped
+its room and its user) are listed by tests/store/test_slots.py and docs/capacity.md.
+The epoch has a copy in every slot, which the scripts fence on (:func:`epoch_copy`). Every name is percent-escaped
 (``:``, ``{`` and ``}`` included), so no user id, room or request id can reach into
 another key's space.
 """
 
 from __future__ import annotations
 
+import functools
 from urllib.parse import quote
+
+from rideout.store.slots import key_slot, slot_tags
 
 __all__ = [
     "CANARY_KEYS",
@@ -22,6 +25,7 @@ __all__ = [
     "CONTROL_PLANE_STATE",
     "DEMO_KEYS",
     "EPOCH",
+    "EPOCH_COPIES",
     "IDEMPOTENCY_KEYS",
     "PREFIX",
     "REVOCATIONS",
@@ -37,6 +41,8 @@ __all__ = [
     "demo_identities",
     "demo_identities_from",
     "demo_name_claim",
+    "epoch_copies",
+    "epoch_copy",
     "idempotency",
     "legacy_bid_ack",
     "legacy_demo_name_claim",
@@ -55,6 +61,10 @@ PREFIX = "rideout:"
 # The writer's epoch: an integer the failover controller increases on every promotion.
 # Together with a stream offset it names a position in a room's history.
 EPOCH = PREFIX + "epoch"
+# Its copies, one in each hash slot (epoch_copy): what a script fences on, so that no
+# script names a key of another slot than its own (a cluster refuses that). The
+# controller writes the epoch and every copy together (store.replication).
+EPOCH_COPIES = EPOCH + ":*"
 
 # Glob patterns (Redis's MATCH and ACL key patterns) over the families below. The
 # Redis users of store/acl.py may touch only keys these match: a new family of keys
@@ -90,6 +100,18 @@ CONTROL_PLANE_KEYS = PREFIX + "{controlplane}:*"
 
 def _safe(name: str) -> str:
     return quote(name, safe="-_.@+=")
+
+
+def epoch_copy(key: str) -> str:
+    """String: the copy of the epoch in `key`'s hash slot, which a script that touches
+    `key` fences on (the same integer as :data:`EPOCH`; unset reads as 0)."""
+    return f"{EPOCH}:{{{slot_tags()[key_slot(key)]}}}"
+
+
+@functools.cache
+def epoch_copies() -> tuple[str, ...]:
+    """Every copy of the epoch, one per hash slot, by slot."""
+    return tuple(f"{EPOCH}:{{{tag}}}" for tag in slot_tags())
 
 
 def room_state(room: str) -> str:

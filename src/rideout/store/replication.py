@@ -35,6 +35,7 @@ __all__ = [
     "replication_status",
     "server_label",
     "switch_over",
+    "sync_epoch_copies",
 ]
 
 
@@ -156,9 +157,11 @@ async def read_epoch(client: aioredis.Redis) -> int | None:
 
 
 async def ensure_epoch(client: aioredis.Redis) -> int | None:
-    """Give a new writer epoch 1; an existing epoch is kept. Returns the epoch, or None
-    when the server is a replica: it takes its writer's epoch. (A writer restarted from
-    its AOF can be demoted by the failover controller as soon as it answers.)"""
+    """Give a new writer epoch 1; an existing epoch is kept; either way every copy of
+    it (:func:`~rideout.store.keys.epoch_copy`) is made equal to it. Returns the epoch,
+    or None when the server is a replica: it takes its writer's epoch. (A writer
+    restarted from its AOF can be demoted by the failover controller as soon as it
+    answers.)"""
     try:
         await client.set(keys.EPOCH, 1, nx=True)
     except ReadOnlyError:
@@ -166,7 +169,7 @@ async def ensure_epoch(client: aioredis.Redis) -> int | None:
     epoch = _int(await client.get(keys.EPOCH))
     if epoch is None:
         raise ValueError(f"{keys.EPOCH} holds something that is not an integer")
-    return epoch
+    return await _raise_epoch(client, epoch)
 
 
 async def find_writer(clients: Mapping[str, aioredis.Redis]) -> tuple[str, int] | None:
@@ -205,17 +208,43 @@ async def follow(client: aioredis.Redis, host: str, port: int) -> None:
         raise _failed(f"cannot make {_name(client)} a replica of {host}:{port}", exc) from exc
 
 
-_RAISE_EPOCH = (
-    "local e = tonumber(redis.call('GET', KEYS[1]) or '0') or 0 "
-    "local n = tonumber(ARGV[1]) "
-    "if e < n then redis.call('SET', KEYS[1], ARGV[1]) return n end "
-    "return e"
-)
+_RAISE_EPOCH = """
+local e = tonumber(redis.call('GET', KEYS[1]) or '0') or 0
+local n = tonumber(ARGV[1])
+if e < n then
+  redis.call('SET', KEYS[1], ARGV[1])
+  e = n
+end
+local value = string.format('%d', e)
+for i = 2, #ARGV do
+  if redis.call('GET', ARGV[i]) ~= value then redis.call('SET', ARGV[i], value) end
+end
+return e
+"""
+"""KEYS: 1 the epoch; ARGV: 1 at least this (decimal), 2... every copy of the epoch.
+The epoch raised to ARGV[1] unless it is there already, and every copy made equal to
+it (those that are already are not written): one atomic call, so no script ever reads a
+copy that disagrees with the epoch. Takes a few milliseconds for the 16,384 copies."""
+
+
+async def _raise_epoch(client: aioredis.Redis, at_least: int) -> int:
+    return int(await client.eval(_RAISE_EPOCH, 1, keys.EPOCH, at_least, *keys.epoch_copies()))
+
+
+async def sync_epoch_copies(client: aioredis.Redis) -> int:
+    """Make every copy of the epoch equal to the epoch (an unset epoch: 0), which stays
+    as it is; the epoch. The failover controller runs it once per writer: a writer whose
+    data predates the copies gets them (until then its scripts read the epoch itself,
+    which only one Redis allows, not a cluster)."""
+    try:
+        return await _raise_epoch(client, 0)
+    except (RedisError, OSError) as exc:
+        raise _failed(f"cannot write the epoch's copies on {_name(client)}", exc) from exc
 
 
 async def bump_epoch(client: aioredis.Redis, at_least: int) -> int:
-    """Raise the writer's epoch to ``at_least + 1`` unless it is there already; the
-    epoch it holds then (never lowered).
+    """Raise the writer's epoch to ``at_least + 1`` unless it is there already, with
+    every copy of it; the epoch it holds then (never lowered).
 
     Idempotent, one Lua call: a controller that retries after its first call timed out
     (the write done, the reply lost) finds its target in place and gets it back, rather
@@ -223,7 +252,7 @@ async def bump_epoch(client: aioredis.Redis, at_least: int) -> int:
     with one promotion logged). A server already past the target keeps its epoch.
     """
     try:
-        return int(await client.eval(_RAISE_EPOCH, 1, keys.EPOCH, at_least + 1))
+        return await _raise_epoch(client, at_least + 1)
     except (RedisError, OSError) as exc:
         raise _failed(f"cannot bump the epoch on {_name(client)}", exc) from exc
 

@@ -8,20 +8,23 @@ one library (:mod:`.functions`, called with ``FCALL``); on 6.2 they are called t
 
 Conventions shared by the scripts (Redis 6.2's Lua 5.1):
 
-- Every key a script touches is passed in ``KEYS``, but for the epoch: its name is
-  written into the script (:data:`EPOCH_KEY`, from :mod:`rideout.store.keys`), so key
-  names stay in :mod:`rideout.store.keys`. EVALSHA and FCALL count every key in ``KEYS``
-  as read *and* written for the ACL check; one outside it is checked command by command,
-  so the ``GET`` of the epoch is a read, which the app user's read-only pattern on
-  Redis 7.0+ allows (:mod:`.acl`), and a write of it would be refused.
+- Every key a script touches is passed in ``KEYS``, but for the epoch: a script fences
+  on the copy of the epoch in its own keys' hash slot (:func:`rideout.store.keys.epoch_copy`),
+  whose name the caller passes in ``ARGV`` and the script checks is a copy's. EVALSHA
+  and FCALL count every key in ``KEYS`` as read *and* written for the ACL check; one
+  outside it is checked command by command, so the ``GET`` of the copy is a read, which
+  the app user's read-only pattern on Redis 7.0+ allows (:mod:`.acl`), and a write of
+  it would be refused. Being in the script's own slot, the copy is on the node that
+  runs the script, in a cluster too.
 - Numbers cross the boundary as canonical decimal strings. JSON is built by hand:
   Redis's ``cjson`` writes numbers with 14 significant digits (a 13-digit millisecond
   timestamp fits, a 16-digit amount would not), so integers are formatted with
   ``%d`` and only strings go through ``cjson.encode``.
 - Stream entry ids are compared as two decimal integers with arbitrary length, never
   as Lua numbers (doubles), so any u64 id a client sends compares exactly.
-- The epoch in ``rideout:epoch`` is read as a decimal string; an unset epoch is ``0``;
-  anything else is refused with an error starting ``rideout:``.
+- The epoch's copy is read as a decimal string; where it is unset (data older than
+  the copies) the epoch itself is read, and an unset epoch is ``0``; anything else is
+  refused with an error starting ``rideout:``.
 - Errors a script raises itself start with ``rideout:``.
 """
 
@@ -34,7 +37,6 @@ from rideout.store import keys
 __all__ = [
     "BID",
     "DEMO_NAME_CLAIM",
-    "EPOCH_KEY",
     "GET_ROOM",
     "GET_SESSION",
     "GET_STATE",
@@ -53,11 +55,9 @@ __all__ = [
 
 if not keys.EPOCH.replace(":", "").isalnum():  # pragma: no cover - keys.py's to keep
     raise ValueError(f"{keys.EPOCH!r} cannot be written into a Lua string as it is")
-EPOCH_KEY: Final = f"local EPOCH_KEY = '{keys.EPOCH}'\n"
-"""The epoch's name, as the scripts that read it declare it (never passed in KEYS)."""
 
 _COMMON: Final = (
-    EPOCH_KEY
+    f"local EPOCH, EPOCH_COPY = '{keys.EPOCH}', '{keys.EPOCH}:{{'\n"
     + r"""
 local function canonical_epoch(value)
   if value == false or value == nil then return '0' end
@@ -65,6 +65,26 @@ local function canonical_epoch(value)
   local stripped = string.gsub(value, '^0+', '')
   if stripped == '' then return '0' end
   return stripped
+end
+
+-- The epoch as the copy named `name` holds it (canonical decimal, '0' when unset), or
+-- nil and why not. A script reads only a copy (never another key the caller names).
+-- Where the copy is unset (data older than the copies, which the controller writes
+-- once per writer) the epoch itself is read: one Redis, so the same node.
+local function read_epoch(name)
+  if type(name) ~= 'string' or string.sub(name, 1, #EPOCH_COPY) ~= EPOCH_COPY then
+    return nil, 'rideout: ' .. tostring(name) .. ' is not a copy of the epoch'
+  end
+  local value = redis.call('GET', name)
+  if value == false then
+    name = EPOCH
+    value = redis.call('GET', EPOCH)
+  end
+  local epoch = canonical_epoch(value)
+  if epoch == nil then
+    return nil, 'rideout: ' .. name .. ' does not hold an integer epoch'
+  end
+  return epoch
 end
 
 local function cmp_decimal(a, b)
@@ -124,18 +144,16 @@ BID: Final = (
     + r"""
 -- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash), 4 bid ack (per sub,
 --       room and request id), 5 optional: the legacy ack (per sub and request id,
---       written before ids were scoped per room; read, never written). The epoch is
---       read from EPOCH_KEY.
+--       written before ids were scoped per room; read, never written).
 -- ARGV: 1 epoch the caller believes in (canonical decimal), 2 amount (decimal),
 --       3 room, 4 sub, 5 request id, 6 min_bid, 7 max_bid, 8 min_increment,
---       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms)
+--       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms), 12 the epoch's copy in
+--       the room's slot
 -- Returns {kind, ack_json}; kind is 'new' (decided now), 'dup' (the stored ack of
 -- an earlier call with this sub, room and request id) or 'stale' (fenced: nothing
 -- changed).
-local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
-if epoch == nil then
-  return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
-end
+local epoch, why = read_epoch(ARGV[12])
+if epoch == nil then return redis.error_reply(why) end
 
 local cur = redis.call('HMGET', KEYS[1], 'bid', 'bidder', 'bids', 'updated_at', 'offset')
 local offset = str(cur[5]) or '0-0'
@@ -249,10 +267,8 @@ return {'new', ack}
 """Place one bid: fence on the epoch, replay a stored ack, validate, apply, trim."""
 
 _READ_ROOM: Final = r"""
-local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
-if epoch == nil then
-  return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
-end
+local epoch, why = read_epoch(ARGV[4])
+if epoch == nil then return redis.error_reply(why) end
 local state = redis.call('HGETALL', KEYS[1])
 local pos = redis.call('HMGET', KEYS[1], 'offset', 'trimmed')
 local last = str(pos[1]) or '0-0'
@@ -291,10 +307,9 @@ end
 GET_STATE: Final = (
     _COMMON
     + r"""
--- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash); the epoch is read
---       from EPOCH_KEY
+-- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash)
 -- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
---       (canonical id), 3 most entries to replay
+--       (canonical id), 3 most entries to replay, 4 the epoch's copy in the room's slot
 -- Returns {epoch, room state fields, session fields, status, entries}; status is
 -- 'none' (no since), 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'.
 -- Read-only: runs on a replica as well as on the writer.
@@ -339,16 +354,15 @@ return redis.call('HGET', KEYS[1], 'offset')
 PROBE: Final = (
     _COMMON
     + r"""
--- KEYS: 1 the probe key (rideout:canary:REGION:ZONE); the epoch is read from EPOCH_KEY
--- ARGV: 1 epoch the caller believes in (canonical decimal), 2 value, 3 ttl (ms)
+-- KEYS: 1 the probe key (rideout:canary:REGION:ZONE)
+-- ARGV: 1 epoch the caller believes in (canonical decimal), 2 value, 3 ttl (ms),
+--       4 the epoch's copy in the probe key's slot
 -- Returns {kind, epoch, value read back}: kind is 'written' (the writer took the write),
 -- 'replica' (a read-only replica: it answered, the write was refused as on any
 -- replica, or, registered as a read-only function, as in any read-only function) or
 -- 'stale' (fenced as a bid would be: nothing written).
-local epoch = canonical_epoch(redis.call('GET', EPOCH_KEY))
-if epoch == nil then
-  return redis.error_reply('rideout: ' .. EPOCH_KEY .. ' does not hold an integer epoch')
-end
+local epoch, why = read_epoch(ARGV[4])
+if epoch == nil then return redis.error_reply(why) end
 if epoch ~= ARGV[1] then
   return {'stale', epoch, false}
 end

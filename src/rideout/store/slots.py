@@ -13,10 +13,12 @@ a real server's ``CLUSTER KEYSLOT``.
 from __future__ import annotations
 
 import binascii
+import functools
+import itertools
 from collections.abc import Iterable
 from typing import Final
 
-__all__ = ["SLOTS", "hash_tag", "key_slot", "slots_of"]
+__all__ = ["SLOTS", "hash_tag", "key_slot", "slot_tags", "slots_of"]
 
 SLOTS: Final = 16384
 """How many hash slots a Redis (or Valkey) cluster has."""
@@ -48,3 +50,26 @@ def slots_of(keys: Iterable[str | bytes]) -> frozenset[int]:
     """The slots `keys` span: a call that names them runs on a cluster only when
     this has at most one member."""
     return frozenset(key_slot(key) for key in keys)
+
+
+_TAG_ALPHABET: Final = b"0123456789abcdefghijklmnopqrstuvwxyz"
+
+
+@functools.cache
+def slot_tags() -> tuple[str, ...]:
+    """A hash tag for each slot (``slot_tags()[slot]``): the first string of
+    ``[0-9a-z]`` that hashes to it, shortest first (1 to 4 characters). The same in every
+    process and version, so a key made with ``{tag}`` names the same slot everywhere.
+    Made once, on first use (~50 ms)."""
+    tags: list[bytes | None] = [None] * SLOTS
+    missing = SLOTS
+    for length in itertools.count(1):
+        for letters in itertools.product(_TAG_ALPHABET, repeat=length):
+            tag = bytes(letters)
+            slot = binascii.crc_hqx(tag, 0) % SLOTS
+            if tags[slot] is None:
+                tags[slot] = tag
+                missing -= 1
+                if not missing:
+                    return tuple(t.decode() for t in tags if t is not None)
+    raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
