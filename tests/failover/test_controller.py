@@ -624,17 +624,17 @@ async def test_a_promotion_retried_after_a_lost_reply_raises_the_epoch_once(pair
     try:
         await controller.tick({P: True, S: True})
         client = controller._clients[S]
-        real_eval = client.eval
+        real_evalsha = client.evalsha
         lost: list[object] = []
 
-        async def eval_then_time_out(*args: object) -> object:
-            reply = await real_eval(*args)  # type: ignore[arg-type]
+        async def evalsha_then_time_out(*args: object) -> object:
+            reply = await real_evalsha(*args)  # type: ignore[arg-type]
             if not lost:
                 lost.append(reply)
                 raise RedisTimeout("Timeout reading from socket (injected after the write)")
             return reply
 
-        client.eval = eval_then_time_out  # type: ignore[method-assign]
+        client.evalsha = evalsha_then_time_out  # type: ignore[method-assign]
         await primary.stop()
         await controller.tick({P: False, S: True})
         assert lost == [2]  # written, reply lost

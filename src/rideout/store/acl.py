@@ -21,7 +21,7 @@ CLIENT among them):
     with it (``masteruser``/``masterauth``): any of them can become a replica.
 ``rideout-controller``
     the failover controller and the supervisor: REPLICAOF, FAILOVER, INFO, the epoch
-    and its copies (GET, SET, the EVAL that raises them), on 7.0+ loading the function library
+    and its copies (GET, SET, the script that raises them), on 7.0+ loading the function library
     (FUNCTION LIST, FUNCTION LOAD: :func:`.functions.ensure_library`) and reading room streams (SCAN, XRANGE,
     XREVRANGE) to count the writes a demotion discards; in external mode also the
     control plane's lease and state (``rideout:{controlplane}:*``, in its own Redis).
@@ -225,7 +225,8 @@ _APP_COMMANDS: Final = (
 )  # fmt: skip
 _CONTROLLER_COMMANDS: Final = (
     "ping", "info", "replicaof", "failover",
-    "get", "set", "eval",  # the epoch: read, set once, raised by a script
+    "get", "set",  # the epoch: read, set once (raised by a script: EVALSHA below)
+    "eval",  # `token revoke` (store/revocations.py)
     "scan", "xrange", "xrevrange", "dbsize",  # count_unreplicated, compare
     "wait", "hget", "hset", "hdel", "hgetall", "hlen", "pexpireat",  # `token revoke`
     "evalsha", "script|load", "script|exists",  # its scripts, through redis-py's Script
