@@ -56,14 +56,14 @@ async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) 
     return kind, json.loads(ack)
 
 
-async def get_state(client: aioredis.Redis, since_epoch: str = "", since: str = "") -> Any:
-    script = client.register_script(scripts.GET_STATE)
-    room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.user_session(SUB)]
+async def get_room(client: aioredis.Redis, since_epoch: str = "", since: str = "") -> Any:
+    script = client.register_script(scripts.GET_ROOM)
+    room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM)]
     return await script(keys=room_keys, args=[since_epoch, since, "10", COPY])
 
 
 async def test_both_scripts_compile(client: aioredis.Redis) -> None:
-    for source in (scripts.BID, scripts.GET_STATE):
+    for source in (scripts.BID, scripts.GET_ROOM):
         assert len(await client.script_load(source)) == 40
 
 
@@ -93,19 +93,19 @@ async def test_an_epoch_that_is_not_an_integer_is_an_error_naming_rideout(
     client: aioredis.Redis,
 ) -> None:
     await set_epoch(client, "one")
-    for call in (bid(client, "1", 10, "r1"), get_state(client)):
+    for call in (bid(client, "1", 10, "r1"), get_room(client)):
         with pytest.raises(ResponseError, match=r"^rideout: rideout:epoch:\{\w+\} does not hold"):
             await call
 
 
-async def test_get_state_compares_stream_ids_as_exact_decimals(client: aioredis.Redis) -> None:
+async def test_get_room_compares_stream_ids_as_exact_decimals(client: aioredis.Redis) -> None:
     # Two ids that one double cannot tell apart (2**53 and 2**53 + 1 milliseconds).
     last, since = "9007199254740993-0", "9007199254740992-0"
     await client.xadd(keys.room_stream(ROOM), {"state": "{}", "epoch": "1"}, id=last)
     await client.hset(keys.room_state(ROOM), mapping={"bid": 5, "bids": 1, "offset": last})
-    epoch, _, _, status, entries = await get_state(client, "1", since)
+    epoch, _, status, entries = await get_room(client, "1", since)
     assert (epoch, status, [entry_id for entry_id, _ in entries]) == ("1", "recovered", [last])
-    assert (await get_state(client, "1", last))[3:] == ["recovered", []]
-    assert (await get_state(client, "1", "18446744073709551615-0"))[3] == "ahead"
-    assert (await get_state(client, "2", last))[3] == "epoch_changed"
-    assert (await get_state(client))[3] == "none"
+    assert (await get_room(client, "1", last))[2:] == ["recovered", []]
+    assert (await get_room(client, "1", "18446744073709551615-0"))[2] == "ahead"
+    assert (await get_room(client, "2", last))[2] == "epoch_changed"
+    assert (await get_room(client))[2] == "none"

@@ -165,7 +165,6 @@ def _rideout_keys() -> list[str]:
 CROSSING: dict[str, tuple[str, ...]] = {
     # The room's keys with the epoch's copy in their slot, and the user's.
     "auction.bid": ("epoch+room", "user"),
-    "auction.get_state": ("epoch+room", "user"),
     # One XREAD over every followed room's stream (refused even where one node holds
     # every slot it names: docs/capacity.md has the way out).
     "auction.read_updates": ("room", "room"),
@@ -363,7 +362,6 @@ CROSSSLOT, NON_LOCAL = "CROSSSLOT", "non-local key"
 REFUSAL: dict[str, str] = {
     # Keys of several slots in KEYS (or XREAD's streams): refused before anything runs.
     "auction.bid": CROSSSLOT,
-    "auction.get_state": CROSSSLOT,
     "auction.read_updates": CROSSSLOT,  # even where one node holds every slot named
 }
 """How a cluster refuses each call of :data:`CROSSING`."""

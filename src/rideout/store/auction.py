@@ -426,12 +426,11 @@ def _state_result(
     room: str,
     epoch_reply: object,
     state_reply: object,
-    session: dict[str, Any],
     status_reply: object,
     entries: object,
     what: str,
 ) -> StateResult:
-    """A StateResult from the parts of a GET_STATE or GET_ROOM reply."""
+    """A StateResult (with no session) from the parts of a GET_ROOM reply."""
     epoch = _epoch(epoch_reply, keys.EPOCH)
     fields = _pairs(state_reply, f"{what}: room state")
     status = _text(status_reply, what)
@@ -446,7 +445,7 @@ def _state_result(
     return StateResult(
         room=room,
         state=_room_state(fields, f"{what}: room state"),
-        session=session,
+        session={},
         position=Position(epoch, _offset_field(fields, f"{what}: room state")),
         recovered=status == "recovered",
         missed=tuple(missed),
@@ -554,7 +553,6 @@ class AuctionStore:
         self._bids = ScriptPipeliner(client, StoreFunction(client, functions.BID))
         # Reads too: a herd of reconnecting clients restores its state in one pipeline
         # per loop iteration, not one pooled connection (opened on demand) per client.
-        self._states = ScriptPipeliner(client, StoreFunction(client, functions.GET_STATE))
         self._rooms = ScriptPipeliner(client, StoreFunction(client, functions.GET_ROOM))
         self._sessions = ScriptPipeliner(client, StoreFunction(client, functions.GET_SESSION))
         self._probes = ScriptPipeliner(client, StoreFunction(client, functions.PROBE))
@@ -681,54 +679,32 @@ class AuctionStore:
         the client."""
         await self._bids.close()
         await self._probes.close()
-        await self._states.close()
         await self._rooms.close()
         await self._sessions.close()
         await self._offsets.close()
 
     async def get_state(self, room: str, sub: str, since: Position | None = None) -> StateResult:
         """The room's state, ``sub``'s session, the current position and, given
-        ``since``, the entries after it (one consistent read-only script; works on a
-        replica).
+        ``since``, the entries after it: :meth:`read_room`, then :meth:`read_session`
+        (each read-only, in one hash slot, and works on a replica). Two reads, not one:
+        a bid that lands between them shows in the session and not yet in the state.
 
         Replay succeeds when ``since`` has the current epoch, is not newer than the
         room's newest entry, no entry after it was trimmed, and at most
         ``settings.replay_limit`` entries follow it.
         """
         _check_text("sub", sub)
-        what = f"get_state of room {room!r}"
-        reply = await self._read(self._states, room, since, [keys.user_session(sub)], what)
-        if not isinstance(reply, list) or len(reply) != 5:
-            raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
-        session = _session(_pairs(reply[2], f"{what}: session"), f"{what}: session")
-        return _state_result(room, reply[0], reply[1], session, reply[3], reply[4], what)
+        state = await self.read_room(room, since)
+        return replace(state, session=await self.read_session(sub))
 
     async def read_room(self, room: str, since: Position | None = None) -> StateResult:
         """:meth:`get_state` without a user: the same for every caller (its ``session``
         is ``{}``), so that identical concurrent reads can share one
-        (:mod:`rideout._singleflight`); :meth:`read_session` reads the user's part."""
-        what = f"read_room of room {room!r}"
-        reply = await self._read(self._rooms, room, since, [], what)
-        if not isinstance(reply, list) or len(reply) != 4:
-            raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
-        return _state_result(room, reply[0], reply[1], {}, reply[2], reply[3], what)
-
-    async def read_session(self, sub: str) -> dict[str, Any]:
-        """``sub``'s session (``{}`` before its first accepted bid)."""
-        what = "read_session"
-        with self._errors(what):
-            reply, _ = await self._sessions.call([keys.user_session(_check_text("sub", sub))], [])
-        return _session(_pairs(reply, what), what)
-
-    async def _read(
-        self,
-        pipeliner: ScriptPipeliner,
-        room: str,
-        since: Position | None,
-        more_keys: list[str],
-        what: str,
-    ) -> Any:
+        (:mod:`rideout._singleflight`); :meth:`read_session` reads the user's part. One
+        read-only script in the room's slot, pipelined with the other reads of the same
+        event-loop iteration."""
         _check_text("room", room)
+        what = f"read_room of room {room!r}"
         if since is not None:
             if not isinstance(since, Position):
                 raise ValueError(f"since must be a Position or None, not {since!r}")
@@ -738,17 +714,21 @@ class AuctionStore:
             )
         else:
             since_epoch, since_offset = "", ""
+        script_keys = [keys.room_state(room), keys.room_stream(room)]
+        script_args = [since_epoch, since_offset, str(self.settings.replay_limit),
+                       keys.epoch_copy(script_keys[0])]  # fmt: skip
         with self._errors(what):
-            reply, _ = await pipeliner.call(
-                [keys.room_state(room), keys.room_stream(room), *more_keys],
-                [
-                    since_epoch,
-                    since_offset,
-                    str(self.settings.replay_limit),
-                    keys.epoch_copy(keys.room_state(room)),
-                ],
-            )
-        return reply
+            reply, _ = await self._rooms.call(script_keys, script_args)
+        if not isinstance(reply, list) or len(reply) != 4:
+            raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
+        return _state_result(room, reply[0], reply[1], reply[2], reply[3], what)
+
+    async def read_session(self, sub: str) -> dict[str, Any]:
+        """``sub``'s session (``{}`` before its first accepted bid)."""
+        what = "read_session"
+        with self._errors(what):
+            reply, _ = await self._sessions.call([keys.user_session(_check_text("sub", sub))], [])
+        return _session(_pairs(reply, what), what)
 
     async def read_updates(
         self, offsets: Mapping[str, str], *, count: int = 100, block_ms: int | None = None

@@ -41,7 +41,6 @@ __all__ = [
     "FUNCTIONS_SINCE",
     "GET_ROOM",
     "GET_SESSION",
-    "GET_STATE",
     "IDEMPOTENCY_CLAIM",
     "IDEMPOTENCY_FINISH",
     "LAST_OFFSET",
@@ -108,7 +107,6 @@ class Routine:
 
 
 BID: Final = Routine("rideout_bid", scripts.BID)
-GET_STATE: Final = Routine("rideout_get_state", scripts.GET_STATE)
 GET_ROOM: Final = Routine("rideout_get_room", scripts.GET_ROOM)
 GET_SESSION: Final = Routine("rideout_get_session", scripts.GET_SESSION)
 LAST_OFFSET: Final = Routine("rideout_last_offset", scripts.LAST_OFFSET)
@@ -130,7 +128,7 @@ OIDC: Final[Mapping[str, Routine]] = {
 DEMO_NAME_CLAIM: Final = Routine("rideout_demo_name_claim", scripts.DEMO_NAME_CLAIM)
 
 ROUTINES: Final[tuple[Routine, ...]] = (
-    BID, GET_STATE, GET_ROOM, GET_SESSION, LAST_OFFSET, PROBE, READ_REVOCATIONS, IDEMPOTENCY_CLAIM,
+    BID, GET_ROOM, GET_SESSION, LAST_OFFSET, PROBE, READ_REVOCATIONS, IDEMPOTENCY_CLAIM,
     IDEMPOTENCY_FINISH, DEMO_NAME_CLAIM, *ROOM.values(), *OIDC.values(),
 )  # fmt: skip
 """Every script the app user runs; the controller's own (REVOKE, the epoch's, the

@@ -39,7 +39,6 @@ __all__ = [
     "DEMO_NAME_CLAIM",
     "GET_ROOM",
     "GET_SESSION",
-    "GET_STATE",
     "IDEMPOTENCY_CLAIM",
     "IDEMPOTENCY_FINISH",
     "LAST_OFFSET",
@@ -266,7 +265,16 @@ return {'new', ack}
 )
 """Place one bid: fence on the epoch, replay a stored ack, validate, apply, trim."""
 
-_READ_ROOM: Final = r"""
+GET_ROOM: Final = (
+    _COMMON
+    + r"""
+-- KEYS: 1 room state (hash), 2 room stream
+-- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
+--       (canonical id), 3 most entries to replay, 4 the epoch's copy in the room's slot
+-- Returns {epoch, room state fields, status, entries}; status is 'none' (no since),
+-- 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'. The same for every
+-- user (the user's session is GET_SESSION's, in the user's slot), so that a herd's
+-- identical reads can share one. Read-only: runs on a replica as well as on the writer.
 local epoch, why = read_epoch(ARGV[4])
 if epoch == nil then return redis.error_reply(why) end
 local state = redis.call('HGETALL', KEYS[1])
@@ -301,36 +309,6 @@ if ARGV[1] ~= '' then
     end
   end
 end
-"""
-# A room's state and what was missed since a position (GET_STATE and GET_ROOM).
-
-GET_STATE: Final = (
-    _COMMON
-    + r"""
--- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash)
--- ARGV: 1 since epoch (canonical decimal, '' for no since), 2 since offset
---       (canonical id), 3 most entries to replay, 4 the epoch's copy in the room's slot
--- Returns {epoch, room state fields, session fields, status, entries}; status is
--- 'none' (no since), 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'.
--- Read-only: runs on a replica as well as on the writer.
-"""
-    + _READ_ROOM
-    + r"""
-return {epoch, state, redis.call('HGETALL', KEYS[3]), status, entries}
-"""
-)
-"""Read a room's state, a user's session and what was missed since a position."""
-
-GET_ROOM: Final = (
-    _COMMON
-    + r"""
--- KEYS: 1 room state (hash), 2 room stream; ARGV as GET_STATE's.
--- Returns {epoch, room state fields, status, entries}: GET_STATE without the session,
--- the same for every user, so that a herd's identical reads can share one.
--- Read-only: runs on a replica as well as on the writer.
-"""
-    + _READ_ROOM
-    + r"""
 return {epoch, state, status, entries}
 """
 )
