@@ -299,7 +299,7 @@ async def test_each_user_is_refused_what_its_part_does_not_do(
         (RedisRole.APP, ("SET", "elsewhere", "1")),
         (RedisRole.APP, ("GET", "rideout:other")),
         (RedisRole.CONTROLLER, ("SET", keys.room_state("lot-1"), "x")),
-        (RedisRole.MONITOR, ("GET", keys.user_session("alice"))),
+        (RedisRole.MONITOR, ("GET", keys.room_session("lot-1", "alice"))),
     ],
     ids=lambda v: v.value if isinstance(v, RedisRole) else str(v[1]),
 )
@@ -713,8 +713,9 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
         *keys.epoch_copies()[:3],
         keys.room_state("a:b{c}*?[x]"),
         keys.room_stream("lot-1"),
-        keys.user_session("alice"),
+        keys.room_session("lot*1", "alice"),
         keys.bid_ack("alice", "lot*1", "r*1"),
+        keys.user_bid_ack("alice", "lot*1", "r*1"),
         keys.legacy_bid_ack("alice", "r*1"),
         keys.idempotency("rest", "k", "bob"),
         keys.idempotency("rest", "k"),
@@ -738,7 +739,7 @@ def test_every_key_rideout_writes_is_in_the_app_users_patterns() -> None:
     assert functions == {
         "bid_ack", "canary_probe", "demo_identities", "demo_identities_from", "demo_name_claim",
         "epoch_copies", "epoch_copy", "idempotency", "legacy_bid_ack", "legacy_demo_name_claim",
-        "room_state", "room_stream", "user_session", "waitingroom_event_keys",
+        "room_session", "room_state", "room_stream", "user_bid_ack", "waitingroom_event_keys",
         "waitingroom_oidc", "waitingroom_refresh", "waitingroom_stamp", "waitingroom_tick",
     }  # fmt: skip
 

@@ -258,6 +258,29 @@ async def test_a_request_id_is_scoped_to_its_room(pair: Pair) -> None:
     assert (await store.bid(room, "alice", 99, "same", epoch=1)).position == first.position
 
 
+async def test_an_ack_stored_under_the_users_tag_still_answers_its_bid(pair: Pair) -> None:
+    """An upgrade keeps exactly-once for bids decided while acks were kept under the
+    user's tag: the record there answers a retry (and is refreshed, not rewritten);
+    without legacy_acks (a cluster's setting) it is not read."""
+    store, room = pair.store(), fresh()
+    placed = await store.bid(room, "alice", 10, "old", epoch=1)
+    record = await pair.admin.get(keys.bid_ack("alice", room, "old"))
+    await pair.admin.delete(keys.bid_ack("alice", room, "old"))
+    await pair.admin.set(keys.user_bid_ack("alice", room, "old"), record, px=60_000)
+
+    retried = await store.bid(room, "alice", 10, "old", epoch=1)
+    assert retried.duplicate
+    assert retried.position == placed.position
+    assert (await store.get_state(room, "alice")).state["bids"] == 1
+    assert await pair.admin.pttl(keys.user_bid_ack("alice", room, "old")) > 60_000
+    assert await pair.admin.exists(keys.bid_ack("alice", room, "old")) == 0  # not rewritten
+
+    # A cluster's store reads no key of another slot: the same id is a new bid there.
+    unread = await pair.store(legacy_acks=False).bid(room, "alice", 20, "old", epoch=1)
+    assert unread.accepted
+    assert not unread.duplicate
+
+
 async def test_an_ack_stored_before_room_scoping_still_answers_its_room_only(
     pair: Pair,
 ) -> None:
@@ -573,13 +596,16 @@ async def test_read_room_and_read_session_are_get_state_in_two_parts(pair: Pair)
             whole = await reader.get_state(room, "alice", since)
             part = await reader.read_room(room, since)
             assert part == dataclasses.replace(whole, session={})
-            assert await reader.read_session("alice") == whole.session
-    assert await store.read_session("nobody") == {}
+            assert await reader.read_session(room, "alice") == whole.session
+    assert await store.read_session(room, "nobody") == {}
+    assert await store.read_session(fresh(), "alice") == {}  # a session is per room
     assert (await store.read_room(fresh())).state == empty_state()
     with pytest.raises(ValueError, match="room"):
         await store.read_room("")
     with pytest.raises(ValueError, match="sub"):
-        await store.read_session("")
+        await store.read_session(room, "")
+    with pytest.raises(ValueError, match="room"):
+        await store.read_session("", "alice")
 
 
 # ------------------------------------------------------------------------------ replay
@@ -786,6 +812,7 @@ async def test_bad_arguments_are_refused_before_anything_is_sent(pair: Pair) -> 
         {"ack_ttl": -1},
         {"ack_ttl": "1"},
         {"max_replay": 0},
+        {"legacy_acks": "yes"},
     ],
 )
 async def test_settings_are_validated(kw: dict[str, object]) -> None:
@@ -800,6 +827,7 @@ async def test_settings_defaults() -> None:
     assert s.replay_limit == 1000
     assert AuctionSettings(history_size=10).replay_limit == 10
     assert AuctionSettings(max_replay=3).replay_limit == 3
+    assert s.legacy_acks  # off only on a cluster, which has no acks under a user's tag
 
 
 # -------------------------------------------------------------------------- properties

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fnmatch
 import re
 from urllib.parse import unquote
 
@@ -24,21 +25,28 @@ def test_the_fixed_names() -> None:
     assert keys.EPOCH == "rideout:epoch"
     assert keys.room_state("lot-1") == "rideout:room:{lot-1}:state"
     assert keys.room_stream("lot-1") == "rideout:room:{lot-1}:stream"
-    assert keys.user_session("alice") == "rideout:user:{alice}:session"
-    assert keys.bid_ack("alice", "lot-1", "r1") == "rideout:user:{alice}:room:lot-1:bid:r1"
+    assert keys.room_session("lot-1", "alice") == "rideout:room:{lot-1}:user:alice:session"
+    assert keys.bid_ack("alice", "lot-1", "r1") == "rideout:room:{lot-1}:bid:alice:r1:ack"
+    assert keys.user_bid_ack("alice", "lot-1", "r1") == "rideout:user:{alice}:room:lot-1:bid:r1"
     assert keys.legacy_bid_ack("alice", "r1") == "rideout:user:{alice}:bid:r1"
     assert keys.idempotency("rest", "k1") == "rideout:idem:rest:-:k1"
     assert keys.idempotency("rest", "k1", "alice") == "rideout:idem:rest:u=alice:k1"
 
 
-def test_a_room_and_a_user_keep_their_keys_in_one_slot() -> None:
+def test_every_key_a_bid_writes_is_in_its_rooms_slot() -> None:
     assert hash_tag(keys.room_state("lot")) == hash_tag(keys.room_stream("lot")) == "lot"
-    assert hash_tag(keys.user_session("bob")) == hash_tag(keys.bid_ack("bob", "lot", "x")) == "bob"
+    assert hash_tag(keys.room_session("lot", "bob")) == hash_tag(keys.bid_ack("bob", "lot", "x"))
+    assert hash_tag(keys.bid_ack("bob", "lot", "x")) == "lot"
+    assert hash_tag(keys.user_bid_ack("bob", "lot", "x")) == "bob"  # read only (legacy)
 
 
 @pytest.mark.parametrize("name", ["a:b", "{x}", "a}b{c", "50%", "sp ace", "é", "/", ""])
 def test_separators_and_braces_are_escaped(name: str) -> None:
-    for key in (keys.room_state(name), keys.user_session(name), keys.bid_ack(name, name, name)):
+    for key in (
+        keys.room_state(name),
+        keys.room_session(name, name),
+        keys.bid_ack(name, name, name),
+    ):
         assert key.count("{") == key.count("}") == 1
         assert not set(hash_tag(key)) & set(":{} /")
         assert unquote(hash_tag(key)) == name
@@ -51,8 +59,15 @@ def test_distinct_names_never_share_a_key(a: str, b: str) -> None:
         assert keys.bid_ack("u", "lot", a) != keys.bid_ack("u", "lot", b)
         assert keys.bid_ack("u", a, "r") != keys.bid_ack("u", b, "r")
         assert keys.idempotency("rest", a, a) != keys.idempotency("rest", b, b)
-    # A user's key never reaches another user's space, whatever the request id.
-    assert keys.bid_ack(a, b, b).startswith(keys.user_session(a).removesuffix("session"))
+    # A room's key never reaches another room's space, nor one user's ack another's.
+    assert keys.bid_ack(a, b, b).startswith(keys.room_state(b).removesuffix("state"))
+    assert keys.room_session(b, a).startswith(keys.room_state(b).removesuffix("state"))
+    if a != b:
+        assert keys.bid_ack(a, "lot", "r") != keys.bid_ack(b, "lot", "r")
+        assert keys.room_session("lot", a) != keys.room_session("lot", b)
+    # No key of a room but its stream is taken for one (the controller's SCAN MATCH).
+    for key in (keys.bid_ack(a, b, "stream"), keys.room_session(b, "stream")):
+        assert not fnmatch.fnmatchcase(key, keys.ROOM_STREAMS)
 
 
 def test_an_anonymous_key_never_collides_with_a_user_named_dash() -> None:

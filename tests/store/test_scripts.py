@@ -44,15 +44,12 @@ async def client(redis_server: RedisSpec) -> AsyncIterator[aioredis.Redis]:
 
 async def bid(client: aioredis.Redis, epoch: str, amount: int, request_id: str) -> tuple[str, Any]:
     script = client.register_script(scripts.BID)
-    room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.user_session(SUB)]
+    room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.room_session(ROOM, SUB)]
     kind, ack = await script(
-        keys=[
-            *room_keys,
-            keys.bid_ack(SUB, ROOM, request_id),
-            keys.legacy_bid_ack(SUB, request_id),
-        ],
-        args=[epoch, str(amount), ROOM, SUB, request_id, *LIMITS, COPY],
-    )
+        keys=[*room_keys, keys.bid_ack(SUB, ROOM, request_id)],
+        args=[epoch, str(amount), ROOM, SUB, request_id, *LIMITS, COPY,
+              keys.user_bid_ack(SUB, ROOM, request_id), keys.legacy_bid_ack(SUB, request_id)],
+    )  # fmt: skip
     return kind, json.loads(ack)
 
 
@@ -87,6 +84,18 @@ async def test_the_first_decision_is_final(client: aioredis.Redis) -> None:
     kind, again = await bid(client, "1", 500, "r1")  # the retry, with another amount
     assert (kind, again) == ("dup", first)
     assert await client.xlen(keys.room_stream(ROOM)) == 1
+
+
+async def test_the_bid_reads_only_acks_under_a_users_tag_by_name(client: aioredis.Redis) -> None:
+    script = client.register_script(scripts.BID)
+    room_keys = [keys.room_state(ROOM), keys.room_stream(ROOM), keys.room_session(ROOM, SUB)]
+    for legacy in ([keys.room_state(ROOM), ""], ["", keys.EPOCH]):
+        with pytest.raises(ResponseError, match=r"^rideout: .* is not an ack under a user tag"):
+            await script(
+                keys=[*room_keys, keys.bid_ack(SUB, ROOM, "r1")],
+                args=["1", "10", ROOM, SUB, "r1", *LIMITS, COPY, *legacy],
+            )
+    assert await client.keys("rideout:room:*") == []  # refused before anything was written
 
 
 async def test_an_epoch_that_is_not_an_integer_is_an_error_naming_rideout(

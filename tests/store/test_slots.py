@@ -3,8 +3,8 @@
 First the slot rule (:mod:`rideout.store.slots`) against a real cluster node's
 ``CLUSTER KEYSLOT``. Then a tour: every store's operations run on a real Redis while each
 command the client sends is recorded; the server names each command's keys (``COMMAND
-GETKEYS``, which knows ``FCALL``'s and ``XREAD``'s layouts), the copy of the epoch a
-script reads by a name in ``ARGV`` is added, and each call's keys are placed in slots. A call whose keys span more
+GETKEYS``, which knows ``FCALL``'s and ``XREAD``'s layouts), the keys a script
+reads by names in ``ARGV`` (the epoch's copy, acks under a user's tag) are added, and each call's keys are placed in slots. A call whose keys span more
 than one slot is one a cluster answers with ``CROSSSLOT``: :data:`CROSSING` lists them as
 they are today, so a change that adds one fails here, and so does one that removes one
 (then the list, and docs/capacity.md, say so). Last, the tour on a real two-node cluster
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -40,7 +41,7 @@ from rideout.store.auction import AuctionSettings, AuctionStore, Position
 from rideout.store.client import state_client
 from rideout.store.embedded import RedisSpec, find_redis_server
 from rideout.store.revocations import RevocationStore
-from rideout.store.slots import SLOTS, hash_tag, key_slot, slots_of
+from rideout.store.slots import SLOTS, hash_tag, key_slot, slot_tags, slots_of
 from rideout.waitingroom.model import EventSettings, InletSettings
 from rideout.waitingroom.store import RoomStore
 from tests.conftest import (
@@ -152,7 +153,7 @@ async def test_every_slot_is_the_servers(cluster_node: aioredis.Redis) -> None:
 
 def _rideout_keys() -> list[str]:
     event = keys.waitingroom_event_keys("launch")
-    return [keys.room_state("r:{1}"), keys.user_session("alice"), keys.EPOCH,
+    return [keys.room_state("r:{1}"), keys.room_session("r:{1}", "alice"), keys.EPOCH,
             keys.epoch_copy(keys.room_state("r:{1}")), keys.bid_ack("alice", "r", "q"),
             *event.values(), keys.REVOCATIONS]  # fmt: skip
 
@@ -163,8 +164,6 @@ def _rideout_keys() -> list[str]:
 # families of keys it holds ("a+b"). Today's: what issue #31 must place in one slot
 # each before a cluster can run.
 CROSSING: dict[str, tuple[str, ...]] = {
-    # The room's keys with the epoch's copy in their slot, and the user's.
-    "auction.bid": ("epoch+room", "user"),
     # One XREAD over every followed room's stream (refused even where one node holds
     # every slot it names: docs/capacity.md has the way out).
     "auction.read_updates": ("room", "room"),
@@ -209,7 +208,6 @@ def recording(
 _FUNCTIONS = {r.name: r.source for r in functions.ROUTINES} | {
     r.replica_name: r.source for r in functions.ROUTINES
 }
-_EPOCH_COPY = keys.EPOCH + ":{"
 _KEYLESS = {"PING", "INFO", "HELLO", "AUTH", "CLIENT", "SELECT", "FUNCTION", "TIME", "MULTI",
             "EXEC", "SCRIPT", "WAIT", "READONLY", "COMMAND"}  # fmt: skip
 
@@ -217,8 +215,8 @@ _KEYLESS = {"PING", "INFO", "HELLO", "AUTH", "CLIENT", "SELECT", "FUNCTION", "TI
 async def _keys_of(
     admin: aioredis.Redis, command: tuple[Any, ...], scripts: dict[str, str]
 ) -> list[str]:
-    """The keys `command` touches: what the server says, plus the copy of the epoch a
-    script reads by the name it is given in ARGV (never in KEYS)."""
+    """The keys `command` touches: what the server says, plus those a script reads by
+    the name it is given in ARGV (the epoch's copy; the acks under a user's tag)."""
     name = str(command[0]).split()[0].upper()
     if name in _KEYLESS:
         return []
@@ -233,7 +231,7 @@ async def _keys_of(
     if name in ("FCALL", "EVALSHA"):
         known = {"FCALL": _FUNCTIONS, "EVALSHA": scripts}[name]
         assert str(command[1]) in known, f"{name} of an unknown script: {command[1]}"
-        found += [str(a) for a in command[3:] if str(a).startswith(_EPOCH_COPY)]
+        found += [str(a) for a in command[3:] if str(a).startswith(keys.PREFIX)]
     return found
 
 
@@ -287,8 +285,14 @@ async def test_which_calls_span_more_than_one_slot(
                 crossing[label] = tuple(sorted("+".join(sorted(f)) for f in by_slot.values()))
 
     await _tour(app, controller, call)
-
     assert crossing == CROSSING
+
+    # A store that reads the acks earlier versions kept under the user's tag (the
+    # default, for upgrades of one Redis; a cluster has none): its bid reads a key of
+    # the user's slot too.
+    legacy = AuctionStore(app, AuctionSettings(legacy_acks=True), "us-east-1")
+    await call("legacy.bid", legacy.bid("r1", "alice", 20, "q2", epoch=1))
+    assert crossing.pop("legacy.bid") == ("epoch+room", "user")
     # The tour reached every family of keys rideout names: a family added later without
     # a place in the tour fails here.
     assert seen == FAMILIES
@@ -300,8 +304,9 @@ Call = Callable[[str, Awaitable[Any]], Awaitable[None]]
 
 async def _tour(app: aioredis.Redis, controller: aioredis.Redis, call: Call) -> None:
     """Every operation of every store, each through `call` with its label (what
-    CROSSING names); the epoch is set already."""
-    auction = AuctionStore(app, AuctionSettings(), "us-east-1")
+    CROSSING names), as a cluster's deployment would run them (no legacy acks); the
+    epoch is set already."""
+    auction = AuctionStore(app, AuctionSettings(legacy_acks=False), "us-east-1")
     room = RoomStore(app, region="us-east-1")
     revocations = RevocationStore(controller, "us-east-1")
     lease = RedisLease(controller, "cp-a", ttl=5.0)
@@ -310,7 +315,7 @@ async def _tour(app: aioredis.Redis, controller: aioredis.Redis, call: Call) -> 
     await call("auction.bid", auction.bid("r1", "alice", 10, "q1", epoch=1))
     await call("auction.get_state", auction.get_state("r1", "alice", Position(1, "0-0")))
     await call("auction.read_room", auction.read_room("r1"))
-    await call("auction.read_session", auction.read_session("alice"))
+    await call("auction.read_session", auction.read_session("r1", "alice"))
     await call("auction.last_offset", auction.last_offset("r1"))
     await call("auction.current_epoch", auction.current_epoch())
     await call(
@@ -360,9 +365,9 @@ def test_the_families_are_every_pattern_of_the_keys_module() -> None:
 
 CROSSSLOT, NON_LOCAL = "CROSSSLOT", "non-local key"
 REFUSAL: dict[str, str] = {
-    # Keys of several slots in KEYS (or XREAD's streams): refused before anything runs.
-    "auction.bid": CROSSSLOT,
-    "auction.read_updates": CROSSSLOT,  # even where one node holds every slot named
+    # Streams of several slots: refused before anything runs, even where one node holds
+    # every slot named.
+    "auction.read_updates": CROSSSLOT,
 }
 """How a cluster refuses each call of :data:`CROSSING`."""
 
@@ -451,6 +456,19 @@ async def test_a_cluster_refuses_the_crossing_calls_and_runs_the_rest(
     assert REFUSAL.keys() == CROSSING.keys()
     # The epoch read alone: a cluster client follows MOVED to the epoch's node.
     assert moved == {"auction.current_epoch"}
+
+
+def test_the_slots_tags_are_the_shortest_of_each_slot() -> None:
+    """slot_tags.txt is this search's result: per slot, the first string of [0-9a-z]
+    (shortest first, then in alphabet order) that hashes to it."""
+    alphabet = b"0123456789abcdefghijklmnopqrstuvwxyz"
+    found: dict[int, str] = {}
+    for length in range(1, 5):
+        for letters in itertools.product(alphabet, repeat=length):
+            found.setdefault(key_slot(bytes(letters)), bytes(letters).decode())
+        if len(found) == SLOTS:
+            break
+    assert slot_tags() == tuple(found[slot] for slot in range(SLOTS))
 
 
 @pytest.mark.asyncio(loop_scope="module")

@@ -600,7 +600,7 @@ class Connection:
                     server.hub.unsubscribe(room, self)
                     return self._replay_refused(read)
                 result, missed_json = read
-                result = replace(result, session=await server.store.read_session(self.sub))
+                result = replace(result, session=await server.store.read_session(room, self.sub))
             cost += len(result.missed)
         except BaseException:
             self._pending.pop(room, None)

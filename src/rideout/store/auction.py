@@ -30,9 +30,9 @@ Data layout (key names from :mod:`rideout.store.keys`):
     quiet room is not trimmed until its next bid, which only makes more history
     replayable. Because trimming always removes a prefix and the script records the
     last id it removed, ``get_state`` knows exactly which positions it can replay.
-``user_session(sub)`` (hash)
-    ``last_bid``, ``last_bid_room``, ``last_bid_id`` and ``last_position``
-    (``{"epoch":E,"offset":"ID"}``) of the user's latest accepted bid.
+``room_session(room, sub)`` (hash)
+    ``last_bid``, ``last_bid_room`` (the room), ``last_bid_id`` and ``last_position``
+    (``{"epoch":E,"offset":"ID"}``) of the user's latest accepted bid in the room.
 ``bid_ack(sub, room, request_id)`` (string, expires after ``ack_ttl``)
     The ack JSON of the first decision about that request:
     ``{"accepted","reason","epoch","offset","room","state"}``. Rejections
@@ -41,10 +41,15 @@ Data layout (key names from :mod:`rideout.store.keys`):
     accept or applies a bid twice; a new bid needs a new id. The same id in another
     room is another bid. ``stale_epoch`` refusals are not stored (nothing was decided;
     the retry belongs on the current writer).
-``legacy_bid_ack(sub, request_id)`` (string, read only)
-    An ack stored before ids were scoped per room. The bid script still honours one
-    whose ``room`` is the bid's room (a retry across the upgrade is not applied twice)
-    and ignores it for any other room; nothing writes these any more.
+``user_bid_ack(sub, room, request_id)``, ``legacy_bid_ack(sub, request_id)`` (strings, read only)
+    Acks stored under the user's tag, before acks moved under the room's (the second
+    from before ids were scoped per room). Where ``AuctionSettings.legacy_acks`` the bid
+    script still honours them (the second only for the room it names), so a retry
+    across an upgrade is not applied twice; nothing writes them any more.
+
+Every key a bid touches is under the room's hash tag (one slot of a Redis Cluster),
+but for those read-only acks, which a cluster's deployment has none of
+(``legacy_acks=False``).
 
 Stream entry format (the contract with the fan-out hub): every entry of
 ``room_stream(room)`` has exactly two fields,
@@ -163,6 +168,9 @@ class AuctionSettings:
 
     ``history_ttl`` and ``ack_ttl`` are seconds (fractions allowed, at least 1 ms).
     ``max_replay`` caps the entries one ``get_state`` replays (None: ``history_size``).
+    ``legacy_acks``: the bid script also reads the acks stored under the user's tag by
+    earlier versions (a retry across an upgrade is not applied twice); keys of another
+    hash slot, so off on a cluster, which has none.
     """
 
     min_bid: int = 1
@@ -172,6 +180,7 @@ class AuctionSettings:
     history_ttl: float = 3600.0
     ack_ttl: float = 86400.0
     max_replay: int | None = None
+    legacy_acks: bool = True
 
     def __post_init__(self) -> None:
         _check_int("min_bid", self.min_bid, 1, MAX_AMOUNT)
@@ -184,6 +193,8 @@ class AuctionSettings:
         _check_seconds("ack_ttl", self.ack_ttl)
         if self.max_replay is not None:
             _check_int("max_replay", self.max_replay, 1, 10**9)
+        if not isinstance(self.legacy_acks, bool):
+            raise ValueError(f"legacy_acks must be a bool, not {self.legacy_acks!r}")
 
     @property
     def replay_limit(self) -> int:
@@ -287,19 +298,20 @@ def bid_call(
     place that lays them out, for :meth:`AuctionStore.bid` and the benchmarks that run
     the script on its own."""
     s = settings
+    state = keys.room_state(room)
+    legacy = (
+        [keys.user_bid_ack(sub, room, request_id), keys.legacy_bid_ack(sub, request_id)]
+        if s.legacy_acks
+        else ["", ""]
+    )
     return (
-        [
-            keys.room_state(room),
-            keys.room_stream(room),
-            keys.user_session(sub),
-            keys.bid_ack(sub, room, request_id),
-            keys.legacy_bid_ack(sub, request_id),
-        ],
+        [state, keys.room_stream(room), keys.room_session(room, sub),
+         keys.bid_ack(sub, room, request_id)],
         [
             str(epoch), str(amount), room, sub, request_id,
             str(s.min_bid), str(s.max_bid), str(s.min_increment), str(s.history_size),
-            str(_millis(s.history_ttl)), str(_millis(s.ack_ttl)),
-            keys.epoch_copy(keys.room_state(room)),
+            str(_millis(s.history_ttl)), str(_millis(s.ack_ttl)), keys.epoch_copy(state),
+            *legacy,
         ],
     )  # fmt: skip
 
@@ -549,7 +561,7 @@ class AuctionStore:
         self.settings = settings
         self.region = _check_text("region", region)
         self._server = _describe(client, region)
-        keys.epoch_copies()  # the slots' tags, made now rather than on the first bid
+        keys.epoch_copy(keys.EPOCH)  # the slots' tags (a file), read now, not on a first bid
         self._bids = ScriptPipeliner(client, StoreFunction(client, functions.BID))
         # Reads too: a herd of reconnecting clients restores its state in one pipeline
         # per loop iteration, not one pooled connection (opened on demand) per client.
@@ -695,7 +707,7 @@ class AuctionStore:
         """
         _check_text("sub", sub)
         state = await self.read_room(room, since)
-        return replace(state, session=await self.read_session(sub))
+        return replace(state, session=await self.read_session(room, sub))
 
     async def read_room(self, room: str, since: Position | None = None) -> StateResult:
         """:meth:`get_state` without a user: the same for every caller (its ``session``
@@ -723,11 +735,12 @@ class AuctionStore:
             raise StoreCorrupt(f"{what}: unexpected reply {reply!r:.80}")
         return _state_result(room, reply[0], reply[1], reply[2], reply[3], what)
 
-    async def read_session(self, sub: str) -> dict[str, Any]:
-        """``sub``'s session (``{}`` before its first accepted bid)."""
-        what = "read_session"
+    async def read_session(self, room: str, sub: str) -> dict[str, Any]:
+        """``sub``'s session in ``room`` (``{}`` before its first accepted bid there)."""
+        what = f"read_session in room {room!r}"
+        key = keys.room_session(_check_text("room", room), _check_text("sub", sub))
         with self._errors(what):
-            reply, _ = await self._sessions.call([keys.user_session(_check_text("sub", sub))], [])
+            reply, _ = await self._sessions.call([key], [])
         return _session(_pairs(reply, what), what)
 
     async def read_updates(

@@ -3,9 +3,10 @@
 All keys share the ``rideout:`` prefix so a shared Redis can be inspected or cleaned
 without touching anything else. A room's keys share a ``{hash tag}``, and so do a
 user's and a waiting-room event's, so each group stays in one slot of a Redis Cluster
-(:mod:`rideout.store.slots`); the calls that still name keys of several slots (a bid:
-its room and its user) are listed by tests/store/test_slots.py and docs/capacity.md.
-The epoch has a copy in every slot, which the scripts fence on (:func:`epoch_copy`). Every name is percent-escaped
+(:mod:`rideout.store.slots`): a bid's keys (the room's state and stream, the user's
+session in the room, the ack) are all under the room's tag, and the epoch has a copy in
+every slot, which the scripts fence on (:func:`epoch_copy`). The calls that still name
+keys of several slots are listed by tests/store/test_slots.py and docs/capacity.md. Every name is percent-escaped
 (``:``, ``{`` and ``}`` included), so no user id, room or request id can reach into
 another key's space.
 """
@@ -46,9 +47,10 @@ __all__ = [
     "idempotency",
     "legacy_bid_ack",
     "legacy_demo_name_claim",
+    "room_session",
     "room_state",
     "room_stream",
-    "user_session",
+    "user_bid_ack",
     "waitingroom_event_keys",
     "waitingroom_oidc",
     "waitingroom_refresh",
@@ -124,15 +126,25 @@ def room_stream(room: str) -> str:
     return f"{PREFIX}room:{{{_safe(room)}}}:stream"
 
 
-def user_session(sub: str) -> str:
-    """Hash: a user's session state, keyed by the token's ``sub``, never by connection."""
-    return f"{PREFIX}user:{{{_safe(sub)}}}:session"
+def room_session(room: str, sub: str) -> str:
+    """Hash: a user's session in a room (its latest accepted bid there), keyed by the
+    token's ``sub``, never by connection; under the room's tag, beside what a bid
+    changes. (It ends in ``:session``: no room key but the stream ends in ``:stream``.)"""
+    return f"{PREFIX}room:{{{_safe(room)}}}:user:{_safe(sub)}:session"
 
 
 def bid_ack(sub: str, room: str, request_id: str) -> str:
-    """String: the ack first sent for a user's bid id in a room, replayed for retries.
+    """String: the ack first sent for a user's bid id in a room, replayed for retries;
+    under the room's tag. Scoped per room: one id used in two rooms names two bids."""
+    return f"{PREFIX}room:{{{_safe(room)}}}:bid:{_safe(sub)}:{_safe(request_id)}:ack"
 
-    Scoped per room: one id used in two rooms names two bids.
+
+def user_bid_ack(sub: str, room: str, request_id: str) -> str:
+    """String: an ack stored under the user's tag, before acks moved under the room's.
+
+    The bid script still reads one (where ``AuctionSettings.legacy_acks``), so a bid
+    decided before an upgrade is not applied again after it; none is written any more,
+    and the last expires ``ack_ttl`` after the upgrade.
     """
     return f"{PREFIX}user:{{{_safe(sub)}}}:room:{_safe(room)}:bid:{_safe(request_id)}"
 
@@ -140,9 +152,8 @@ def bid_ack(sub: str, room: str, request_id: str) -> str:
 def legacy_bid_ack(sub: str, request_id: str) -> str:
     """String: an ack stored before ids were scoped per room (per user only).
 
-    The bid script still reads one for a retry in the room it names, so a bid decided
-    before an upgrade is not applied again after it; none is written any more, and the
-    last expires ``ack_ttl`` after the upgrade.
+    The bid script still reads one (where ``AuctionSettings.legacy_acks``) for a retry
+    in the room it names; none is written any more.
     """
     return f"{PREFIX}user:{{{_safe(sub)}}}:bid:{_safe(request_id)}"
 

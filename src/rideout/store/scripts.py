@@ -140,19 +140,27 @@ end
 
 BID: Final = (
     _COMMON
+    + f"local LEGACY_ACK = '{keys.PREFIX}user:{{'\n"
     + r"""
--- KEYS: 1 room state (hash), 2 room stream, 3 user session (hash), 4 bid ack (per sub,
---       room and request id), 5 optional: the legacy ack (per sub and request id,
---       written before ids were scoped per room; read, never written).
+-- KEYS (all under the room's tag): 1 room state (hash), 2 room stream, 3 the user's
+--       session in the room (hash), 4 bid ack (per sub, room and request id)
 -- ARGV: 1 epoch the caller believes in (canonical decimal), 2 amount (decimal),
 --       3 room, 4 sub, 5 request id, 6 min_bid, 7 max_bid, 8 min_increment,
 --       9 history_size, 10 history_ttl (ms), 11 ack_ttl (ms), 12 the epoch's copy in
---       the room's slot
+--       the room's slot, 13 and 14: acks stored under the user's tag before acks moved
+--       under the room's (13 per room, 14 per user only, from before ids were scoped
+--       per room), read and never written; '' for none (a cluster has none, and they
+--       are keys of another slot)
 -- Returns {kind, ack_json}; kind is 'new' (decided now), 'dup' (the stored ack of
 -- an earlier call with this sub, room and request id) or 'stale' (fenced: nothing
 -- changed).
 local epoch, why = read_epoch(ARGV[12])
 if epoch == nil then return redis.error_reply(why) end
+for i = 13, 14 do
+  if ARGV[i] ~= '' and string.sub(ARGV[i], 1, #LEGACY_ACK) ~= LEGACY_ACK then
+    return redis.error_reply('rideout: ' .. ARGV[i] .. ' is not an ack under a user tag')
+  end
+end
 
 local cur = redis.call('HMGET', KEYS[1], 'bid', 'bidder', 'bids', 'updated_at', 'offset')
 local offset = str(cur[5]) or '0-0'
@@ -181,13 +189,17 @@ local ack_ttl = ARGV[11]
 -- never acknowledge a retry whose first write has not reached the replica).
 local ack_key = KEYS[4]
 local stored = redis.call('GET', ack_key)
-if not stored and KEYS[5] then
+if not stored and ARGV[13] ~= '' then
+  stored = redis.call('GET', ARGV[13])
+  if stored then ack_key = ARGV[13] end
+end
+if not stored and ARGV[14] ~= '' then
   -- A decision stored per user only counts for the room it was made in.
-  local legacy = redis.call('GET', KEYS[5])
+  local legacy = redis.call('GET', ARGV[14])
   if legacy then
     local ok, decoded = pcall(cjson.decode, legacy)
     if ok and type(decoded) == 'table' and decoded['room'] == room then
-      ack_key, stored = KEYS[5], legacy
+      ack_key, stored = ARGV[14], legacy
     end
   end
 end
@@ -315,11 +327,11 @@ return {epoch, state, status, entries}
 """Read a room's state and what was missed since a position (no user's session)."""
 
 GET_SESSION: Final = r"""
--- KEYS: 1 user session (hash). Returns its fields. Read-only. A script only so that a
+-- KEYS: 1 the user's session in a room (hash). Returns its fields. Read-only. A script only so that a
 -- herd's reads share one pipeline per loop iteration (store.pipelining).
 return redis.call('HGETALL', KEYS[1])
 """
-"""A user's session (its latest accepted bid)."""
+"""A user's session in a room (its latest accepted bid there)."""
 
 LAST_OFFSET: Final = r"""
 -- KEYS: 1 room state (hash). Returns the id of the room's newest entry, or false.

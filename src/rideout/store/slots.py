@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import binascii
 import functools
-import itertools
 from collections.abc import Iterable
+from importlib import resources
 from typing import Final
 
 __all__ = ["SLOTS", "hash_tag", "key_slot", "slot_tags", "slots_of"]
@@ -52,24 +52,15 @@ def slots_of(keys: Iterable[str | bytes]) -> frozenset[int]:
     return frozenset(key_slot(key) for key in keys)
 
 
-_TAG_ALPHABET: Final = b"0123456789abcdefghijklmnopqrstuvwxyz"
-
-
 @functools.cache
 def slot_tags() -> tuple[str, ...]:
     """A hash tag for each slot (``slot_tags()[slot]``): the first string of
-    ``[0-9a-z]`` that hashes to it, shortest first (1 to 4 characters). The same in every
-    process and version, so a key made with ``{tag}`` names the same slot everywhere.
-    Made once, on first use (~50 ms)."""
-    tags: list[bytes | None] = [None] * SLOTS
-    missing = SLOTS
-    for length in itertools.count(1):
-        for letters in itertools.product(_TAG_ALPHABET, repeat=length):
-            tag = bytes(letters)
-            slot = binascii.crc_hqx(tag, 0) % SLOTS
-            if tags[slot] is None:
-                tags[slot] = tag
-                missing -= 1
-                if not missing:
-                    return tuple(t.decode() for t in tags if t is not None)
-    raise AssertionError("unreachable")  # pragma: no cover - itertools.count never ends
+    ``[0-9a-z]`` that hashes to it, shortest first (1 to 4 characters). The same in
+    every process and version, so a key made with ``{tag}`` names the same slot
+    everywhere. Read from ``slot_tags.txt`` beside this module, a table that
+    tests/store/test_slots.py makes again by that search (~50 ms, too long for an app
+    server's event loop) and checks against a real server's ``CLUSTER KEYSLOT``."""
+    tags = tuple(resources.files(__package__).joinpath("slot_tags.txt").read_text().split())
+    if len(tags) != SLOTS:  # pragma: no cover - a damaged install
+        raise RuntimeError(f"slot_tags.txt holds {len(tags)} tags, not {SLOTS}: reinstall rideout")
+    return tags
