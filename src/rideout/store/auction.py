@@ -249,8 +249,8 @@ class ProbeOutcome:
 class StateResult:
     """A room's state for one user, and what the user missed since a position.
 
-    ``session`` is the user's session (``user`` on the wire; ``{}`` before the first
-    accepted bid). ``recovered`` is True when ``missed`` holds every change after the
+    ``session`` is the user's session in the room (``user`` on the wire; ``{}`` before
+    the user's first accepted bid there). ``recovered`` is True when ``missed`` holds every change after the
     requested position, in order; otherwise ``missed`` is empty, ``reason`` says why
     (a :class:`NotRecovered` value) and the client relies on ``state`` alone.
     Without a ``since`` position, ``recovered`` is False and ``reason`` None.

@@ -285,7 +285,7 @@ GET_ROOM: Final = (
 --       (canonical id), 3 most entries to replay, 4 the epoch's copy in the room's slot
 -- Returns {epoch, room state fields, status, entries}; status is 'none' (no since),
 -- 'recovered', 'epoch_changed', 'ahead', 'trimmed' or 'too_many'. The same for every
--- user (the user's session is GET_SESSION's, in the user's slot), so that a herd's
+-- user (the user's session in the room is GET_SESSION's), so that a herd's
 -- identical reads can share one. Read-only: runs on a replica as well as on the writer.
 local epoch, why = read_epoch(ARGV[4])
 if epoch == nil then return redis.error_reply(why) end
@@ -327,8 +327,9 @@ return {epoch, state, status, entries}
 """Read a room's state and what was missed since a position (no user's session)."""
 
 GET_SESSION: Final = r"""
--- KEYS: 1 the user's session in a room (hash). Returns its fields. Read-only. A script only so that a
--- herd's reads share one pipeline per loop iteration (store.pipelining).
+-- KEYS: 1 the user's session in a room (hash). Returns its fields. Read-only. A
+-- script only so that a herd's reads share one pipeline per loop iteration
+-- (store.pipelining).
 return redis.call('HGETALL', KEYS[1])
 """
 """A user's session in a room (its latest accepted bid there)."""
