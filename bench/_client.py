@@ -381,11 +381,12 @@ class Client:
                 history_ttl=1e10 if mode == "noage" else 3600.0, ack_ttl=86400.0,
             )  # fmt: skip
 
-            def bid_args(room: str, sub: str, amount: int) -> list[str]:
+            def bid_args(room: str, sub: str, amount: int) -> tuple[int, list[str]]:
+                """EVALSHA's arguments after the SHA: the number of keys, then keys and ARGV."""
                 script_keys, script_args = bid_call(
                     room, sub, amount, f"b{amount}", epoch, settings
                 )
-                return [*script_keys, *script_args]
+                return len(script_keys), [*script_keys, *script_args]
 
             async def pipelined(task: int) -> None:
                 mine = [f"{prefix}-{os.getpid()}-{task}-{k}" for k in range(max(1, rooms // tasks))]
@@ -399,7 +400,8 @@ class Client:
                         else:
                             k = turn = (turn + 1) % len(mine)
                             amounts[k] += 1
-                            pipe.evalsha(sha, 5, *bid_args(mine[k], f"u{mine[k]}", amounts[k]))
+                            numkeys, rest = bid_args(mine[k], f"u{mine[k]}", amounts[k])
+                            pipe.evalsha(sha, numkeys, *rest)
                     replies = await pipe.execute()
                     if start <= monotonic() <= end:
                         if mode == "incr":

@@ -164,6 +164,20 @@ async def wait_for_log(child: Child, marker: str, timeout: float = 30.0) -> None
         await asyncio.sleep(0.05)
 
 
+async def wait_for_redis(child: Child, client: Any, timeout: float = 15.0) -> None:
+    """Wait until the Redis `child` runs answers `client`'s PING; RuntimeError, with
+    its log's tail, if it exits or does not answer in time."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.ping()
+            return
+        except Exception:  # any refusal while it starts (connection, LOADING, auth)
+            if not child.running or time.monotonic() > deadline:
+                raise RuntimeError(f"{child.name} did not start:\n{child.log_tail()}") from None
+            await asyncio.sleep(0.05)
+
+
 class ClientWorker(Child):
     """A :mod:`bench._client` process: send it a command, get its JSON answer."""
 

@@ -24,11 +24,10 @@ from pathlib import Path
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
-from bench._harness import Child, free_port, locked_redis
+from bench._harness import Child, free_port, locked_redis, wait_for_redis
 from rideout.store import keys, scripts
 from rideout.store.auction import AuctionSettings, bid_call
 from rideout.store.embedded import RedisSpec, find_redis_server
@@ -52,16 +51,18 @@ async def measure(
         history_ttl=int(ttl_ms) / 1000, ack_ttl=86400.0,
     )  # fmt: skip
 
-    def args(n: int) -> list[str]:
+    def args(n: int) -> tuple[int, list[str]]:
+        """EVALSHA's arguments after the SHA: the number of keys, then keys and ARGV."""
         script_keys, script_args = bid_call(room, sub, n, f"b{n}", int(epoch), settings)
-        return [*script_keys, *script_args]
+        return len(script_keys), [*script_keys, *script_args]
 
     async def batch() -> None:
         nonlocal amount
         pipe = client.pipeline(transaction=False)
         for _ in range(16):
             amount += 1
-            pipe.evalsha(sha, 5, *args(amount))
+            numkeys, rest = args(amount)
+            pipe.evalsha(sha, numkeys, *rest)
         replies = await pipe.execute()
         if not all('"accepted":true' in r[1] for r in replies):
             raise RuntimeError(f"a bid was not accepted: {replies[0]}")
@@ -98,12 +99,7 @@ async def run(work_dir: Path, seconds: float) -> list[dict[str, Any]]:
             password=bench.password,
         )
         try:
-            for _ in range(100):
-                try:
-                    await client.ping()
-                    break
-                except (OSError, RedisError):
-                    await asyncio.sleep(0.05)
+            await wait_for_redis(redis_server, client)
             await ensure_epoch(client)
             sha = await client.script_load(scripts.BID)
             for length in (10, 100, 1000, 5000):

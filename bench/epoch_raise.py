@@ -26,11 +26,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 from rich.console import Console
 from rich.table import Table
 
-from bench._harness import Child, free_port, locked_redis
+from bench._harness import Child, free_port, locked_redis, wait_for_redis
 from rideout.store import keys
 from rideout.store.embedded import RedisSpec, find_redis_server, server_info
 from rideout.store.replication import bump_epoch, ensure_epoch, sync_epoch_copies
@@ -74,12 +73,7 @@ async def run(work_dir: Path, rounds: int) -> tuple[str, dict[str, list[tuple[fl
             host=ADDRESS, port=port, username=bench.username, password=bench.password
         )
         try:
-            for _ in range(100):
-                try:
-                    await client.ping()
-                    break
-                except (OSError, RedisError):
-                    await asyncio.sleep(0.05)
+            await wait_for_redis(server, client)
             await ensure_epoch(client)  # the copies written once, the script loaded
             await sync_epoch_copies(client)
 

@@ -62,6 +62,7 @@ from bench._harness import (
     percentile,
     rss_kib,
     wait_for_log,
+    wait_for_redis,
 )
 from rideout.auth import SigningKey, TokenIssuer
 from rideout.config import Config, dump_toml, parse_config
@@ -205,17 +206,7 @@ class Run:
             region.redis.address, region.redis.port, credentials=self.bench_user, timeout=0.5
         )
         try:
-            deadline = monotonic() + 15
-            while True:
-                try:
-                    await client.ping()
-                    break
-                except Exception:
-                    if monotonic() > deadline or not self.redis.running:
-                        raise RuntimeError(
-                            f"redis did not start:\n{self.redis.log_tail()}"
-                        ) from None
-                    await asyncio.sleep(0.05)
+            await wait_for_redis(self.redis, client)
             await ensure_epoch(client)
         finally:
             await client.aclose()
