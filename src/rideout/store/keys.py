@@ -27,6 +27,7 @@ __all__ = [
     "DEMO_KEYS",
     "EPOCH",
     "EPOCH_COPIES",
+    "EPOCH_COPY_PREFIX",
     "IDEMPOTENCY_KEYS",
     "PREFIX",
     "REVOCATIONS",
@@ -67,6 +68,9 @@ EPOCH = PREFIX + "epoch"
 # script names a key of another slot than its own (a cluster refuses that). The
 # controller writes the epoch and every copy together (store.replication).
 EPOCH_COPIES = EPOCH + ":*"
+# How each copy's name begins; a slot's tag and "}" end it (the scripts that read and
+# write copies build and check names with it).
+EPOCH_COPY_PREFIX = EPOCH + ":{"
 
 # Glob patterns (Redis's MATCH and ACL key patterns) over the families below. The
 # Redis users of store/acl.py may touch only keys these match: a new family of keys
@@ -107,13 +111,13 @@ def _safe(name: str) -> str:
 def epoch_copy(key: str) -> str:
     """String: the copy of the epoch in `key`'s hash slot, which a script that touches
     `key` fences on (the same integer as :data:`EPOCH`; unset reads as 0)."""
-    return f"{EPOCH}:{{{slot_tags()[key_slot(key)]}}}"
+    return f"{EPOCH_COPY_PREFIX}{slot_tags()[key_slot(key)]}}}"
 
 
 @functools.cache
 def epoch_copies() -> tuple[str, ...]:
     """Every copy of the epoch, one per hash slot, by slot."""
-    return tuple(f"{EPOCH}:{{{tag}}}" for tag in slot_tags())
+    return tuple(f"{EPOCH_COPY_PREFIX}{tag}}}" for tag in slot_tags())
 
 
 def room_state(room: str) -> str:

@@ -236,7 +236,9 @@ def _raise_epoch_source() -> str:
     """The script with the slots' tags in it (~70 KB, made on first use): sent once per
     server (``EVALSHA``, loaded again after ``NOSCRIPT``), so a raise is a small request,
     which even a Redis still loading its data reads at once (and refuses: LOADING)."""
-    return f"local COPY, TAGS = '{keys.EPOCH}:{{', '{','.join(slot_tags())}'\n" + _RAISE_EPOCH
+    return (
+        f"local COPY, TAGS = '{keys.EPOCH_COPY_PREFIX}', '{','.join(slot_tags())}'\n" + _RAISE_EPOCH
+    )
 
 
 async def _raise_epoch(client: aioredis.Redis, at_least: int) -> int:

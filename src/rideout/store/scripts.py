@@ -56,7 +56,7 @@ if not keys.EPOCH.replace(":", "").isalnum():  # pragma: no cover - keys.py's to
     raise ValueError(f"{keys.EPOCH!r} cannot be written into a Lua string as it is")
 
 _COMMON: Final = (
-    f"local EPOCH, EPOCH_COPY = '{keys.EPOCH}', '{keys.EPOCH}:{{'\n"
+    f"local EPOCH, EPOCH_COPY = '{keys.EPOCH}', '{keys.EPOCH_COPY_PREFIX}'\n"
     + r"""
 local function canonical_epoch(value)
   if value == false or value == nil then return '0' end
